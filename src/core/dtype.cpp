@@ -1,0 +1,161 @@
+#include "core/dtype.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/half.h"
+
+namespace lr {
+
+namespace {
+
+constexpr int64_t QK = 32;
+
+uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+void store_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+
+}  // namespace
+
+std::optional<DTypeInfo> dtype_info(uint32_t ggml_type) {
+  switch (ggml_type) {
+    case uint32_t(DType::F32): return DTypeInfo{"F32", 1, 4};
+    case uint32_t(DType::F16): return DTypeInfo{"F16", 1, 2};
+    case uint32_t(DType::BF16): return DTypeInfo{"BF16", 1, 2};
+    case uint32_t(DType::Q4_0): return DTypeInfo{"Q4_0", QK, 18};
+    case uint32_t(DType::Q4_1): return DTypeInfo{"Q4_1", QK, 20};
+    case uint32_t(DType::Q8_0): return DTypeInfo{"Q8_0", QK, 34};
+    default: return std::nullopt;
+  }
+}
+
+DTypeInfo dtype_info(DType t) {
+  auto info = dtype_info(uint32_t(t));
+  LR_ASSERT(info.has_value());
+  return *info;
+}
+
+std::string_view dtype_name(DType t) { return dtype_info(t).name; }
+
+std::optional<uint64_t> row_bytes(DType t, uint64_t n) {
+  DTypeInfo info = dtype_info(t);
+  if (n % uint64_t(info.block_elems) != 0) return std::nullopt;
+  uint64_t blocks = n / uint64_t(info.block_elems);
+  uint64_t bytes;
+  if (__builtin_mul_overflow(blocks, uint64_t(info.block_bytes), &bytes)) return std::nullopt;
+  return bytes;
+}
+
+void dequantize(DType t, const void* src_v, float* dst, int64_t n) {
+  const auto* src = static_cast<const uint8_t*>(src_v);
+  switch (t) {
+    case DType::F32: std::memcpy(dst, src, size_t(n) * 4); return;
+    case DType::F16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(load_u16(src + 2 * i));
+      return;
+    case DType::BF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(src + 2 * i));
+      return;
+    default: break;
+  }
+  LR_ASSERT(n % QK == 0);
+  for (int64_t b = 0; b < n / QK; ++b) {
+    float* y = dst + b * QK;
+    switch (t) {
+      case DType::Q8_0: {
+        const uint8_t* blk = src + b * 34;
+        float d = f16_to_f32(load_u16(blk));
+        for (int j = 0; j < QK; ++j) y[j] = d * float(int8_t(blk[2 + j]));
+        break;
+      }
+      case DType::Q4_0: {
+        const uint8_t* blk = src + b * 18;
+        float d = f16_to_f32(load_u16(blk));
+        for (int j = 0; j < QK / 2; ++j) {
+          y[j] = d * float(int(blk[2 + j] & 0x0f) - 8);
+          y[j + QK / 2] = d * float(int(blk[2 + j] >> 4) - 8);
+        }
+        break;
+      }
+      case DType::Q4_1: {
+        const uint8_t* blk = src + b * 20;
+        float d = f16_to_f32(load_u16(blk));
+        float m = f16_to_f32(load_u16(blk + 2));
+        for (int j = 0; j < QK / 2; ++j) {
+          y[j] = d * float(blk[4 + j] & 0x0f) + m;
+          y[j + QK / 2] = d * float(blk[4 + j] >> 4) + m;
+        }
+        break;
+      }
+      default: LR_ASSERT(false && "dequantize: unsupported dtype");
+    }
+  }
+}
+
+void quantize(DType t, const float* x, void* dst_v, int64_t n) {
+  auto* dst = static_cast<uint8_t*>(dst_v);
+  switch (t) {
+    case DType::F32: std::memcpy(dst, x, size_t(n) * 4); return;
+    case DType::F16:
+      for (int64_t i = 0; i < n; ++i) store_u16(dst + 2 * i, f32_to_f16(x[i]));
+      return;
+    case DType::BF16:
+      for (int64_t i = 0; i < n; ++i) store_u16(dst + 2 * i, f32_to_bf16(x[i]));
+      return;
+    default: break;
+  }
+  LR_ASSERT(n % QK == 0);
+  for (int64_t b = 0; b < n / QK; ++b) {
+    const float* v = x + b * QK;
+    switch (t) {
+      case DType::Q8_0: {
+        uint8_t* blk = dst + b * 34;
+        float amax = 0;
+        for (int j = 0; j < QK; ++j) amax = std::max(amax, std::fabs(v[j]));
+        float d = amax / 127.f;
+        float id = d != 0 ? 1.f / d : 0.f;
+        store_u16(blk, f32_to_f16(d));
+        for (int j = 0; j < QK; ++j) blk[2 + j] = uint8_t(int8_t(std::lround(v[j] * id)));
+        break;
+      }
+      case DType::Q4_0: {
+        uint8_t* blk = dst + b * 18;
+        float amax = 0, maxv = 0;
+        for (int j = 0; j < QK; ++j)
+          if (std::fabs(v[j]) > amax) amax = std::fabs(v[j]), maxv = v[j];
+        float d = maxv / -8.f;
+        float id = d != 0 ? 1.f / d : 0.f;
+        store_u16(blk, f32_to_f16(d));
+        for (int j = 0; j < QK / 2; ++j) {
+          int q0 = std::min(15, int(v[j] * id + 8.5f));
+          int q1 = std::min(15, int(v[j + QK / 2] * id + 8.5f));
+          blk[2 + j] = uint8_t(q0 | q1 << 4);
+        }
+        break;
+      }
+      case DType::Q4_1: {
+        uint8_t* blk = dst + b * 20;
+        float lo = v[0], hi = v[0];
+        for (int j = 1; j < QK; ++j) lo = std::min(lo, v[j]), hi = std::max(hi, v[j]);
+        float d = (hi - lo) / 15.f;
+        float id = d != 0 ? 1.f / d : 0.f;
+        store_u16(blk, f32_to_f16(d));
+        store_u16(blk + 2, f32_to_f16(lo));
+        for (int j = 0; j < QK / 2; ++j) {
+          int q0 = std::min(15, int((v[j] - lo) * id + 0.5f));
+          int q1 = std::min(15, int((v[j + QK / 2] - lo) * id + 0.5f));
+          blk[4 + j] = uint8_t(q0 | q1 << 4);
+        }
+        break;
+      }
+      default: LR_ASSERT(false && "quantize: unsupported dtype");
+    }
+  }
+}
+
+}  // namespace lr

@@ -1,0 +1,43 @@
+// Element types of stored tensors. Values are GGML's type ids so a GGUF file's
+// type field maps directly; quantized types are stored in blocks.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace lr {
+
+enum class DType : uint32_t {
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,   // blocks of 32: f16 scale d, 16 bytes of nibbles; x = d * (q - 8)
+  Q4_1 = 3,   // blocks of 32: f16 scale d, f16 min m, 16 bytes of nibbles; x = d * q + m
+  Q8_0 = 8,   // blocks of 32: f16 scale d, 32 int8; x = d * q
+  BF16 = 30,
+};
+
+struct DTypeInfo {
+  std::string_view name;
+  int64_t block_elems;  // elements per block (1 for plain types)
+  int64_t block_bytes;  // bytes per block
+};
+
+// Info for a known dtype; nullopt for ids lowrank does not read.
+std::optional<DTypeInfo> dtype_info(uint32_t ggml_type);
+DTypeInfo dtype_info(DType t);
+std::string_view dtype_name(DType t);
+
+// Bytes of a row of n elements. Returns nullopt when n is not a whole number of
+// blocks or the product overflows.
+std::optional<uint64_t> row_bytes(DType t, uint64_t n);
+
+// Decode n elements of type t starting at src into f32. n must be a multiple of
+// the block size (checked with LR_ASSERT: callers validate shapes first).
+void dequantize(DType t, const void* src, float* dst, int64_t n);
+
+// Encode n f32 values as type t (F32, F16, BF16, Q8_0, Q4_0, Q4_1). Used by the
+// GGUF writer and by tests that build quantized fixtures.
+void quantize(DType t, const float* src, void* dst, int64_t n);
+
+}  // namespace lr
