@@ -7,9 +7,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/dtype.h"
@@ -37,7 +39,16 @@ struct Value {
   std::vector<Value> items;  // ARRAY of ARRAY
 
   size_t array_size() const;  // number of items of an ARRAY (0 otherwise)
+
+  // Member-wise (so a NaN float never compares equal; tests compare bits).
+  bool operator==(const Value&) const = default;
 };
+
+// Nested arrays deeper than this are rejected by the reader and the writer.
+inline constexpr int kMaxArrayDepth = 8;
+// Tensors have 1..kMaxDims dimensions.
+inline constexpr uint32_t kMaxDims = 4;
+inline constexpr uint64_t kDefaultAlignment = 32;
 
 struct TensorInfo {
   std::string name;
@@ -65,6 +76,8 @@ class File {
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
   uint64_t file_size() const { return size_; }
+  // Absolute file offset of the data section (TensorInfo::offset is relative to it).
+  uint64_t data_offset() const { return data_offset_; }
 
   // Metadata in file order.
   const std::vector<std::pair<std::string, Value>>& metadata() const { return kv_; }
@@ -74,6 +87,8 @@ class File {
   // Typed getters: throw lr::Error naming the file and key when the key is
   // missing or has an incompatible type. Any integer type converts to the
   // requested integer when the value fits; FLOAT32/FLOAT64 convert to double.
+  // BOOL is not an integer (get_bool only). The overloads with a default return
+  // it when the key is missing but still throw on a wrong type.
   std::string get_string(std::string_view key) const;
   int64_t get_int(std::string_view key) const;
   double get_float(std::string_view key) const;
@@ -82,7 +97,9 @@ class File {
   int64_t get_int(std::string_view key, int64_t def) const;
   double get_float(std::string_view key, double def) const;
   bool get_bool(std::string_view key, bool def) const;
-  // Arrays (throw when missing or of another element type).
+  // Arrays (throw when missing or of another element type). get_ints accepts any
+  // integer element type (UINT64 items are bit-cast, as in Value::i);
+  // get_floats accepts FLOAT32 and FLOAT64 elements.
   const std::vector<std::string>& get_strings(std::string_view key) const;
   const std::vector<int64_t>& get_ints(std::string_view key) const;
   const std::vector<double>& get_floats(std::string_view key) const;
@@ -98,19 +115,27 @@ class File {
 
   std::string path_;
   uint32_t version_ = 0;
-  uint64_t alignment_ = 32;
+  uint64_t alignment_ = kDefaultAlignment;
+  uint64_t data_offset_ = 0;
   const uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
   void* map_ = nullptr;            // mmap'd region (open) ...
   std::vector<uint8_t> owned_;     // ... or owned bytes (from_bytes)
   std::vector<std::pair<std::string, Value>> kv_;
   std::vector<TensorInfo> tensors_;
+  // Name -> index; the views point into the file image (stable while mapped).
+  std::unordered_map<std::string_view, size_t> kv_index_;
+  std::unordered_map<std::string_view, size_t> tensor_index_;
 };
 
 // Builds a GGUF v3 file. Metadata and tensors are written in insertion order;
-// tensor data is aligned to `general.alignment` (default 32).
+// tensor data is aligned to `general.alignment` (default 32; written only when
+// set, and then it must be a UINT32 power of two). Invalid input (a value out of
+// range for its type, a bad shape, a size mismatch, a duplicate tensor name)
+// throws lr::Error("gguf writer: ...").
 class Writer {
  public:
+  // Setting an existing key replaces its value in place (order is kept).
   void set(std::string key, Value v);
   void set_string(std::string key, std::string v);
   void set_u32(std::string key, uint32_t v);
@@ -131,6 +156,9 @@ class Writer {
   void write(const std::string& path) const;  // throws lr::Error on I/O failure
 
  private:
+  using Sink = std::function<void(const void*, size_t)>;
+  void emit(const Sink& put) const;
+
   struct Tensor {
     std::string name;
     DType dtype;

@@ -1,0 +1,218 @@
+// Kernel micro-benchmarks at the SmolLM2-135M shapes (hidden 576, kv 192,
+// ffn 1536, vocab 49152).
+//
+//   matvec_*      bytes/s of weights streamed (decode path). The weights of
+//                 one shape are reused each iteration, so they stay in cache
+//                 (L2 / L3) unless the shape is large; *_cold rotates over
+//                 512 MiB of copies to measure DRAM-bound streaming.
+//   matmul_*      FLOP/s (2 * n * rows * cols per call) for n = 64 and 512.
+//   *_2threads    the same work split over a 2-thread lr::ThreadPool.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <type_traits>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "core/half.h"
+#include "core/thread_pool.h"
+
+namespace {
+
+namespace cpu = lr::cpu;
+
+std::vector<float> rand_f32(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<uint16_t> rand_bf16(int64_t n, uint32_t seed) {
+  std::vector<float> f = rand_f32(n, seed);
+  std::vector<uint16_t> v(static_cast<size_t>(n));
+  cpu::f32_to_bf16_row(f.data(), v.data(), n);
+  return v;
+}
+
+// {rows, cols}
+void matvec_shapes(benchmark::internal::Benchmark* b) {
+  b->Args({576, 576})->Args({192, 576})->Args({1536, 576})->Args({576, 1536})->Args({49152, 576});
+}
+
+void BM_matvec_bf16(benchmark::State& st) {
+  const int64_t rows = st.range(0), cols = st.range(1);
+  const auto W = rand_bf16(rows * cols, 1);
+  const auto x = rand_f32(cols, 2);
+  std::vector<float> y(static_cast<size_t>(rows));
+  for (auto _ : st) {
+    cpu::matvec_bf16(W.data(), x.data(), y.data(), cols, 0, rows);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(int64_t(st.iterations()) * rows * cols * 2);
+}
+BENCHMARK(BM_matvec_bf16)->Apply(matvec_shapes);
+
+void BM_matvec_f32(benchmark::State& st) {
+  const int64_t rows = st.range(0), cols = st.range(1);
+  const auto W = rand_f32(rows * cols, 1);
+  const auto x = rand_f32(cols, 2);
+  std::vector<float> y(static_cast<size_t>(rows));
+  for (auto _ : st) {
+    cpu::matvec_f32(W.data(), x.data(), y.data(), cols, 0, rows);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(int64_t(st.iterations()) * rows * cols * 4);
+}
+BENCHMARK(BM_matvec_f32)->Apply(matvec_shapes);
+
+// 1536 x 576 bf16 matrices (1.7 MiB each), rotating over 512 MiB of them so
+// each call streams from DRAM.
+void BM_matvec_bf16_cold(benchmark::State& st) {
+  const int64_t rows = 1536, cols = 576, copies = (512 << 20) / (rows * cols * 2);
+  std::vector<uint16_t> W(static_cast<size_t>(rows * cols * copies));
+  const auto one = rand_bf16(rows * cols, 1);
+  for (int64_t k = 0; k < copies; ++k)
+    std::copy(one.begin(), one.end(), W.begin() + k * rows * cols);
+  const auto x = rand_f32(cols, 2);
+  std::vector<float> y(static_cast<size_t>(rows));
+  int64_t k = 0;
+  for (auto _ : st) {
+    cpu::matvec_bf16(W.data() + k * rows * cols, x.data(), y.data(), cols, 0, rows);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    k = (k + 1) % copies;
+  }
+  st.SetBytesProcessed(int64_t(st.iterations()) * rows * cols * 2);
+}
+BENCHMARK(BM_matvec_bf16_cold);
+
+void BM_matvec_bf16_2threads(benchmark::State& st) {
+  const int64_t rows = st.range(0), cols = st.range(1);
+  const auto W = rand_bf16(rows * cols, 1);
+  const auto x = rand_f32(cols, 2);
+  std::vector<float> y(static_cast<size_t>(rows));
+  lr::ThreadPool pool(2);
+  for (auto _ : st) {
+    pool.parallel_for(rows / 4, [&](int64_t b, int64_t e) {
+      cpu::matvec_bf16(W.data(), x.data(), y.data(), cols, b * 4, e == rows / 4 ? rows : e * 4);
+    });
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(int64_t(st.iterations()) * rows * cols * 2);
+}
+BENCHMARK(BM_matvec_bf16_2threads)->Args({576, 576})->Args({1536, 576})->Args({49152, 576})->UseRealTime();
+
+// {rows, cols, n}
+void matmul_shapes(benchmark::internal::Benchmark* b) {
+  for (int64_t n : {64, 512})
+    b->Args({576, 576, n})->Args({1536, 576, n})->Args({576, 1536, n})->Args({49152, 576, n});
+}
+
+template <class T>
+void run_matmul(benchmark::State& st, const std::vector<T>& W, bool two_threads) {
+  const int64_t rows = st.range(0), cols = st.range(1), n = st.range(2);
+  const auto X = rand_f32(n * cols, 2);
+  std::vector<float> Y(static_cast<size_t>(n * rows));
+  lr::ThreadPool pool(two_threads ? 2 : 1);
+  for (auto _ : st) {
+    pool.parallel_for(rows / 16, [&](int64_t b, int64_t e) {
+      const int64_t r1 = e == rows / 16 ? rows : e * 16;
+      if constexpr (std::is_same_v<T, uint16_t>) {
+        cpu::matmul_bf16(W.data(), X.data(), Y.data(), n, cols, rows, b * 16, r1);
+      } else {
+        cpu::matmul_f32(W.data(), X.data(), Y.data(), n, cols, rows, b * 16, r1);
+      }
+    });
+    benchmark::DoNotOptimize(Y.data());
+    benchmark::ClobberMemory();
+  }
+  st.counters["FLOP/s"] = benchmark::Counter(double(2 * n * rows * cols),
+                                             benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_matmul_bf16(benchmark::State& st) {
+  run_matmul(st, rand_bf16(st.range(0) * st.range(1), 1), false);
+}
+BENCHMARK(BM_matmul_bf16)->Apply(matmul_shapes)->Unit(benchmark::kMillisecond);
+
+void BM_matmul_f32(benchmark::State& st) {
+  run_matmul(st, rand_f32(st.range(0) * st.range(1), 1), false);
+}
+BENCHMARK(BM_matmul_f32)->Args({1536, 576, 64})->Args({1536, 576, 512})->Unit(benchmark::kMillisecond);
+
+void BM_matmul_bf16_2threads(benchmark::State& st) {
+  run_matmul(st, rand_bf16(st.range(0) * st.range(1), 1), true);
+}
+BENCHMARK(BM_matmul_bf16_2threads)
+    ->Args({1536, 576, 512})
+    ->Args({49152, 576, 64})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// Small n (the inner-product path below 6 tokens, the packed path above).
+void BM_matmul_bf16_small_n(benchmark::State& st) {
+  run_matmul(st, rand_bf16(1536 * 576, 1), false);
+}
+BENCHMARK(BM_matmul_bf16_small_n)
+    ->Args({1536, 576, 2})
+    ->Args({1536, 576, 4})
+    ->Args({1536, 576, 5})
+    ->Args({1536, 576, 6})
+    ->Args({1536, 576, 8})
+    ->Args({1536, 576, 16});
+
+void BM_rms_norm(benchmark::State& st) {
+  const int64_t n = st.range(0);
+  auto x = rand_f32(n, 1);
+  const auto w = rand_f32(n, 2);
+  for (auto _ : st) {
+    cpu::rms_norm(x.data(), w.data(), x.data(), n, 1e-5f);
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(int64_t(st.iterations()) * n * 4);
+}
+BENCHMARK(BM_rms_norm)->Arg(576);
+
+void BM_silu_mul(benchmark::State& st) {
+  const int64_t n = st.range(0);
+  auto g = rand_f32(n, 1);
+  const auto u = rand_f32(n, 2);
+  for (auto _ : st) {
+    cpu::silu_mul(g.data(), u.data(), n);
+    benchmark::ClobberMemory();
+  }
+  st.SetItemsProcessed(int64_t(st.iterations()) * n);
+}
+BENCHMARK(BM_silu_mul)->Arg(1536);
+
+void BM_f32_to_bf16_row(benchmark::State& st) {
+  const int64_t n = st.range(0);
+  const auto x = rand_f32(n, 1);
+  std::vector<uint16_t> y(static_cast<size_t>(n));
+  for (auto _ : st) {
+    cpu::f32_to_bf16_row(x.data(), y.data(), n);
+    benchmark::ClobberMemory();
+  }
+  st.SetItemsProcessed(int64_t(st.iterations()) * n);
+}
+BENCHMARK(BM_f32_to_bf16_row)->Arg(4096);
+
+// Cost of one empty dispatch (parallel_for) on a 2-thread pool.
+void BM_pool_dispatch(benchmark::State& st) {
+  lr::ThreadPool pool(int(st.range(0)));
+  std::vector<int64_t> sink(64);
+  for (auto _ : st) {
+    pool.parallel_for(2, [&](int64_t b, int64_t) { sink[size_t(b) * 8] += 1; });
+  }
+  benchmark::DoNotOptimize(sink.data());
+}
+BENCHMARK(BM_pool_dispatch)->Arg(1)->Arg(2)->UseRealTime();
+
+}  // namespace

@@ -1,0 +1,51 @@
+// The narrow interface every backend implements. A backend instance is a
+// session: it owns the KV cache and scratch buffers; the weights it reads are
+// shared and read-only. Model code and tools do not know which backend runs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "model/weights.h"
+
+namespace lr {
+
+struct BackendOptions {
+  int ctx = 2048;     // KV cache capacity in tokens (preallocated)
+  int n_threads = 1;  // CPU threads (fast CPU backend only)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // Runs `n` tokens at positions [n_past(), n_past()+n) and appends their keys
+  // and values to the cache. Writes logits [n, vocab] when all_logits, else the
+  // last token's [vocab]. Throws lr::Error when the context would overflow.
+  virtual void forward(const int32_t* tokens, int n, float* logits, bool all_logits) = 0;
+
+  int n_past() const { return n_past_; }
+  // Forget every cached position at or after `n` (n <= n_past()).
+  void rewind(int n);
+  int ctx() const { return ctx_; }
+  const Weights& weights() const { return *weights_; }
+
+ protected:
+  Backend(std::shared_ptr<const Weights> w, int ctx);
+  void check_forward_args(const int32_t* tokens, int n) const;
+
+  std::shared_ptr<const Weights> weights_;
+  int ctx_;
+  int n_past_ = 0;
+};
+
+// The plain scalar f32 definition of the model: slow, obviously correct.
+// Requires F32 weights.
+std::unique_ptr<Backend> make_reference_backend(std::shared_ptr<const Weights> w,
+                                                const BackendOptions& opt);
+// The fast CPU path: AVX2 kernels, bf16 (or f32) weights, multithreaded.
+std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const Weights> w,
+                                          const BackendOptions& opt);
+
+}  // namespace lr

@@ -1,0 +1,261 @@
+// Matrix-matrix products Y[t, r] = sum_c W[r, c] * X[t, c] (prompt processing
+// and perplexity).
+//
+// Large n: W rows are packed, 16 at a time, into column-major f32 panels
+// P[c][16] (bf16 converted once here), a block of panels at a time sized to
+// stay in L2. A 16-row x 6-token register tile then does, per column c, two
+// aligned panel loads, six broadcasts of X[t, c] and 12 FMAs into 12
+// accumulators: every loaded value is reused 6 or 16 times, and the result is
+// stored straight into Y (no horizontal sums). The 6-token slice of X (6 *
+// cols floats) stays in L1 while it sweeps the panels of the block.
+//
+// Small n: packing would cost more than it saves, so an inner-product kernel
+// does 2 rows x up to 4 tokens straight from W.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/kernels_simd.h"
+#include "core/half.h"
+
+namespace lr::cpu {
+
+using namespace detail;
+
+namespace {
+
+constexpr int MR = 16;  // rows per packed panel
+constexpr int NR = 6;   // tokens per register tile
+// Below this many tokens the inner-product path is used.
+constexpr int64_t kSmallN = 6;
+// Budget for one block of packed panels (floats): 512 KiB.
+constexpr int64_t kPackFloats = 128 * 1024;
+
+// --- packing ----------------------------------------------------------------
+
+// P[c * 16 + i] = W[row0 + i, c] as f32 for i < nr; 0 for nr <= i < 16.
+void pack_panel(const uint16_t* W, int64_t cols, int64_t row0, int nr, float* P) {
+  const uint16_t* w = W + row0 * cols;
+  int64_t c = 0;
+  if (nr == MR) {
+    for (; c + 8 <= cols; c += 8) {
+      for (int g = 0; g < 2; ++g) {
+        __m256 r[8];
+        for (int i = 0; i < 8; ++i) r[i] = load_bf16x8(w + (g * 8 + i) * cols + c);
+        transpose8(r);
+        for (int j = 0; j < 8; ++j) _mm256_store_ps(P + (c + j) * MR + g * 8, r[j]);
+      }
+    }
+  }
+  for (; c < cols; ++c) {
+    for (int i = 0; i < nr; ++i) P[c * MR + i] = bf16_to_f32(w[i * cols + c]);
+    for (int i = nr; i < MR; ++i) P[c * MR + i] = 0.0f;
+  }
+}
+
+void pack_panel(const float* W, int64_t cols, int64_t row0, int nr, float* P) {
+  const float* w = W + row0 * cols;
+  int64_t c = 0;
+  if (nr == MR) {
+    for (; c + 8 <= cols; c += 8) {
+      for (int g = 0; g < 2; ++g) {
+        __m256 r[8];
+        for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(w + (g * 8 + i) * cols + c);
+        transpose8(r);
+        for (int j = 0; j < 8; ++j) _mm256_store_ps(P + (c + j) * MR + g * 8, r[j]);
+      }
+    }
+  }
+  for (; c < cols; ++c) {
+    for (int i = 0; i < nr; ++i) P[c * MR + i] = w[i * cols + c];
+    for (int i = nr; i < MR; ++i) P[c * MR + i] = 0.0f;
+  }
+}
+
+// --- 16 x NT register tile ----------------------------------------------------
+
+// Y[t, 0..nr) = P^T X[t] for t < NT. P is a packed panel, X rows have stride
+// ldx, Y rows stride ldy.
+template <int NT>
+void tile(const float* __restrict P, const float* __restrict X, int64_t ldx, int64_t cols,
+          float* __restrict Y, int64_t ldy, int nr) {
+  __m256 lo[NT], hi[NT];
+#pragma GCC unroll 6
+  for (int t = 0; t < NT; ++t) lo[t] = hi[t] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < cols; ++c) {
+    const __m256 w0 = _mm256_load_ps(P + c * MR), w1 = _mm256_load_ps(P + c * MR + 8);
+#pragma GCC unroll 6
+    for (int t = 0; t < NT; ++t) {
+      const __m256 xb = _mm256_broadcast_ss(X + t * ldx + c);
+      lo[t] = _mm256_fmadd_ps(w0, xb, lo[t]);
+      hi[t] = _mm256_fmadd_ps(w1, xb, hi[t]);
+    }
+  }
+  if (nr == MR) {
+#pragma GCC unroll 6
+    for (int t = 0; t < NT; ++t) {
+      _mm256_storeu_ps(Y + t * ldy, lo[t]);
+      _mm256_storeu_ps(Y + t * ldy + 8, hi[t]);
+    }
+  } else {
+    alignas(32) float buf[MR];
+    for (int t = 0; t < NT; ++t) {
+      _mm256_store_ps(buf, lo[t]);
+      _mm256_store_ps(buf + 8, hi[t]);
+      for (int i = 0; i < nr; ++i) Y[t * ldy + i] = buf[i];
+    }
+  }
+}
+
+using TileFn = void (*)(const float*, const float*, int64_t, int64_t, float*, int64_t, int);
+constexpr TileFn kTiles[NR + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>};
+
+template <class T>
+void matmul_packed(const T* W, const float* X, float* Y, int64_t n, int64_t cols, int64_t ldy,
+                   int64_t r0, int64_t r1) {
+  const int64_t panel_floats = MR * std::max<int64_t>(cols, 1);
+  const int64_t block_panels = std::max<int64_t>(1, kPackFloats / panel_floats);
+  float* P = scratch(1, block_panels * panel_floats);
+  for (int64_t rb = r0; rb < r1; rb += block_panels * MR) {
+    const int64_t re = std::min(r1, rb + block_panels * MR);
+    const int64_t np = (re - rb + MR - 1) / MR;
+    for (int64_t p = 0; p < np; ++p)
+      pack_panel(W, cols, rb + p * MR, int(std::min<int64_t>(MR, re - rb - p * MR)),
+                 P + p * panel_floats);
+    for (int64_t t = 0; t < n; t += NR) {
+      const TileFn fn = kTiles[std::min<int64_t>(NR, n - t)];
+      for (int64_t p = 0; p < np; ++p)
+        fn(P + p * panel_floats, X + t * cols, cols, cols, Y + t * ldy + rb + p * MR, ldy,
+           int(std::min<int64_t>(MR, re - rb - p * MR)));
+    }
+  }
+}
+
+// --- small n: 2 rows x NT tokens inner products ----------------------------
+
+// bf16: X rows deinterleaved (see kernels_simd.h) in Xs with stride cmain;
+// the last cols - cmain columns in scalar code from X.
+template <int NT>
+void ip_bf16(const uint16_t* w0, const uint16_t* w1, const float* Xs, const float* X, int64_t cols,
+             int64_t cmain, float* Y, int64_t ldy, bool two) {
+  __m256 a0[NT], a1[NT];
+  for (int t = 0; t < NT; ++t) a0[t] = a1[t] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < cmain; c += 16) {
+    const __m256i v0 = load_bf16x16_raw(w0 + c), v1 = load_bf16x16_raw(w1 + c);
+    const __m256 e0 = bf16_even(v0), o0 = bf16_odd(v0), e1 = bf16_even(v1), o1 = bf16_odd(v1);
+    for (int t = 0; t < NT; ++t) {
+      const __m256 xe = _mm256_load_ps(Xs + t * cmain + c);
+      const __m256 xo = _mm256_load_ps(Xs + t * cmain + c + 8);
+      a0[t] = _mm256_fmadd_ps(e0, xe, _mm256_fmadd_ps(o0, xo, a0[t]));
+      a1[t] = _mm256_fmadd_ps(e1, xe, _mm256_fmadd_ps(o1, xo, a1[t]));
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    float s0 = hsum(a0[t]), s1 = hsum(a1[t]);
+    for (int64_t c = cmain; c < cols; ++c) {
+      s0 += bf16_to_f32(w0[c]) * X[t * cols + c];
+      s1 += bf16_to_f32(w1[c]) * X[t * cols + c];
+    }
+    Y[t * ldy] = s0;
+    if (two) Y[t * ldy + 1] = s1;
+  }
+}
+
+template <int NT>
+void ip_f32(const float* w0, const float* w1, const float* X, int64_t cols, float* Y, int64_t ldy,
+            bool two) {
+  const int64_t c8 = cols & ~int64_t(7);
+  __m256 a0[NT], a1[NT];
+  for (int t = 0; t < NT; ++t) a0[t] = a1[t] = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c < c8; c += 8) {
+    const __m256 v0 = _mm256_loadu_ps(w0 + c), v1 = _mm256_loadu_ps(w1 + c);
+    for (int t = 0; t < NT; ++t) {
+      const __m256 x = _mm256_loadu_ps(X + t * cols + c);
+      a0[t] = _mm256_fmadd_ps(v0, x, a0[t]);
+      a1[t] = _mm256_fmadd_ps(v1, x, a1[t]);
+    }
+  }
+  if (c < cols) {
+    const __m256i m = tail_mask(cols - c);
+    const __m256 v0 = _mm256_maskload_ps(w0 + c, m), v1 = _mm256_maskload_ps(w1 + c, m);
+    for (int t = 0; t < NT; ++t) {
+      const __m256 x = _mm256_maskload_ps(X + t * cols + c, m);
+      a0[t] = _mm256_fmadd_ps(v0, x, a0[t]);
+      a1[t] = _mm256_fmadd_ps(v1, x, a1[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    Y[t * ldy] = hsum(a0[t]);
+    if (two) Y[t * ldy + 1] = hsum(a1[t]);
+  }
+}
+
+void matmul_small_bf16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
+                       int64_t ldy, int64_t r0, int64_t r1) {
+  const int64_t cmain = cols & ~int64_t(15);
+  float* Xs = scratch(0, n * cmain);
+  deinterleave_rows(X, cols, n, cmain, Xs);
+  for (int64_t t = 0; t < n; t += 4) {
+    const int64_t nt = std::min<int64_t>(4, n - t);
+    const float* xs = Xs + t * cmain;
+    const float* x = X + t * cols;
+    float* y = Y + t * ldy;
+    for (int64_t r = r0; r < r1; r += 2) {
+      const uint16_t* w0 = W + r * cols;
+      const bool two = r + 1 < r1;
+      const uint16_t* w1 = two ? w0 + cols : w0;
+      switch (nt) {
+        case 1: ip_bf16<1>(w0, w1, xs, x, cols, cmain, y + r, ldy, two); break;
+        case 2: ip_bf16<2>(w0, w1, xs, x, cols, cmain, y + r, ldy, two); break;
+        case 3: ip_bf16<3>(w0, w1, xs, x, cols, cmain, y + r, ldy, two); break;
+        default: ip_bf16<4>(w0, w1, xs, x, cols, cmain, y + r, ldy, two); break;
+      }
+    }
+  }
+}
+
+void matmul_small_f32(const float* W, const float* X, float* Y, int64_t n, int64_t cols,
+                      int64_t ldy, int64_t r0, int64_t r1) {
+  for (int64_t t = 0; t < n; t += 4) {
+    const int64_t nt = std::min<int64_t>(4, n - t);
+    const float* x = X + t * cols;
+    float* y = Y + t * ldy;
+    for (int64_t r = r0; r < r1; r += 2) {
+      const float* w0 = W + r * cols;
+      const bool two = r + 1 < r1;
+      const float* w1 = two ? w0 + cols : w0;
+      switch (nt) {
+        case 1: ip_f32<1>(w0, w1, x, cols, y + r, ldy, two); break;
+        case 2: ip_f32<2>(w0, w1, x, cols, y + r, ldy, two); break;
+        case 3: ip_f32<3>(w0, w1, x, cols, y + r, ldy, two); break;
+        default: ip_f32<4>(w0, w1, x, cols, y + r, ldy, two); break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void matmul_f32(const float* W, const float* X, float* Y, int64_t n, int64_t cols, int64_t ldy,
+                int64_t r0, int64_t r1) {
+  if (n <= 0 || r1 <= r0) return;
+  if (n < kSmallN) {
+    matmul_small_f32(W, X, Y, n, cols, ldy, r0, r1);
+  } else {
+    matmul_packed(W, X, Y, n, cols, ldy, r0, r1);
+  }
+}
+
+void matmul_bf16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
+                 int64_t ldy, int64_t r0, int64_t r1) {
+  if (n <= 0 || r1 <= r0) return;
+  if (n < kSmallN) {
+    matmul_small_bf16(W, X, Y, n, cols, ldy, r0, r1);
+  } else {
+    matmul_packed(W, X, Y, n, cols, ldy, r0, r1);
+  }
+}
+
+}  // namespace lr::cpu

@@ -1,0 +1,97 @@
+// Internal AVX2 helpers shared by kernels.cpp and kernels_matmul.cpp.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace lr::cpu::detail {
+
+// Sum of the 8 lanes.
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// {hsum(a), hsum(b), hsum(c), hsum(d)}.
+inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 ab = _mm256_hadd_ps(a, b);   // a01 a23 b01 b23 | a45 a67 b45 b67
+  const __m256 cd = _mm256_hadd_ps(c, d);
+  const __m256 abcd = _mm256_hadd_ps(ab, cd);  // a0-3 b0-3 c0-3 d0-3 | a4-7 ...
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+// 8 bf16 values -> 8 f32 (exact: bf16 is the top half of an f32).
+inline __m256 load_bf16x8(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// A 256-bit load of 16 bf16 holds, in 32-bit lane i, elements 2i (low half)
+// and 2i+1 (high half). These give them as f32 without any shuffle.
+inline __m256 bf16_even(__m256i w) { return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)); }
+inline __m256 bf16_odd(__m256i w) {
+  return _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(int32_t(0xffff0000u))));
+}
+inline __m256i load_bf16x16_raw(const uint16_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// Reorders x[0..16) into {x0, x2, ..., x14, x1, x3, ..., x15} (the order
+// matching bf16_even / bf16_odd).
+inline void deinterleave16(const float* x, float* out) {
+  const __m256 a = _mm256_loadu_ps(x), b = _mm256_loadu_ps(x + 8);
+  const __m256 ev = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));  // a0 a2 b0 b2 | a4 a6 b4 b6
+  const __m256 od = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+  _mm256_storeu_ps(out, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(ev), 0xD8)));
+  _mm256_storeu_ps(out + 8, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(od), 0xD8)));
+}
+
+// Deinterleaves the first cmain (a multiple of 16) elements of each of n rows
+// of X (row stride ldx) into out (row stride cmain).
+inline void deinterleave_rows(const float* X, int64_t ldx, int64_t n, int64_t cmain, float* out) {
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t c = 0; c < cmain; c += 16) deinterleave16(X + t * ldx + c, out + t * cmain + c);
+}
+
+// Mask whose first k lanes (0 <= k <= 8) are set, for maskload / maskstore.
+inline __m256i tail_mask(int64_t k) {
+  alignas(32) static const int32_t bits[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
+                                               0,  0,  0,  0,  0,  0,  0,  0};
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits + 8 - k));
+}
+
+// 8x8 transpose of r[0..8) in place.
+inline void transpose8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+// Per-thread scratch buffer of at least n floats, 64-byte aligned (contents
+// unspecified). `slot` selects one of a few independent buffers.
+inline float* scratch(int slot, int64_t n) {
+  thread_local std::vector<float> bufs[2];
+  std::vector<float>& b = bufs[slot];
+  if (int64_t(b.size()) < n + 16) b.resize(size_t(n) + 16);
+  const uintptr_t p = reinterpret_cast<uintptr_t>(b.data());
+  return reinterpret_cast<float*>((p + 63) & ~uintptr_t(63));
+}
+
+}  // namespace lr::cpu::detail

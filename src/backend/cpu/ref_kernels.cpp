@@ -1,0 +1,76 @@
+#include "backend/cpu/ref_kernels.h"
+
+#include <cmath>
+
+#include "core/half.h"
+
+namespace lr::cpu::ref {
+
+void matvec_f32(const float* W, const float* x, float* y, int64_t cols, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    double s = 0;
+    for (int64_t c = 0; c < cols; ++c) s += double(W[r * cols + c]) * double(x[c]);
+    y[r] = float(s);
+  }
+}
+
+void matvec_bf16(const uint16_t* W, const float* x, float* y, int64_t cols, int64_t r0,
+                 int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    double s = 0;
+    for (int64_t c = 0; c < cols; ++c) s += double(bf16_to_f32(W[r * cols + c])) * double(x[c]);
+    y[r] = float(s);
+  }
+}
+
+void matmul_f32(const float* W, const float* X, float* Y, int64_t n, int64_t cols, int64_t ldy,
+                int64_t r0, int64_t r1) {
+  for (int64_t t = 0; t < n; ++t) matvec_f32(W, X + t * cols, Y + t * ldy, cols, r0, r1);
+}
+
+void matmul_bf16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
+                 int64_t ldy, int64_t r0, int64_t r1) {
+  for (int64_t t = 0; t < n; ++t) matvec_bf16(W, X + t * cols, Y + t * ldy, cols, r0, r1);
+}
+
+void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += double(x[i]) * double(x[i]);
+  const double inv = 1.0 / std::sqrt(ss / double(n) + double(eps));
+  for (int64_t i = 0; i < n; ++i) y[i] = float(double(x[i]) * inv * double(w[i]));
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += double(a[i]) * double(b[i]);
+  return float(s);
+}
+
+void axpy(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = float(double(y[i]) + double(a) * double(x[i]));
+}
+
+void scale(float a, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = a * y[i];
+}
+
+void silu_mul(float* g, const float* u, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = g[i];
+    g[i] = float(v / (1.0 + std::exp(-v)) * double(u[i]));
+  }
+}
+
+void add(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = y[i] + x[i];
+}
+
+void f32_to_bf16_row(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(x[i]);
+}
+
+void bf16_to_f32_row(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_f32(x[i]);
+}
+
+}  // namespace lr::cpu::ref

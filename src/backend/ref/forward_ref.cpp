@@ -1,0 +1,170 @@
+// Reference forward pass of a LLaMA-family decoder, written to be read: plain
+// loops in f32 (double where it costs nothing), one function per block, no
+// threads. Every faster path is tested against this one.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/error.h"
+
+namespace lr {
+
+namespace {
+
+// Y[t, :] = W X[t, :] for every token t. W [out, in], X [n, in], Y [n, out].
+void linear(const Matrix& W, const float* X, float* Y, int n) {
+  const float* w = W.f32();
+  for (int64_t r = 0; r < W.rows; ++r) {
+    const float* wr = w + r * W.cols;
+    for (int t = 0; t < n; ++t) {
+      const float* x = X + int64_t(t) * W.cols;
+      float acc = 0;
+#pragma omp simd reduction(+ : acc)
+      for (int64_t c = 0; c < W.cols; ++c) acc += wr[c] * x[c];
+      Y[int64_t(t) * W.rows + r] = acc;
+    }
+  }
+}
+
+void rms_norm(const float* x, const Matrix& w, float* y, int dim, float eps) {
+  double ss = 0;
+  for (int i = 0; i < dim; ++i) ss += double(x[i]) * x[i];
+  float inv = float(1.0 / std::sqrt(ss / dim + eps));
+  for (int i = 0; i < dim; ++i) y[i] = x[i] * inv * w.f32()[i];
+}
+
+// Rotates each adjacent pair (x[2i], x[2i+1]) of every head by pos * theta_i.
+void rope(float* x, int n_heads, int head_dim, int pos, const Config& c) {
+  double p = double(pos) / c.rope_linear_factor;
+  for (int h = 0; h < n_heads; ++h) {
+    float* v = x + h * head_dim;
+    for (int i = 0; i < head_dim / 2; ++i) {
+      double theta = p * std::pow(double(c.rope_theta), -2.0 * i / head_dim);
+      double cs = std::cos(theta), sn = std::sin(theta);
+      double a = v[2 * i], b = v[2 * i + 1];
+      v[2 * i] = float(a * cs - b * sn);
+      v[2 * i + 1] = float(a * sn + b * cs);
+    }
+  }
+}
+
+float silu(float x) { return x / (1.f + std::exp(-x)); }
+
+class ReferenceBackend final : public Backend {
+ public:
+  ReferenceBackend(std::shared_ptr<const Weights> w, int ctx) : Backend(std::move(w), ctx) {
+    if (weights_->wtype != DType::F32)
+      fail("the reference backend needs F32 weights (loaded as {})", dtype_name(weights_->wtype));
+    const Config& c = weights_->cfg;
+    size_t per_layer = size_t(ctx) * size_t(c.kv_dim());
+    k_cache_.assign(per_layer * size_t(c.n_layers), 0.f);
+    v_cache_.assign(per_layer * size_t(c.n_layers), 0.f);
+  }
+
+  const char* name() const override { return "reference"; }
+
+  void forward(const int32_t* tokens, int n, float* logits, bool all_logits) override {
+    check_forward_args(tokens, n);
+    const Config& c = weights_->cfg;
+    std::vector<float> x(size_t(n) * size_t(c.dim));  // [n, dim] residual stream
+    for (int t = 0; t < n; ++t) weights_->tok_embd.row_to_f32(tokens[t], &x[size_t(t) * c.dim]);
+    for (int l = 0; l < c.n_layers; ++l) {
+      attention_block(l, x.data(), n);
+      mlp_block(l, x.data(), n);
+    }
+    int first = all_logits ? 0 : n - 1;
+    std::vector<float> h(size_t(c.dim));
+    for (int t = first; t < n; ++t) {
+      rms_norm(&x[size_t(t) * c.dim], weights_->out_norm, h.data(), c.dim, c.rms_eps);
+      linear(weights_->output, h.data(), logits + size_t(t - first) * c.vocab, 1);
+    }
+    n_past_ += n;
+  }
+
+ private:
+  float* k_at(int layer, int pos) {
+    const Config& c = weights_->cfg;
+    return &k_cache_[(size_t(layer) * ctx_ + size_t(pos)) * c.kv_dim()];
+  }
+  float* v_at(int layer, int pos) {
+    const Config& c = weights_->cfg;
+    return &v_cache_[(size_t(layer) * ctx_ + size_t(pos)) * c.kv_dim()];
+  }
+
+  // x += o( attend( rope(q(h)), rope(k(h)), v(h) ) ),  h = rms_norm(x)
+  void attention_block(int l, float* x, int n) {
+    const Config& c = weights_->cfg;
+    const Layer& L = weights_->layers[size_t(l)];
+    std::vector<float> h(size_t(n) * c.dim), q(size_t(n) * c.q_dim()), k(size_t(n) * c.kv_dim()),
+        v(size_t(n) * c.kv_dim()), att(size_t(n) * c.q_dim()), out(size_t(n) * c.dim);
+    for (int t = 0; t < n; ++t)
+      rms_norm(x + size_t(t) * c.dim, L.attn_norm, &h[size_t(t) * c.dim], c.dim, c.rms_eps);
+    linear(L.q.w, h.data(), q.data(), n);
+    linear(L.k.w, h.data(), k.data(), n);
+    linear(L.v.w, h.data(), v.data(), n);
+    for (int t = 0; t < n; ++t) {
+      int pos = n_past_ + t;
+      rope(&q[size_t(t) * c.q_dim()], c.n_heads, c.head_dim, pos, c);
+      rope(&k[size_t(t) * c.kv_dim()], c.n_kv_heads, c.head_dim, pos, c);
+      std::copy_n(&k[size_t(t) * c.kv_dim()], c.kv_dim(), k_at(l, pos));
+      std::copy_n(&v[size_t(t) * c.kv_dim()], c.kv_dim(), v_at(l, pos));
+    }
+    for (int t = 0; t < n; ++t) attend(l, n_past_ + t, &q[size_t(t) * c.q_dim()], &att[size_t(t) * c.q_dim()]);
+    linear(L.o.w, att.data(), out.data(), n);
+    for (size_t i = 0; i < out.size(); ++i) x[i] += out[i];
+  }
+
+  // Causal grouped-query attention of one query token at `pos` over the cache.
+  void attend(int l, int pos, const float* q, float* out) {
+    const Config& c = weights_->cfg;
+    int group = c.n_heads / c.n_kv_heads;
+    std::vector<double> score(size_t(pos) + 1);
+    for (int h = 0; h < c.n_heads; ++h) {
+      int kvh = h / group;
+      const float* qh = q + h * c.head_dim;
+      double mx = -INFINITY;
+      for (int j = 0; j <= pos; ++j) {
+        const float* kj = k_at(l, j) + kvh * c.head_dim;
+        double s = 0;
+        for (int d = 0; d < c.head_dim; ++d) s += double(qh[d]) * kj[d];
+        score[size_t(j)] = s / std::sqrt(double(c.head_dim));
+        mx = std::max(mx, score[size_t(j)]);
+      }
+      double sum = 0;
+      for (int j = 0; j <= pos; ++j) sum += (score[size_t(j)] = std::exp(score[size_t(j)] - mx));
+      for (int d = 0; d < c.head_dim; ++d) {
+        double acc = 0;
+        for (int j = 0; j <= pos; ++j) acc += score[size_t(j)] * v_at(l, j)[kvh * c.head_dim + d];
+        out[h * c.head_dim + d] = float(acc / sum);
+      }
+    }
+  }
+
+  // x += down( silu(gate(h)) * up(h) ),  h = rms_norm(x)
+  void mlp_block(int l, float* x, int n) {
+    const Config& c = weights_->cfg;
+    const Layer& L = weights_->layers[size_t(l)];
+    std::vector<float> h(size_t(n) * c.dim), g(size_t(n) * c.ffn_dim), u(size_t(n) * c.ffn_dim),
+        out(size_t(n) * c.dim);
+    for (int t = 0; t < n; ++t)
+      rms_norm(x + size_t(t) * c.dim, L.ffn_norm, &h[size_t(t) * c.dim], c.dim, c.rms_eps);
+    linear(L.gate.w, h.data(), g.data(), n);
+    linear(L.up.w, h.data(), u.data(), n);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
+    linear(L.down.w, g.data(), out.data(), n);
+    for (size_t i = 0; i < out.size(); ++i) x[i] += out[i];
+  }
+
+  std::vector<float> k_cache_;  // [n_layers, ctx, kv_dim], post-RoPE keys
+  std::vector<float> v_cache_;  // [n_layers, ctx, kv_dim]
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_reference_backend(std::shared_ptr<const Weights> w,
+                                                const BackendOptions& opt) {
+  return std::make_unique<ReferenceBackend>(std::move(w), opt.ctx);
+}
+
+}  // namespace lr

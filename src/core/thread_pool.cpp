@@ -1,0 +1,183 @@
+#include "core/thread_pool.h"
+
+#include <immintrin.h>
+
+#include <chrono>
+
+#include "core/error.h"
+
+namespace lr {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long an idle worker spins on the dispatch counter before it goes to
+// sleep on the condition variable. Forward passes issue dispatches
+// microseconds apart, so this covers them; a pool idle for longer sleeps.
+constexpr auto kWorkerSpin = std::chrono::microseconds(200);
+// Pause iterations before a spinning thread starts yielding its core on every
+// iteration (matters when there are more runnable threads than free cores:
+// the thread being waited for may need this core).
+constexpr int kPauseIters = 128;
+
+inline void cpu_relax() { _mm_pause(); }
+
+// Spins until pred() holds: _mm_pause for a while, then also yields.
+template <class Pred>
+inline void spin_until(Pred&& pred) {
+  for (int i = 0; !pred(); ++i) {
+    if (i < kPauseIters) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads) : n_(n_threads) {
+  if (n_threads < 1) fail("thread pool: the number of threads must be at least 1, got {}", n_threads);
+  workers_.reserve(size_t(n_threads - 1));
+  try {
+    for (int tid = 1; tid < n_threads; ++tid) workers_.emplace_back([this, tid] { worker_main(tid); });
+  } catch (...) {
+    stop_.store(true, std::memory_order_relaxed);
+    gen_.fetch_add(1, std::memory_order_seq_cst);
+    { std::lock_guard<std::mutex> lk(mu_); }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+    throw;
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  if (workers_.empty()) return;
+  stop_.store(true, std::memory_order_relaxed);
+  gen_.fetch_add(1, std::memory_order_seq_cst);  // releases stop_
+  { std::lock_guard<std::mutex> lk(mu_); }
+  cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::reset_counters() {
+  dispatches_.store(0, std::memory_order_relaxed);
+  barriers_.store(0, std::memory_order_relaxed);
+}
+
+void ThreadPool::record_exception(std::exception_ptr e) noexcept {
+  {
+    std::lock_guard<std::mutex> lk(ex_mu_);
+    if (!first_ex_) first_ex_ = std::move(e);
+  }
+  abort_.store(true, std::memory_order_release);
+}
+
+void ThreadPool::run_on_this_thread(int tid) noexcept {
+  try {
+    (*fn_)(tid, n_);
+  } catch (const Aborted&) {
+    // Left a barrier because another thread threw; that exception is recorded.
+  } catch (...) {
+    record_exception(std::current_exception());
+  }
+}
+
+void ThreadPool::worker_main(int tid) {
+  uint64_t seen = 0;
+  for (;;) {
+    uint64_t g = gen_.load(std::memory_order_acquire);
+    if (g == seen) {
+      const auto t0 = Clock::now();
+      for (int i = 1; (g = gen_.load(std::memory_order_acquire)) == seen; ++i) {
+        if (i < kPauseIters) {
+          cpu_relax();
+          continue;
+        }
+        std::this_thread::yield();
+        if (Clock::now() - t0 > kWorkerSpin) {
+          // Sleep. sleepers_ is raised before gen_ is re-read (both seq_cst),
+          // and run() bumps gen_ before reading sleepers_ (both seq_cst), so
+          // either we see the new gen_ here or run() sees us and notifies
+          // under mu_ (which we hold until wait() releases it).
+          std::unique_lock<std::mutex> lk(mu_);
+          sleepers_.fetch_add(1, std::memory_order_seq_cst);
+          cv_.wait(lk, [&] { return gen_.load(std::memory_order_seq_cst) != seen; });
+          sleepers_.fetch_sub(1, std::memory_order_relaxed);
+        }
+      }
+    }
+    seen = g;
+    if (stop_.load(std::memory_order_relaxed)) return;
+    run_on_this_thread(tid);
+    remaining_.fetch_sub(1, std::memory_order_release);
+  }
+}
+
+void ThreadPool::run(const std::function<void(int tid, int nth)>& fn) {
+  const bool was_running = running_.exchange(true, std::memory_order_acquire);
+  LR_ASSERT(!was_running && "ThreadPool::run called concurrently or from inside a dispatch");
+  struct Done {
+    std::atomic<bool>& flag;
+    ~Done() { flag.store(false, std::memory_order_release); }
+  } done{running_};
+
+  dispatches_.fetch_add(1, std::memory_order_relaxed);
+  if (n_ == 1) {
+    fn(0, 1);
+    return;
+  }
+
+  // No worker is running fn now, so the dispatch state can be reset freely.
+  fn_ = &fn;
+  first_ex_ = nullptr;
+  abort_.store(false, std::memory_order_relaxed);
+  bar_count_.store(0, std::memory_order_relaxed);
+  remaining_.store(n_ - 1, std::memory_order_relaxed);
+  gen_.fetch_add(1, std::memory_order_seq_cst);  // publishes the state above
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    { std::lock_guard<std::mutex> lk(mu_); }
+    cv_.notify_all();
+  }
+
+  run_on_this_thread(0);
+  spin_until([&] { return remaining_.load(std::memory_order_acquire) == 0; });
+  fn_ = nullptr;
+
+  if (first_ex_) {
+    std::exception_ptr e = std::move(first_ex_);
+    first_ex_ = nullptr;
+    std::rethrow_exception(e);
+  }
+}
+
+void ThreadPool::barrier() {
+  LR_ASSERT(running_.load(std::memory_order_relaxed) && "ThreadPool::barrier called outside run()");
+  if (n_ == 1) {
+    barriers_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (abort_.load(std::memory_order_acquire)) throw Aborted{};
+  // The episode number can only advance after this thread has arrived, so
+  // this reads the current episode.
+  const uint32_t gen = bar_gen_.load(std::memory_order_acquire);
+  // acq_rel: the last arrival acquires every earlier arrival's writes (the
+  // RMWs form one release sequence) and publishes them with bar_gen_.
+  if (bar_count_.fetch_add(1, std::memory_order_acq_rel) == n_ - 1) {
+    bar_count_.store(0, std::memory_order_relaxed);
+    barriers_.fetch_add(1, std::memory_order_relaxed);
+    bar_gen_.store(gen + 1, std::memory_order_release);
+    return;
+  }
+  for (int i = 0; bar_gen_.load(std::memory_order_acquire) == gen; ++i) {
+    if (abort_.load(std::memory_order_acquire)) throw Aborted{};
+    if (i < kPauseIters) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+}  // namespace lr

@@ -1,0 +1,28 @@
+// A read-only collection of named tensors in some file format (GGUF,
+// safetensors). The model loader reads weights through this interface only.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace lr {
+
+struct TensorView {
+  DType dtype = DType::F32;
+  std::vector<uint64_t> shape;  // GGML order: shape[0] is the contiguous dimension
+  const uint8_t* data = nullptr;
+  uint64_t nbytes = 0;          // validated: dtype x shape
+};
+
+class TensorSource {
+ public:
+  virtual ~TensorSource() = default;
+  virtual const std::string& path() const = 0;  // for messages
+  virtual std::optional<TensorView> find(const std::string& name) const = 0;
+};
+
+}  // namespace lr

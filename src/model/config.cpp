@@ -1,0 +1,131 @@
+#include "model/config.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "format/gguf.h"
+
+namespace lr {
+
+namespace {
+
+// Architectures whose blocks are the LLaMA block (RMSNorm, RoPE, GQA, SwiGLU).
+bool llama_compatible(const std::string& arch) {
+  return arch == "llama" || arch == "mistral" || arch == "smollm";
+}
+
+int positive_int(const std::string& source, const char* field, int64_t v) {
+  if (v <= 0 || v > (int64_t(1) << 30))
+    fail("{}: field '{}' = {} is out of range (expected 1..2^30)", source, field, v);
+  return int(v);
+}
+
+}  // namespace
+
+void Config::validate(const std::string& source) const {
+  auto need = [&](bool ok, const std::string& what) {
+    if (!ok) fail("{}: inconsistent model config: {}", source, what);
+  };
+  need(n_layers > 0, fmt::format("block_count = {}", n_layers));
+  need(dim > 0 && ffn_dim > 0 && vocab > 0, "dimensions must be positive");
+  need(n_heads > 0 && n_kv_heads > 0, "head counts must be positive");
+  need(n_heads % n_kv_heads == 0,
+       fmt::format("head_count {} is not a multiple of head_count_kv {}", n_heads, n_kv_heads));
+  need(head_dim > 0 && head_dim % 2 == 0,
+       fmt::format("head_dim {} must be positive and even", head_dim));
+  need(rms_eps > 0 && rms_eps < 1, fmt::format("rms epsilon {} out of range", rms_eps));
+  need(rope_theta > 0, fmt::format("rope freq_base {} must be positive", rope_theta));
+  need(rope_linear_factor > 0, "rope scaling factor must be positive");
+}
+
+Config config_from_gguf(const gguf::File& f) {
+  const std::string& src = f.path();
+  std::string arch = f.get_string("general.architecture");
+  if (!llama_compatible(arch))
+    fail("{}: unsupported architecture '{}' (lowrank runs LLaMA-family models: llama)", src,
+         arch);
+  auto key = [&](const char* k) { return arch + "." + k; };
+  Config c;
+  c.name = f.get_string("general.name", "");
+  c.n_layers = positive_int(src, "block_count", f.get_int(key("block_count")));
+  c.dim = positive_int(src, "embedding_length", f.get_int(key("embedding_length")));
+  c.ffn_dim = positive_int(src, "feed_forward_length", f.get_int(key("feed_forward_length")));
+  c.n_heads = positive_int(src, "attention.head_count", f.get_int(key("attention.head_count")));
+  c.n_kv_heads = positive_int(src, "attention.head_count_kv",
+                              f.get_int(key("attention.head_count_kv"), c.n_heads));
+  if (c.dim % c.n_heads != 0)
+    fail("{}: embedding_length {} is not a multiple of head_count {}", src, c.dim, c.n_heads);
+  c.head_dim = positive_int(src, "attention.key_length",
+                            f.get_int(key("attention.key_length"), c.dim / c.n_heads));
+  int64_t rope_dims = f.get_int(key("rope.dimension_count"), c.head_dim);
+  if (rope_dims != c.head_dim)
+    fail("{}: partial RoPE (rope.dimension_count {} != head_dim {}) is not supported", src,
+         rope_dims, c.head_dim);
+  c.ctx_train = positive_int(src, "context_length", f.get_int(key("context_length"), 2048));
+  c.rms_eps = float(f.get_float(key("attention.layer_norm_rms_epsilon"), 1e-5));
+  c.rope_theta = float(f.get_float(key("rope.freq_base"), 10000.0));
+  std::string scaling = f.get_string(key("rope.scaling.type"), "none");
+  if (scaling == "linear") {
+    c.rope_linear_factor = float(f.get_float(key("rope.scaling.factor"), 1.0));
+  } else if (scaling != "none") {
+    fail("{}: RoPE scaling type '{}' is not supported (supported: none, linear)", src, scaling);
+  }
+  if (f.has("tokenizer.ggml.tokens")) {
+    c.vocab = int(f.get_strings("tokenizer.ggml.tokens").size());
+  }
+  c.vocab = positive_int(src, "vocab_size", f.get_int(key("vocab_size"), c.vocab));
+  c.validate(src);
+  return c;
+}
+
+Config config_from_hf_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail("{}: cannot open", path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    fail("{}: invalid JSON: {}", path, e.what());
+  }
+  auto get_int = [&](const char* k) -> int64_t {
+    if (!j.contains(k) || !j[k].is_number_integer()) fail("{}: missing integer field '{}'", path, k);
+    return j[k].get<int64_t>();
+  };
+  std::string model_type = j.value("model_type", "");
+  if (model_type != "llama" && model_type != "mistral")
+    fail("{}: unsupported model_type '{}' (lowrank runs LLaMA-family models: llama)", path,
+         model_type);
+  Config c;
+  c.name = j.value("_name_or_path", "");
+  c.n_layers = positive_int(path, "num_hidden_layers", get_int("num_hidden_layers"));
+  c.dim = positive_int(path, "hidden_size", get_int("hidden_size"));
+  c.ffn_dim = positive_int(path, "intermediate_size", get_int("intermediate_size"));
+  c.n_heads = positive_int(path, "num_attention_heads", get_int("num_attention_heads"));
+  c.n_kv_heads = c.n_heads;
+  if (j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null())
+    c.n_kv_heads = positive_int(path, "num_key_value_heads", get_int("num_key_value_heads"));
+  if (c.dim % c.n_heads != 0)
+    fail("{}: hidden_size {} is not a multiple of num_attention_heads {}", path, c.dim,
+         c.n_heads);
+  c.head_dim = c.dim / c.n_heads;
+  if (j.contains("head_dim") && j["head_dim"].is_number_integer())
+    c.head_dim = positive_int(path, "head_dim", get_int("head_dim"));
+  c.vocab = positive_int(path, "vocab_size", get_int("vocab_size"));
+  c.ctx_train = int(j.value("max_position_embeddings", 2048));
+  c.rms_eps = j.value("rms_norm_eps", 1e-5f);
+  c.rope_theta = j.value("rope_theta", 10000.f);
+  c.tied_output = j.value("tie_word_embeddings", false);
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    const auto& rs = j["rope_scaling"];
+    std::string type = rs.value("rope_type", rs.value("type", "default"));
+    if (type == "linear")
+      c.rope_linear_factor = rs.value("factor", 1.f);
+    else if (type != "default")
+      fail("{}: rope_scaling type '{}' is not supported (supported: linear)", path, type);
+  }
+  c.validate(path);
+  return c;
+}
+
+}  // namespace lr

@@ -1,0 +1,42 @@
+// Hyper-parameters of a LLaMA-family decoder, read from GGUF metadata or a
+// HuggingFace config.json, and checked for consistency before anything is sized
+// from them.
+#pragma once
+
+#include <string>
+
+namespace lr {
+namespace gguf {
+class File;
+}
+
+struct Config {
+  std::string name;            // general.name, for messages
+  int n_layers = 0;
+  int dim = 0;                 // residual stream width
+  int ffn_dim = 0;             // SwiGLU hidden width
+  int n_heads = 0;             // query heads
+  int n_kv_heads = 0;          // key/value heads (GQA: n_heads % n_kv_heads == 0)
+  int head_dim = 0;
+  int vocab = 0;
+  int ctx_train = 0;           // context length the model was trained for
+  float rms_eps = 1e-5f;
+  float rope_theta = 10000.f;
+  float rope_linear_factor = 1.f;  // positions are divided by this (linear RoPE scaling)
+  bool tied_output = false;    // output head shares the token embedding
+
+  int q_dim() const { return n_heads * head_dim; }
+  int kv_dim() const { return n_kv_heads * head_dim; }
+
+  // Throws lr::Error naming `source` and the offending field.
+  void validate(const std::string& source) const;
+};
+
+// Reads `llama.*` (or `<arch>.*` for LLaMA-compatible architectures) metadata.
+// Tied output is decided by the caller from the presence of `output.weight`.
+Config config_from_gguf(const gguf::File& f);
+
+// Reads a HuggingFace config.json (LlamaForCausalLM and compatible).
+Config config_from_hf_json(const std::string& path);
+
+}  // namespace lr

@@ -1,0 +1,25 @@
+// Loading a model: GGUF file or HuggingFace directory -> Config + Weights.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/dtype.h"
+#include "format/tensor_source.h"
+#include "model/weights.h"
+
+namespace lr {
+
+enum class Naming { Gguf, HuggingFace };
+
+// Fills every entry of the weight table from `src`, checking each tensor's
+// shape against the config. Matrices are converted to `wtype` (F32 or BF16).
+// HuggingFace q/k rows are permuted into GGUF's interleaved RoPE order.
+std::shared_ptr<Weights> load_weights(const Config& cfg, const TensorSource& src, Naming naming,
+                                      DType wtype);
+
+// Where the default model lives: $LOWRANK_MODEL if set, else
+// ${XDG_CACHE_HOME:-~/.cache}/lowrank/models/SmolLM2-135M-Instruct.Q4_1.gguf.
+std::string default_model_path();
+
+}  // namespace lr

@@ -1,0 +1,132 @@
+#include "model/weights.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "core/error.h"
+#include "core/half.h"
+
+namespace lr {
+
+Matrix Matrix::allocate(DType dtype, int64_t rows, int64_t cols) {
+  LR_ASSERT(dtype == DType::F32 || dtype == DType::BF16);
+  LR_ASSERT(rows >= 0 && cols >= 0);
+  Matrix m;
+  m.dtype = dtype;
+  m.rows = rows;
+  m.cols = cols;
+  size_t bytes = size_t(m.bytes());
+  size_t padded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, padded == 0 ? 64 : padded);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, padded == 0 ? 64 : padded);
+  m.data = std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
+  return m;
+}
+
+const float* Matrix::f32() const {
+  LR_ASSERT(dtype == DType::F32);
+  return reinterpret_cast<const float*>(data.get());
+}
+const uint16_t* Matrix::bf16() const {
+  LR_ASSERT(dtype == DType::BF16);
+  return reinterpret_cast<const uint16_t*>(data.get());
+}
+float* Matrix::f32_mut() {
+  LR_ASSERT(dtype == DType::F32);
+  return reinterpret_cast<float*>(data.get());
+}
+uint16_t* Matrix::bf16_mut() {
+  LR_ASSERT(dtype == DType::BF16);
+  return reinterpret_cast<uint16_t*>(data.get());
+}
+
+uint64_t Matrix::bytes() const {
+  return uint64_t(rows) * uint64_t(cols) * (dtype == DType::F32 ? 4 : 2);
+}
+
+void Matrix::row_to_f32(int64_t r, float* out) const {
+  LR_ASSERT(r >= 0 && r < rows);
+  if (dtype == DType::F32) {
+    std::memcpy(out, f32() + r * cols, size_t(cols) * 4);
+  } else {
+    const uint16_t* src = bf16() + r * cols;
+    for (int64_t c = 0; c < cols; ++c) out[c] = bf16_to_f32(src[c]);
+  }
+}
+
+std::pair<int64_t, int64_t> slot_shape(const Config& c, Slot s) {
+  switch (s) {
+    case Slot::TokEmbd:
+    case Slot::Output: return {c.vocab, c.dim};
+    case Slot::OutNorm:
+    case Slot::AttnNorm:
+    case Slot::FfnNorm: return {1, c.dim};
+    case Slot::Q: return {c.q_dim(), c.dim};
+    case Slot::K:
+    case Slot::V: return {c.kv_dim(), c.dim};
+    case Slot::O: return {c.dim, c.q_dim()};
+    case Slot::Gate:
+    case Slot::Up: return {c.ffn_dim, c.dim};
+    case Slot::Down: return {c.dim, c.ffn_dim};
+  }
+  LR_ASSERT(false);
+  return {0, 0};
+}
+
+namespace {
+template <typename W, typename M>
+M& slot_ref(W& w, Slot s, int layer) {
+  switch (s) {
+    case Slot::TokEmbd: return w.tok_embd;
+    case Slot::OutNorm: return w.out_norm;
+    case Slot::Output: return w.output;
+    default: break;
+  }
+  LR_ASSERT(layer >= 0 && size_t(layer) < w.layers.size());
+  auto& l = w.layers[size_t(layer)];
+  switch (s) {
+    case Slot::AttnNorm: return l.attn_norm;
+    case Slot::Q: return l.q.w;
+    case Slot::K: return l.k.w;
+    case Slot::V: return l.v.w;
+    case Slot::O: return l.o.w;
+    case Slot::FfnNorm: return l.ffn_norm;
+    case Slot::Gate: return l.gate.w;
+    case Slot::Up: return l.up.w;
+    case Slot::Down: return l.down.w;
+    default: break;
+  }
+  LR_ASSERT(false);
+  return w.tok_embd;
+}
+}  // namespace
+
+Matrix& slot_matrix(Weights& w, Slot s, int layer) { return slot_ref<Weights, Matrix>(w, s, layer); }
+const Matrix& slot_matrix(const Weights& w, Slot s, int layer) {
+  return slot_ref<const Weights, const Matrix>(w, s, layer);
+}
+
+uint64_t weights_bytes(const Config& c, DType wtype) {
+  uint64_t total = 0;
+  for (const WeightSpec& spec : kWeightTable) {
+    if (spec.slot == Slot::Output && c.tied_output) continue;
+    auto [rows, cols] = slot_shape(c, spec.slot);
+    uint64_t elem = spec.is_norm ? 4 : (wtype == DType::F32 ? 4 : 2);
+    total += uint64_t(rows) * uint64_t(cols) * elem * (spec.per_layer ? uint64_t(c.n_layers) : 1);
+  }
+  return total;
+}
+
+uint64_t parameter_count(const Config& c) {
+  uint64_t total = 0;
+  for (const WeightSpec& spec : kWeightTable) {
+    if (spec.slot == Slot::Output && c.tied_output) continue;
+    auto [rows, cols] = slot_shape(c, spec.slot);
+    total += uint64_t(rows) * uint64_t(cols) * (spec.per_layer ? uint64_t(c.n_layers) : 1);
+  }
+  return total;
+}
+
+}  // namespace lr

@@ -1,0 +1,99 @@
+// The model's weights and the one weight table that drives loading, shape
+// validation and memory estimates. Weights are read-only after loading and are
+// shared by every session (sessions own their KV cache and scratch).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+#include "model/config.h"
+
+namespace lr {
+
+// A row-major [rows, cols] matrix in one of the runtime's weight types (F32 or
+// BF16). Storage is 64-byte aligned and shared (tied embeddings share it).
+struct Matrix {
+  DType dtype = DType::F32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::shared_ptr<uint8_t[]> data;
+
+  static Matrix allocate(DType dtype, int64_t rows, int64_t cols);
+  const float* f32() const;       // asserts dtype == F32
+  const uint16_t* bf16() const;   // asserts dtype == BF16
+  float* f32_mut();
+  uint16_t* bf16_mut();
+  uint64_t bytes() const;
+  // Row r decoded to f32 (any weight type).
+  void row_to_f32(int64_t r, float* out) const;
+};
+
+// A linear map y = W x with W [out, in].
+struct Linear {
+  Matrix w;  // [out, in]
+};
+
+struct Layer {
+  Matrix attn_norm;  // [1, dim] f32
+  Linear q;          // [n_heads*head_dim, dim]
+  Linear k;          // [n_kv_heads*head_dim, dim]
+  Linear v;          // [n_kv_heads*head_dim, dim]
+  Linear o;          // [dim, n_heads*head_dim]
+  Matrix ffn_norm;   // [1, dim] f32
+  Linear gate;       // [ffn_dim, dim]
+  Linear up;         // [ffn_dim, dim]
+  Linear down;       // [dim, ffn_dim]
+};
+
+struct Weights {
+  Config cfg;
+  DType wtype = DType::F32;  // type of every matrix except the norms (always F32)
+  Matrix tok_embd;           // [vocab, dim]
+  Matrix out_norm;           // [1, dim] f32
+  Matrix output;             // [vocab, dim]; same storage as tok_embd when cfg.tied_output
+  std::vector<Layer> layers;
+};
+
+// --- the weight table -------------------------------------------------------
+
+enum class Slot { TokEmbd, OutNorm, Output, AttnNorm, Q, K, V, O, FfnNorm, Gate, Up, Down };
+
+struct WeightSpec {
+  Slot slot;
+  bool per_layer;
+  bool is_norm;     // 1-D, kept in f32
+  const char* gguf; // GGUF tensor name; "{}" is the layer index
+  const char* hf;   // HuggingFace safetensors name
+};
+
+inline constexpr WeightSpec kWeightTable[] = {
+    {Slot::TokEmbd, false, false, "token_embd.weight", "model.embed_tokens.weight"},
+    {Slot::OutNorm, false, true, "output_norm.weight", "model.norm.weight"},
+    {Slot::Output, false, false, "output.weight", "lm_head.weight"},
+    {Slot::AttnNorm, true, true, "blk.{}.attn_norm.weight", "model.layers.{}.input_layernorm.weight"},
+    {Slot::Q, true, false, "blk.{}.attn_q.weight", "model.layers.{}.self_attn.q_proj.weight"},
+    {Slot::K, true, false, "blk.{}.attn_k.weight", "model.layers.{}.self_attn.k_proj.weight"},
+    {Slot::V, true, false, "blk.{}.attn_v.weight", "model.layers.{}.self_attn.v_proj.weight"},
+    {Slot::O, true, false, "blk.{}.attn_output.weight", "model.layers.{}.self_attn.o_proj.weight"},
+    {Slot::FfnNorm, true, true, "blk.{}.ffn_norm.weight",
+     "model.layers.{}.post_attention_layernorm.weight"},
+    {Slot::Gate, true, false, "blk.{}.ffn_gate.weight", "model.layers.{}.mlp.gate_proj.weight"},
+    {Slot::Up, true, false, "blk.{}.ffn_up.weight", "model.layers.{}.mlp.up_proj.weight"},
+    {Slot::Down, true, false, "blk.{}.ffn_down.weight", "model.layers.{}.mlp.down_proj.weight"},
+};
+
+// Expected [rows, cols] of a slot (norms: [1, dim]).
+std::pair<int64_t, int64_t> slot_shape(const Config& c, Slot s);
+// The matrix a table entry fills.
+Matrix& slot_matrix(Weights& w, Slot s, int layer);
+const Matrix& slot_matrix(const Weights& w, Slot s, int layer);
+// Bytes the weights take in memory with matrices of type `wtype`.
+uint64_t weights_bytes(const Config& c, DType wtype);
+// Parameter count (tied output counted once).
+uint64_t parameter_count(const Config& c);
+
+}  // namespace lr

@@ -1,0 +1,47 @@
+#include "runtime/model.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "format/gguf_source.h"
+#include "format/safetensors.h"
+#include "model/config.h"
+#include "model/load.h"
+
+namespace lr {
+
+namespace fs = std::filesystem;
+
+Model load_model(const std::string& path, DType wtype) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    if (path == default_model_path())
+      fail("default model not found at {}: run scripts/fetch-model.sh to download it, or pass -m",
+           path);
+    fail("{}: no such file or directory", path);
+  }
+  Model m;
+  m.path = path;
+  if (fs::is_directory(path, ec)) {
+    Config cfg = config_from_hf_json(path + "/config.json");
+    auto src = SafetensorsSource::open_dir(path);
+    m.weights = load_weights(cfg, *src, Naming::HuggingFace, wtype);
+    m.tokenizer = Tokenizer::from_hf_json(path + "/tokenizer.json");
+  } else {
+    m.file = gguf::File::open(path);
+    Config cfg = config_from_gguf(*m.file);
+    m.weights = load_weights(cfg, GgufSource(m.file), Naming::Gguf, wtype);
+    m.tokenizer = Tokenizer::from_gguf(*m.file);
+  }
+  if (m.tokenizer->n_vocab() != m.weights->cfg.vocab)
+    fail("{}: tokenizer has {} tokens but the model's vocabulary is {}", path,
+         m.tokenizer->n_vocab(), m.weights->cfg.vocab);
+  return m;
+}
+
+std::unique_ptr<Backend> make_backend(const Model& m, ExecPath path, const BackendOptions& opt) {
+  if (path == ExecPath::Reference) return make_reference_backend(m.weights, opt);
+  return make_cpu_backend(m.weights, opt);
+}
+
+}  // namespace lr

@@ -1,0 +1,37 @@
+// Token sampling: repetition penalty, top-k, top-p, min-p, temperature, seeded
+// RNG; temperature <= 0 means greedy (argmax).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace lr {
+
+struct SamplerParams {
+  float temperature = 0.8f;  // <= 0: greedy
+  int top_k = 40;            // <= 0: off
+  float top_p = 0.95f;       // >= 1: off
+  float min_p = 0.05f;       // <= 0: off
+  float repeat_penalty = 1.0f;  // 1: off (llama.cpp semantics: divide positive logits, multiply negative)
+  int repeat_last_n = 64;
+  uint64_t seed = 0;
+};
+
+// Index of the largest logit (lowest index on ties).
+int32_t argmax(const float* logits, int n);
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplerParams& p);
+  // Picks the next token from logits [n]; `history` are the tokens so far (for
+  // the repetition penalty). logits are not modified.
+  int32_t sample(const float* logits, int n, const std::vector<int32_t>& history);
+
+ private:
+  SamplerParams p_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int32_t>> cand_;
+};
+
+}  // namespace lr

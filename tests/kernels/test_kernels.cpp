@@ -1,0 +1,385 @@
+// Every AVX2 kernel against its scalar twin (backend/cpu/ref_kernels.h) over
+// awkward shapes.
+//
+// Tolerances: dot products (matvec, matmul, dot) must agree with the double
+// reference within kTol * sum_c |w_c * x_c| (+ 1e-30): the AVX2 kernels
+// accumulate in f32 with a different order, whose error is bounded by about
+// cols * 2^-24 of that sum in the worst case and is far smaller in practice.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/ref_kernels.h"
+#include "core/half.h"
+
+namespace {
+
+using lr::bf16_to_f32;
+using lr::f32_to_bf16;
+namespace cpu = lr::cpu;
+namespace ref = lr::cpu::ref;
+
+constexpr double kTol = 1e-5;  // relative to sum |w * x|, for all f32-accumulated dot products
+constexpr float kSentinel = -12345.0f;
+
+const std::vector<int64_t> kCols = {1, 3, 7, 8, 15, 16, 17, 31, 33, 64, 576, 1536, 1537};
+
+std::vector<float> rand_f32(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<uint16_t> rand_bf16(int64_t n, uint32_t seed) {
+  std::vector<float> f = rand_f32(n, seed);
+  std::vector<uint16_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = f32_to_bf16(f[size_t(i)]);
+  return v;
+}
+
+float wval(const float* W, int64_t i) { return W[i]; }
+float wval(const uint16_t* W, int64_t i) { return bf16_to_f32(W[i]); }
+
+// sum_c |W[r, c] * x[c]|
+template <class T>
+double abs_dot(const T* W, const float* x, int64_t cols, int64_t r) {
+  double s = 0;
+  for (int64_t c = 0; c < cols; ++c) s += std::fabs(double(wval(W, r * cols + c)) * double(x[c]));
+  return s;
+}
+
+// Row ranges [r0, r1) to try for a matrix of `rows` rows: the whole, and
+// ranges starting / ending mid-way.
+std::vector<std::pair<int64_t, int64_t>> row_ranges(int64_t rows) {
+  std::vector<std::pair<int64_t, int64_t>> v = {{0, rows}};
+  if (rows >= 3) v.push_back({1, rows - 1});
+  if (rows >= 8) v.push_back({3, rows - 2});
+  if (rows >= 20) v.push_back({rows / 2 - 1, rows / 2 + 6});
+  return v;
+}
+
+// --- matvec ------------------------------------------------------------------
+
+template <class T, class Fast, class Ref>
+void check_matvec(const std::vector<T>& W, int64_t rows, int64_t cols, Fast fast, Ref refk,
+                  uint32_t seed) {
+  const std::vector<float> x = rand_f32(cols, seed);
+  for (auto [r0, r1] : row_ranges(rows)) {
+    std::vector<float> y(size_t(rows), kSentinel), yr(size_t(rows), kSentinel);
+    fast(W.data(), x.data(), y.data(), cols, r0, r1);
+    refk(W.data(), x.data(), yr.data(), cols, r0, r1);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (r < r0 || r >= r1) {
+        ASSERT_EQ(y[size_t(r)], kSentinel) << "row " << r << " outside [" << r0 << "," << r1 << ")";
+        continue;
+      }
+      const double tol = kTol * abs_dot(W.data(), x.data(), cols, r) + 1e-30;
+      ASSERT_NEAR(y[size_t(r)], yr[size_t(r)], tol)
+          << "rows=" << rows << " cols=" << cols << " r=" << r << " range [" << r0 << "," << r1
+          << ")";
+    }
+  }
+}
+
+TEST(Kernels, MatvecF32) {
+  for (int64_t cols : kCols)
+    for (int64_t rows = 1; rows <= 67; ++rows) {
+      const std::vector<float> W = rand_f32(rows * cols, uint32_t(rows * 7919 + cols));
+      check_matvec(W, rows, cols, cpu::matvec_f32, ref::matvec_f32, uint32_t(cols));
+    }
+}
+
+TEST(Kernels, MatvecBf16) {
+  for (int64_t cols : kCols)
+    for (int64_t rows = 1; rows <= 67; ++rows) {
+      const std::vector<uint16_t> W = rand_bf16(rows * cols, uint32_t(rows * 7919 + cols));
+      check_matvec(W, rows, cols, cpu::matvec_bf16, ref::matvec_bf16, uint32_t(cols));
+    }
+}
+
+TEST(Kernels, MatvecEmptyRangeWritesNothing) {
+  const std::vector<uint16_t> Wb = rand_bf16(4 * 16, 1);
+  const std::vector<float> Wf = rand_f32(4 * 16, 2), x = rand_f32(16, 3);
+  std::vector<float> y(4, kSentinel);
+  cpu::matvec_bf16(Wb.data(), x.data(), y.data(), 16, 2, 2);
+  cpu::matvec_f32(Wf.data(), x.data(), y.data(), 16, 2, 2);
+  for (float v : y) EXPECT_EQ(v, kSentinel);
+}
+
+// --- matmul ------------------------------------------------------------------
+
+template <class T, class Fast, class Ref>
+void check_matmul(const std::vector<T>& W, int64_t rows, int64_t cols, int64_t n, Fast fast,
+                  Ref refk, uint32_t seed) {
+  const std::vector<float> X = rand_f32(n * cols, seed);
+  const int64_t ldy = rows + 5;
+  for (auto [r0, r1] : row_ranges(rows)) {
+    std::vector<float> Y(size_t(n * ldy), kSentinel), Yr(size_t(n * ldy), kSentinel);
+    fast(W.data(), X.data(), Y.data(), n, cols, ldy, r0, r1);
+    refk(W.data(), X.data(), Yr.data(), n, cols, ldy, r0, r1);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t r = 0; r < ldy; ++r) {
+        const float y = Y[size_t(t * ldy + r)];
+        if (r < r0 || r >= r1) {
+          ASSERT_EQ(y, kSentinel) << "t=" << t << " r=" << r << " outside [" << r0 << "," << r1
+                                  << ")";
+          continue;
+        }
+        const double tol = kTol * abs_dot(W.data(), X.data() + t * cols, cols, r) + 1e-30;
+        ASSERT_NEAR(y, Yr[size_t(t * ldy + r)], tol)
+            << "rows=" << rows << " cols=" << cols << " n=" << n << " t=" << t << " r=" << r
+            << " range [" << r0 << "," << r1 << ")";
+      }
+  }
+}
+
+const std::vector<int64_t> kMatmulRows = {1, 2, 3, 4, 5, 7, 15, 16, 17, 31, 33, 47, 67};
+const std::vector<int64_t> kMatmulN = {1, 2, 3, 4, 5, 6, 7, 8, 9, 33};
+
+TEST(Kernels, MatmulF32) {
+  for (int64_t cols : kCols)
+    for (int64_t rows : kMatmulRows)
+      for (int64_t n : kMatmulN) {
+        const std::vector<float> W = rand_f32(rows * cols, uint32_t(rows * 31 + cols));
+        check_matmul(W, rows, cols, n, cpu::matmul_f32, ref::matmul_f32, uint32_t(n * 131 + cols));
+      }
+}
+
+TEST(Kernels, MatmulBf16) {
+  for (int64_t cols : kCols)
+    for (int64_t rows : kMatmulRows)
+      for (int64_t n : kMatmulN) {
+        const std::vector<uint16_t> W = rand_bf16(rows * cols, uint32_t(rows * 31 + cols));
+        check_matmul(W, rows, cols, n, cpu::matmul_bf16, ref::matmul_bf16,
+                     uint32_t(n * 131 + cols));
+      }
+}
+
+// More rows than one block of packed panels (so several blocks, and blocks
+// starting mid-panel when the range starts mid-way).
+TEST(Kernels, MatmulManyRows) {
+  struct Shape {
+    int64_t rows, cols, n;
+  };
+  for (Shape s : {Shape{300, 576, 13}, Shape{200, 1536, 7}, Shape{123, 1537, 12}}) {
+    const std::vector<uint16_t> Wb = rand_bf16(s.rows * s.cols, 11);
+    check_matmul(Wb, s.rows, s.cols, s.n, cpu::matmul_bf16, ref::matmul_bf16, 12);
+    const std::vector<float> Wf = rand_f32(s.rows * s.cols, 13);
+    check_matmul(Wf, s.rows, s.cols, s.n, cpu::matmul_f32, ref::matmul_f32, 14);
+  }
+}
+
+// Matmul rows must agree with matvec on the same token to the same tolerance.
+TEST(Kernels, MatmulMatchesMatvec) {
+  const int64_t rows = 40, cols = 576, n = 9;
+  const std::vector<uint16_t> W = rand_bf16(rows * cols, 21);
+  const std::vector<float> X = rand_f32(n * cols, 22);
+  std::vector<float> Y(size_t(n * rows)), y(static_cast<size_t>(rows));
+  cpu::matmul_bf16(W.data(), X.data(), Y.data(), n, cols, rows, 0, rows);
+  for (int64_t t = 0; t < n; ++t) {
+    cpu::matvec_bf16(W.data(), X.data() + t * cols, y.data(), cols, 0, rows);
+    for (int64_t r = 0; r < rows; ++r)
+      ASSERT_NEAR(Y[size_t(t * rows + r)], y[size_t(r)],
+                  2 * kTol * abs_dot(W.data(), X.data() + t * cols, cols, r));
+  }
+}
+
+// --- vector ops ------------------------------------------------------------------
+
+const std::vector<int64_t> kLens = {0, 1, 3, 7, 8, 15, 16, 17, 31, 33, 64, 576, 1536, 1537};
+
+TEST(Kernels, Dot) {
+  for (int64_t n : kLens) {
+    const std::vector<float> a = rand_f32(n, 1), b = rand_f32(n, 2);
+    double abs_sum = 0;
+    for (int64_t i = 0; i < n; ++i) abs_sum += std::fabs(double(a[size_t(i)]) * b[size_t(i)]);
+    EXPECT_NEAR(cpu::dot(a.data(), b.data(), n), ref::dot(a.data(), b.data(), n),
+                kTol * abs_sum + 1e-30)
+        << "n=" << n;
+  }
+}
+
+TEST(Kernels, Axpy) {
+  for (int64_t n : kLens) {
+    const std::vector<float> x = rand_f32(n + 1, 3);
+    std::vector<float> y = rand_f32(n + 1, 4), yr = y;
+    const float a = 0.37f;
+    cpu::axpy(a, x.data(), y.data(), n);
+    ref::axpy(a, x.data(), yr.data(), n);
+    for (int64_t i = 0; i < n; ++i)  // one f32 rounding (FMA) vs double rounded once
+      ASSERT_NEAR(y[size_t(i)], yr[size_t(i)],
+                  1e-6 * (std::fabs(yr[size_t(i)]) + std::fabs(a * x[size_t(i)])) + 1e-30)
+          << "n=" << n << " i=" << i;
+    EXPECT_EQ(y[size_t(n)], yr[size_t(n)]) << "wrote past n=" << n;
+  }
+}
+
+TEST(Kernels, ScaleAndAddAreExact) {
+  for (int64_t n : kLens) {
+    const std::vector<float> x = rand_f32(n + 1, 5);
+    std::vector<float> y = rand_f32(n + 1, 6), yr = y;
+    cpu::scale(-1.7f, y.data(), n);
+    ref::scale(-1.7f, yr.data(), n);
+    ASSERT_EQ(std::memcmp(y.data(), yr.data(), y.size() * 4), 0) << "scale n=" << n;
+    cpu::add(x.data(), y.data(), n);
+    ref::add(x.data(), yr.data(), n);
+    ASSERT_EQ(std::memcmp(y.data(), yr.data(), y.size() * 4), 0) << "add n=" << n;
+  }
+}
+
+TEST(Kernels, SiluMul) {
+  for (int64_t n : kLens) {
+    std::vector<float> g = rand_f32(n + 1, 7, -20.0f, 20.0f), gr = g;
+    const std::vector<float> u = rand_f32(n + 1, 8, -3.0f, 3.0f);
+    cpu::silu_mul(g.data(), u.data(), n);
+    ref::silu_mul(gr.data(), u.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_NEAR(g[size_t(i)], gr[size_t(i)], 1e-6 * std::fabs(gr[size_t(i)]) + 1e-30)
+          << "n=" << n << " i=" << i;
+    EXPECT_EQ(g[size_t(n)], gr[size_t(n)]) << "wrote past n=" << n;
+  }
+}
+
+TEST(Kernels, SiluMulExtremes) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> g = {0.0f,   -0.0f, 1e-30f, -1e-30f, 80.0f,  -80.0f, 87.0f, -87.0f,
+                          88.5f, -88.5f, 89.0f,  -89.0f,  100.0f, -100.0f, 1e30f, -1e30f,
+                          inf,   3.0f,   -3.0f};
+  std::vector<float> u(g.size(), 1.5f), gr = g;
+  cpu::silu_mul(g.data(), u.data(), int64_t(g.size()));
+  ref::silu_mul(gr.data(), u.data(), int64_t(g.size()));
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (std::isinf(gr[i])) {
+      EXPECT_EQ(g[i], gr[i]) << "i=" << i;
+    } else {
+      EXPECT_NEAR(g[i], gr[i], 2e-6 * std::fabs(gr[i]) + 1e-30) << "i=" << i;
+    }
+  }
+  float nan = std::numeric_limits<float>::quiet_NaN(), one = 1.0f;
+  cpu::silu_mul(&nan, &one, 1);
+  EXPECT_TRUE(std::isnan(nan));
+}
+
+TEST(Kernels, RmsNorm) {
+  for (int64_t n : kLens) {
+    if (n == 0) continue;
+    const std::vector<float> x = rand_f32(n + 1, 9, -4.0f, 4.0f), w = rand_f32(n + 1, 10);
+    std::vector<float> y(size_t(n + 1), kSentinel), yr(size_t(n + 1), kSentinel);
+    cpu::rms_norm(x.data(), w.data(), y.data(), n, 1e-5f);
+    ref::rms_norm(x.data(), w.data(), yr.data(), n, 1e-5f);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_NEAR(y[size_t(i)], yr[size_t(i)], 1e-5 * std::fabs(yr[size_t(i)]) + 1e-30)
+          << "n=" << n << " i=" << i;
+    EXPECT_EQ(y[size_t(n)], kSentinel) << "wrote past n=" << n;
+
+    // In place: y aliases x.
+    std::vector<float> xa = x;
+    cpu::rms_norm(xa.data(), w.data(), xa.data(), n, 1e-5f);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(xa[size_t(i)], y[size_t(i)]) << "alias n=" << n;
+    EXPECT_EQ(xa[size_t(n)], x[size_t(n)]);
+  }
+}
+
+TEST(Kernels, RmsNormEpsDominates) {
+  std::vector<float> x(17, 0.0f), w(17, 2.0f), y(17);
+  cpu::rms_norm(x.data(), w.data(), y.data(), 17, 1e-6f);
+  for (float v : y) EXPECT_EQ(v, 0.0f);
+}
+
+// --- bf16 conversion --------------------------------------------------------------
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+void expect_bf16_exact(const std::vector<float>& x) {
+  // Run at several offsets so every value goes through both the vector body
+  // and the scalar tail.
+  for (size_t off : {size_t(0), size_t(5)}) {
+    if (off > x.size()) continue;
+    const int64_t n = int64_t(x.size() - off);
+    std::vector<uint16_t> y(size_t(n) + 1, 0xabcd);
+    cpu::f32_to_bf16_row(x.data() + off, y.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x[off + size_t(i)];
+      ASSERT_EQ(y[size_t(i)], f32_to_bf16(v))
+          << std::hex << "input bits 0x" << bits(v) << " (off " << std::dec << off << ")";
+    }
+    ASSERT_EQ(y[size_t(n)], 0xabcd);
+  }
+}
+
+TEST(Kernels, F32ToBf16Specials) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x = {0.0f, -0.0f, 1.0f, -1.0f, inf, -inf,
+                          std::numeric_limits<float>::quiet_NaN(),
+                          std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
+                          std::numeric_limits<float>::min(),          // smallest normal
+                          std::numeric_limits<float>::denorm_min(),   // smallest denormal
+                          -std::numeric_limits<float>::denorm_min()};
+  for (uint32_t u : {0x7f800001u, 0xff800001u, 0x7fc00000u, 0xffc00000u, 0x7fffffffu, 0xffffffffu,
+                     0x7fbfffffu, 0x7f80ffffu, 0x7f810000u,  // NaNs (signalling and quiet)
+                     0x007fffffu, 0x807fffffu, 0x00008000u, 0x00018000u, 0x00017fffu,  // denormals
+                     0x3f808000u, 0x3f818000u, 0x3f808001u, 0x3f807fffu,  // ties / near ties
+                     0x7f7f8000u, 0x7f7fffffu, 0xff7f8000u})                // round to Inf
+    x.push_back(from_bits(u));
+  expect_bf16_exact(x);
+}
+
+TEST(Kernels, F32ToBf16BitPatternSweep) {
+  // Every upper half with the rounding-relevant lower halves, then a strided
+  // sweep over all 2^32 patterns (NaNs, Infs and denormals included).
+  std::vector<float> x;
+  x.reserve(1 << 20);
+  for (uint32_t hi = 0; hi < 0x10000u; ++hi)
+    for (uint32_t lo : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu})
+      x.push_back(from_bits(hi << 16 | lo));
+  expect_bf16_exact(x);
+  x.clear();
+  for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 4099) x.push_back(from_bits(uint32_t(u)));
+  expect_bf16_exact(x);
+}
+
+TEST(Kernels, Bf16ToF32) {
+  for (int64_t n : kLens) {
+    std::vector<uint16_t> x(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) x[size_t(i)] = uint16_t(i * 40503u + 7);
+    std::vector<float> y(size_t(n) + 1, kSentinel), yr(size_t(n) + 1, kSentinel);
+    cpu::bf16_to_f32_row(x.data(), y.data(), n);
+    ref::bf16_to_f32_row(x.data(), yr.data(), n);
+    for (int64_t i = 0; i <= n; ++i)
+      ASSERT_EQ(bits(y[size_t(i)]), bits(yr[size_t(i)])) << "n=" << n << " i=" << i;
+  }
+  // All 65536 patterns.
+  std::vector<uint16_t> all(65536);
+  for (uint32_t i = 0; i < 65536; ++i) all[i] = uint16_t(i);
+  std::vector<float> y(65536);
+  cpu::bf16_to_f32_row(all.data(), y.data(), 65536);
+  for (uint32_t i = 0; i < 65536; ++i) ASSERT_EQ(bits(y[i]), i << 16);
+}
+
+TEST(Kernels, Bf16RoundTrip) {
+  const std::vector<float> x = rand_f32(1537, 17, -1e3f, 1e3f);
+  std::vector<uint16_t> h(x.size());
+  std::vector<float> back(x.size());
+  cpu::f32_to_bf16_row(x.data(), h.data(), int64_t(x.size()));
+  cpu::bf16_to_f32_row(h.data(), back.data(), int64_t(x.size()));
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_LE(std::fabs(back[i] - x[i]), std::ldexp(std::fabs(x[i]), -8)) << i;
+}
+
+}  // namespace

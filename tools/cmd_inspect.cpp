@@ -1,0 +1,99 @@
+// lowrank inspect: a model file's metadata, config and tensor table.
+#include <cstdio>
+#include <filesystem>
+
+#include "common.h"
+#include "core/error.h"
+#include "format/gguf.h"
+#include "model/config.h"
+#include "model/load.h"
+#include "model/weights.h"
+
+namespace lr::cli {
+
+namespace {
+
+struct InspectOptions {
+  std::string model;
+  bool all_values = false;
+};
+
+std::string show_value(const gguf::Value& v, bool all) {
+  using T = gguf::ValueType;
+  switch (v.type) {
+    case T::STRING: {
+      std::string s = v.s;
+      if (!all && s.size() > 80) s = s.substr(0, 77) + "...";
+      for (char& c : s)
+        if (c == '\n') c = ' ';
+      return "\"" + s + "\"";
+    }
+    case T::FLOAT32:
+    case T::FLOAT64: return fmt::format("{}", v.f);
+    case T::BOOL: return v.i ? "true" : "false";
+    case T::UINT64: return fmt::format("{}", uint64_t(v.i));
+    case T::ARRAY: {
+      size_t n = v.array_size();
+      std::string s = fmt::format("[{} x {}]", n, gguf::value_type_name(v.elem));
+      size_t show = all ? n : std::min<size_t>(n, 4);
+      for (size_t i = 0; i < show; ++i) {
+        if (!v.strs.empty()) s += " \"" + v.strs[i] + "\"";
+        else if (!v.floats.empty()) s += fmt::format(" {}", v.floats[i]);
+        else if (!v.ints.empty()) s += fmt::format(" {}", v.ints[i]);
+      }
+      if (show < n) s += " ...";
+      return s;
+    }
+    default: return fmt::format("{}", v.i);
+  }
+}
+
+int run(const InspectOptions& o) {
+  std::string path = o.model.empty() ? default_model_path() : o.model;
+  if (std::filesystem::is_directory(path))
+    fail("{}: inspect reads GGUF files; for a HuggingFace directory see its config.json", path);
+  auto f = gguf::File::open(path);
+  std::printf("file: %s\nGGUF version %u, %zu metadata keys, %zu tensors, %llu bytes\n\n", path.c_str(),
+              f->version(), f->metadata().size(), f->tensors().size(),
+              (unsigned long long)f->file_size());
+  for (const auto& [key, v] : f->metadata())
+    std::printf("  %-44s %s\n", key.c_str(), show_value(v, o.all_values).c_str());
+
+  std::printf("\n  %-32s %-8s %-20s %12s\n", "tensor", "dtype", "shape [out, in]", "bytes");
+  uint64_t total = 0;
+  for (const auto& t : f->tensors()) {
+    std::string shape;
+    for (size_t i = t.shape.size(); i-- > 0;) shape += fmt::format("{}{}", t.shape[i], i ? ", " : "");
+    std::printf("  %-32s %-8s %-20s %12llu\n", t.name.c_str(),
+                std::string(dtype_name(t.dtype)).c_str(), ("[" + shape + "]").c_str(),
+                (unsigned long long)t.nbytes);
+    total += t.nbytes;
+  }
+  std::printf("  %zu tensors, %.1f MiB of tensor data\n", f->tensors().size(), double(total) / (1 << 20));
+
+  if (f->get_string("general.architecture", "") != "") {
+    Config c = config_from_gguf(*f);
+    c.tied_output = f->find_tensor("output.weight") == nullptr;
+    std::printf(
+        "\nmodel: %d layers, dim %d, ffn %d, heads %d (kv %d) x %d, vocab %d, ctx_train %d, "
+        "rope theta %g, %s output\nparameters: %.1f M; in memory: %.1f MiB as bf16 (fast path), "
+        "%.1f MiB as f32 (reference)\n",
+        c.n_layers, c.dim, c.ffn_dim, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab, c.ctx_train,
+        c.rope_theta, c.tied_output ? "tied" : "separate", double(parameter_count(c)) / 1e6,
+        double(weights_bytes(c, DType::BF16)) / (1 << 20),
+        double(weights_bytes(c, DType::F32)) / (1 << 20));
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner add_inspect_command(CLI::App& app) {
+  auto o = std::make_shared<InspectOptions>();
+  CLI::App* sub = app.add_subcommand("inspect", "show a GGUF file's metadata and tensor table");
+  sub->add_option("-m,--model", o->model, "GGUF file (default: the default model)");
+  sub->add_flag("--all", o->all_values, "print long strings and arrays in full");
+  return [o] { return run(*o); };
+}
+
+}  // namespace lr::cli
