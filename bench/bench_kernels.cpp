@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <random>
-#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
@@ -38,6 +37,14 @@ std::vector<uint16_t> rand_bf16(int64_t n, uint32_t seed) {
   return v;
 }
 
+// IEEE f16 weights (uniform in [-1, 1) rounded to f16).
+std::vector<uint16_t> rand_f16(int64_t n, uint32_t seed) {
+  std::vector<float> f = rand_f32(n, seed);
+  std::vector<uint16_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = lr::f32_to_f16(f[size_t(i)]);
+  return v;
+}
+
 // {rows, cols}
 void matvec_shapes(benchmark::internal::Benchmark* b) {
   b->Args({576, 576})->Args({192, 576})->Args({1536, 576})->Args({576, 1536})->Args({49152, 576});
@@ -56,6 +63,20 @@ void BM_matvec_bf16(benchmark::State& st) {
   st.SetBytesProcessed(int64_t(st.iterations()) * rows * cols * 2);
 }
 BENCHMARK(BM_matvec_bf16)->Apply(matvec_shapes);
+
+void BM_matvec_f16(benchmark::State& st) {
+  const int64_t rows = st.range(0), cols = st.range(1);
+  const auto W = rand_f16(rows * cols, 1);
+  const auto x = rand_f32(cols, 2);
+  std::vector<float> y(static_cast<size_t>(rows));
+  for (auto _ : st) {
+    cpu::matvec_f16(W.data(), x.data(), y.data(), cols, 0, rows);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(int64_t(st.iterations()) * rows * cols * 2);
+}
+BENCHMARK(BM_matvec_f16)->Args({576, 576})->Args({1536, 576})->Args({49152, 576});
 
 void BM_matvec_f32(benchmark::State& st) {
   const int64_t rows = st.range(0), cols = st.range(1);
@@ -116,7 +137,12 @@ void matmul_shapes(benchmark::internal::Benchmark* b) {
 }
 
 template <class T>
-void run_matmul(benchmark::State& st, const std::vector<T>& W, bool two_threads) {
+using MatmulFn = void (*)(const T*, const float*, float*, int64_t, int64_t, int64_t, int64_t,
+                          int64_t);
+
+template <class T>
+void run_matmul(benchmark::State& st, const std::vector<T>& W, MatmulFn<T> kernel,
+                bool two_threads) {
   const int64_t rows = st.range(0), cols = st.range(1), n = st.range(2);
   const auto X = rand_f32(n * cols, 2);
   std::vector<float> Y(static_cast<size_t>(n * rows));
@@ -124,11 +150,7 @@ void run_matmul(benchmark::State& st, const std::vector<T>& W, bool two_threads)
   for (auto _ : st) {
     pool.parallel_for(rows / 16, [&](int64_t b, int64_t e) {
       const int64_t r1 = e == rows / 16 ? rows : e * 16;
-      if constexpr (std::is_same_v<T, uint16_t>) {
-        cpu::matmul_bf16(W.data(), X.data(), Y.data(), n, cols, rows, b * 16, r1);
-      } else {
-        cpu::matmul_f32(W.data(), X.data(), Y.data(), n, cols, rows, b * 16, r1);
-      }
+      kernel(W.data(), X.data(), Y.data(), n, cols, rows, b * 16, r1);
     });
     benchmark::DoNotOptimize(Y.data());
     benchmark::ClobberMemory();
@@ -138,17 +160,25 @@ void run_matmul(benchmark::State& st, const std::vector<T>& W, bool two_threads)
 }
 
 void BM_matmul_bf16(benchmark::State& st) {
-  run_matmul(st, rand_bf16(st.range(0) * st.range(1), 1), false);
+  run_matmul(st, rand_bf16(st.range(0) * st.range(1), 1), cpu::matmul_bf16, false);
 }
 BENCHMARK(BM_matmul_bf16)->Apply(matmul_shapes)->Unit(benchmark::kMillisecond);
 
+void BM_matmul_f16(benchmark::State& st) {
+  run_matmul(st, rand_f16(st.range(0) * st.range(1), 1), cpu::matmul_f16, false);
+}
+BENCHMARK(BM_matmul_f16)
+    ->Args({1536, 576, 4})  // inner-product path
+    ->Args({1536, 576, 512})
+    ->Unit(benchmark::kMillisecond);
+
 void BM_matmul_f32(benchmark::State& st) {
-  run_matmul(st, rand_f32(st.range(0) * st.range(1), 1), false);
+  run_matmul(st, rand_f32(st.range(0) * st.range(1), 1), cpu::matmul_f32, false);
 }
 BENCHMARK(BM_matmul_f32)->Args({1536, 576, 64})->Args({1536, 576, 512})->Unit(benchmark::kMillisecond);
 
 void BM_matmul_bf16_2threads(benchmark::State& st) {
-  run_matmul(st, rand_bf16(st.range(0) * st.range(1), 1), true);
+  run_matmul(st, rand_bf16(st.range(0) * st.range(1), 1), cpu::matmul_bf16, true);
 }
 BENCHMARK(BM_matmul_bf16_2threads)
     ->Args({1536, 576, 512})
@@ -156,9 +186,9 @@ BENCHMARK(BM_matmul_bf16_2threads)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// Small n (the inner-product path below 6 tokens, the packed path above).
+// Small n (the inner-product path below 12 tokens, the packed path from 12).
 void BM_matmul_bf16_small_n(benchmark::State& st) {
-  run_matmul(st, rand_bf16(1536 * 576, 1), false);
+  run_matmul(st, rand_bf16(1536 * 576, 1), cpu::matmul_bf16, false);
 }
 BENCHMARK(BM_matmul_bf16_small_n)
     ->Args({1536, 576, 2})
@@ -166,25 +196,30 @@ BENCHMARK(BM_matmul_bf16_small_n)
     ->Args({1536, 576, 5})
     ->Args({1536, 576, 6})
     ->Args({1536, 576, 8})
-    ->Args({1536, 576, 16});
+    ->Args({1536, 576, 12})->Args({1536, 576, 16})->Args({1536, 576, 24});
 
 void BM_rms_norm(benchmark::State& st) {
   const int64_t n = st.range(0);
-  auto x = rand_f32(n, 1);
+  const auto x = rand_f32(n, 1);
   const auto w = rand_f32(n, 2);
+  std::vector<float> y(static_cast<size_t>(n));
   for (auto _ : st) {
-    cpu::rms_norm(x.data(), w.data(), x.data(), n, 1e-5f);
+    cpu::rms_norm(x.data(), w.data(), y.data(), n, 1e-5f);
     benchmark::ClobberMemory();
   }
-  st.SetBytesProcessed(int64_t(st.iterations()) * n * 4);
+  st.SetItemsProcessed(int64_t(st.iterations()) * n);
 }
 BENCHMARK(BM_rms_norm)->Arg(576);
 
+// Includes re-copying g each iteration (silu_mul works in place, and applying
+// it repeatedly would drive g into denormals).
 void BM_silu_mul(benchmark::State& st) {
   const int64_t n = st.range(0);
-  auto g = rand_f32(n, 1);
+  const auto g0 = rand_f32(n, 1);
   const auto u = rand_f32(n, 2);
+  std::vector<float> g(static_cast<size_t>(n));
   for (auto _ : st) {
+    std::copy(g0.begin(), g0.end(), g.begin());
     cpu::silu_mul(g.data(), u.data(), n);
     benchmark::ClobberMemory();
   }

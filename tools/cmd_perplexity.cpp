@@ -40,7 +40,7 @@ int run(const PplOptions& o) {
   std::string text = ss.str();
   if (text.empty()) fail("{}: the file is empty", o.file);
 
-  Model m = load_model(o.model.model_path(), weight_type_for(o.model.path()));
+  Model m = load_model(o.model.model_path(), o.model.weight_type());
   PerplexityOptions p;
   p.ctx = o.model.ctx;
   p.max_chunks = o.chunks;

@@ -34,7 +34,7 @@ int run(const RunOptions& o) {
   }
   if (prompt.empty()) fail("no prompt: give one with -p TEXT or -f FILE");
 
-  Model m = load_model(o.model.model_path(), weight_type_for(o.model.path()));
+  Model m = load_model(o.model.model_path(), o.model.weight_type());
   const Tokenizer& tok = *m.tokenizer;
   std::set<int32_t> stop;
   if (tok.eos_id() >= 0) stop.insert(tok.eos_id());

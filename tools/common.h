@@ -13,11 +13,13 @@ struct ModelOptions {
   int threads = 0;         // -t; 0: all cores
   int ctx = 2048;          // -c
   bool reference = false;  // --ref: the scalar f32 reference path
+  std::string wtype = "f16";  // --wtype: fast path weight type
 
   void add_to(CLI::App& app, int default_ctx);
   std::string model_path() const;
   ExecPath path() const { return reference ? ExecPath::Reference : ExecPath::Fast; }
   BackendOptions backend_options() const;
+  DType weight_type() const { return reference ? DType::F32 : parse_weight_type(wtype); }
 };
 
 // Each subcommand registers itself and returns the function that runs it.

@@ -16,6 +16,7 @@ void ModelOptions::add_to(CLI::App& app, int default_ctx) {
   app.add_option("-t,--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));
   app.add_option("-c,--ctx", ctx, "context size in tokens (KV cache capacity)")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_flag("--ref", reference, "run the scalar f32 reference path instead of the fast path");
+  app.add_option("--wtype", wtype, "fast path weight type: f16, bf16 or f32")->capture_default_str()->check(CLI::IsMember({"f16", "bf16", "f32"}));
 }
 
 std::string ModelOptions::model_path() const { return model.empty() ? default_model_path() : model; }

@@ -3,17 +3,16 @@
 #include "format/gguf.h"
 
 #include <fcntl.h>
+#include <fmt/ranges.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <new>
-
-#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "format/gguf_internal.h"
@@ -22,19 +21,32 @@ namespace lr::gguf {
 
 std::string_view value_type_name(ValueType t) {
   switch (t) {
-    case ValueType::UINT8: return "UINT8";
-    case ValueType::INT8: return "INT8";
-    case ValueType::UINT16: return "UINT16";
-    case ValueType::INT16: return "INT16";
-    case ValueType::UINT32: return "UINT32";
-    case ValueType::INT32: return "INT32";
-    case ValueType::FLOAT32: return "FLOAT32";
-    case ValueType::BOOL: return "BOOL";
-    case ValueType::STRING: return "STRING";
-    case ValueType::ARRAY: return "ARRAY";
-    case ValueType::UINT64: return "UINT64";
-    case ValueType::INT64: return "INT64";
-    case ValueType::FLOAT64: return "FLOAT64";
+    case ValueType::UINT8:
+      return "UINT8";
+    case ValueType::INT8:
+      return "INT8";
+    case ValueType::UINT16:
+      return "UINT16";
+    case ValueType::INT16:
+      return "INT16";
+    case ValueType::UINT32:
+      return "UINT32";
+    case ValueType::INT32:
+      return "INT32";
+    case ValueType::FLOAT32:
+      return "FLOAT32";
+    case ValueType::BOOL:
+      return "BOOL";
+    case ValueType::STRING:
+      return "STRING";
+    case ValueType::ARRAY:
+      return "ARRAY";
+    case ValueType::UINT64:
+      return "UINT64";
+    case ValueType::INT64:
+      return "INT64";
+    case ValueType::FLOAT64:
+      return "FLOAT64";
   }
   return "UNKNOWN";
 }
@@ -42,10 +54,15 @@ std::string_view value_type_name(ValueType t) {
 size_t Value::array_size() const {
   if (type != ValueType::ARRAY) return 0;
   switch (elem) {
-    case ValueType::STRING: return strs.size();
-    case ValueType::ARRAY: return items.size();
-    case ValueType::FLOAT32: case ValueType::FLOAT64: return floats.size();
-    default: return ints.size();
+    case ValueType::STRING:
+      return strs.size();
+    case ValueType::ARRAY:
+      return items.size();
+    case ValueType::FLOAT32:
+    case ValueType::FLOAT64:
+      return floats.size();
+    default:
+      return ints.size();
   }
 }
 
@@ -70,14 +87,29 @@ using detail::min_encoded_size;
 std::string_view ggml_type_name(uint32_t id) {
   // Empty: ids that GGML has removed.
   static constexpr std::string_view names[] = {
-      "F32",     "F16",    "Q4_0",    "Q4_1",  "",       "",      "Q5_0",  "Q5_1",
-      "Q8_0",    "Q8_1",   "Q2_K",    "Q3_K",  "Q4_K",   "Q5_K",  "Q6_K",  "Q8_K",
-      "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS",
-      "I8",      "I16",    "I32",     "I64",   "F64",    "IQ1_M", "BF16",  "",
-      "",        "",       "TQ1_0",   "TQ2_0", "",       "",      "",      "MXFP4",
-      "NVFP4",   "Q1_0"};
+      "F32",     "F16",   "Q4_0",   "Q4_1",  "",      "",       "Q5_0", "Q5_1",    "Q8_0",
+      "Q8_1",    "Q2_K",  "Q3_K",   "Q4_K",  "Q5_K",  "Q6_K",   "Q8_K", "IQ2_XXS", "IQ2_XS",
+      "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8",   "I16",     "I32",
+      "I64",     "F64",   "IQ1_M",  "BF16",  "",      "",       "",     "TQ1_0",   "TQ2_0",
+      "",        "",      "",       "MXFP4", "NVFP4", "Q1_0"};
   if (id < std::size(names)) return names[id];
   return {};
+}
+
+// File-supplied text (keys, tensor names) made safe for a one-line message:
+// control bytes are escaped and very long text is cut.
+std::string printable(std::string_view s) {
+  constexpr size_t kMax = 120;
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < kMax; ++i) {
+    auto ch = static_cast<unsigned char>(s[i]);
+    if (ch < 0x20 || ch == 0x7f)
+      out += fmt::format("\\x{:02x}", ch);
+    else
+      out += char(ch);
+  }
+  if (s.size() > kMax) out += fmt::format("...({} bytes)", s.size());
+  return out;
 }
 
 std::string shape_str(const std::vector<uint64_t>& shape) {
@@ -98,9 +130,10 @@ class Cursor {
 
   void need(uint64_t n, std::string_view what) const {
     if (n > remaining())
-      fail("{}: unexpected end of file reading {} ({}) at offset {}: need {} bytes, {} left "
-           "(file size {})",
-           path_, what, ctx_, pos_, n, remaining(), size_);
+      fail(
+          "{}: unexpected end of file reading {} ({}) at offset {}: need {} bytes, {} left "
+          "(file size {})",
+          path_, what, ctx_, pos_, n, remaining(), size_);
   }
 
   template <typename T>
@@ -115,8 +148,10 @@ class Cursor {
   std::string_view read_string(std::string_view what) {
     uint64_t n = read<uint64_t>(what);
     if (n > remaining())
-      fail("{}: {} length {} ({}) exceeds the {} bytes left in the file (at offset {})",
-           path_, what, n, ctx_, remaining(), pos_);
+      fail(
+          "{}: {} length {} ({}) runs past end of file: {} bytes left at offset {} (file size "
+          "{})",
+          path_, what, n, ctx_, remaining(), pos_, size_);
     std::string_view s(reinterpret_cast<const char*>(base_ + pos_), size_t(n));
     pos_ += n;
     return s;
@@ -127,9 +162,10 @@ class Cursor {
   // fails later, at the read that runs out, with a message naming the field).
   void check_count(uint64_t count, uint64_t min_size, std::string_view what) const {
     if (min_size != 0 && count > size_ / min_size)
-      fail("{}: {} {} ({}) is implausible: needs at least {} bytes each, but the file has only "
-           "{} bytes",
-           path_, what, count, ctx_, min_size, size_);
+      fail(
+          "{}: {} {} ({}) is implausible: needs at least {} bytes each, but the file has only "
+          "{} bytes",
+          path_, what, count, ctx_, min_size, size_);
   }
   // How many items to reserve for `count` items of at least `min_size` bytes:
   // never more than what is left could hold.
@@ -149,24 +185,48 @@ void read_array(Cursor& c, const std::string& path, Value& v, int depth);
 
 void read_scalar(Cursor& c, const std::string& path, ValueType t, Value& v) {
   switch (t) {
-    case ValueType::UINT8: v.i = c.read<uint8_t>("UINT8 value"); break;
-    case ValueType::INT8: v.i = c.read<int8_t>("INT8 value"); break;
-    case ValueType::UINT16: v.i = c.read<uint16_t>("UINT16 value"); break;
-    case ValueType::INT16: v.i = c.read<int16_t>("INT16 value"); break;
-    case ValueType::UINT32: v.i = c.read<uint32_t>("UINT32 value"); break;
-    case ValueType::INT32: v.i = c.read<int32_t>("INT32 value"); break;
-    case ValueType::UINT64: v.i = int64_t(c.read<uint64_t>("UINT64 value")); break;
-    case ValueType::INT64: v.i = c.read<int64_t>("INT64 value"); break;
-    case ValueType::FLOAT32: v.f = detail::f32_bits_to_double(c.read<uint32_t>("FLOAT32 value")); break;
-    case ValueType::FLOAT64: v.f = c.read<double>("FLOAT64 value"); break;
+    case ValueType::UINT8:
+      v.i = c.read<uint8_t>("UINT8 value");
+      break;
+    case ValueType::INT8:
+      v.i = c.read<int8_t>("INT8 value");
+      break;
+    case ValueType::UINT16:
+      v.i = c.read<uint16_t>("UINT16 value");
+      break;
+    case ValueType::INT16:
+      v.i = c.read<int16_t>("INT16 value");
+      break;
+    case ValueType::UINT32:
+      v.i = c.read<uint32_t>("UINT32 value");
+      break;
+    case ValueType::INT32:
+      v.i = c.read<int32_t>("INT32 value");
+      break;
+    case ValueType::UINT64:
+      v.i = int64_t(c.read<uint64_t>("UINT64 value"));
+      break;
+    case ValueType::INT64:
+      v.i = c.read<int64_t>("INT64 value");
+      break;
+    case ValueType::FLOAT32:
+      v.f = detail::f32_bits_to_double(c.read<uint32_t>("FLOAT32 value"));
+      break;
+    case ValueType::FLOAT64:
+      v.f = c.read<double>("FLOAT64 value");
+      break;
     case ValueType::BOOL: {
       uint8_t b = c.read<uint8_t>("BOOL value");
       if (b > 1) fail("{}: {}: BOOL value is {}, expected 0 or 1", path, c.ctx(), b);
       v.i = b;
       break;
     }
-    case ValueType::STRING: v.s = std::string(c.read_string("string")); break;
-    case ValueType::ARRAY: read_array(c, path, v, 1); break;
+    case ValueType::STRING:
+      v.s = std::string(c.read_string("string"));
+      break;
+    case ValueType::ARRAY:
+      read_array(c, path, v, 1);
+      break;
   }
 }
 
@@ -275,9 +335,10 @@ void File::parse() {
     if (version_ != 2 && version_ != 3) {
       uint32_t swapped = __builtin_bswap32(version_);
       if (swapped == 2 || swapped == 3)
-        fail("{}: unsupported GGUF version {} (a big-endian GGUF v{}; only little-endian files "
-             "are supported)",
-             path_, version_, swapped);
+        fail(
+            "{}: unsupported GGUF version {} (a big-endian GGUF v{}; only little-endian files "
+            "are supported)",
+            path_, version_, swapped);
       fail("{}: unsupported GGUF version {} (supported: 2, 3)", path_, version_);
     }
     uint64_t n_tensors = c.read<uint64_t>("tensor count");
@@ -288,13 +349,14 @@ void File::parse() {
     for (uint64_t k = 0; k < n_kv; ++k) {
       c.set_ctx(fmt::format("metadata entry #{}", k));
       std::string_view key = c.read_string("key");
-      c.set_ctx(fmt::format("metadata key '{}'", key));
+      std::string shown = printable(key);
+      c.set_ctx(fmt::format("metadata key '{}'", shown));
       auto [it, inserted] = kv_index_.emplace(key, size_t(k));
       if (!inserted)
-        fail("{}: duplicate metadata key '{}' (entries #{} and #{})", path_, key, it->second, k);
+        fail("{}: duplicate metadata key '{}' (entries #{} and #{})", path_, shown, it->second, k);
       uint32_t t = c.read<uint32_t>("value type");
       if (!detail::known_value_type(t))
-        fail("{}: metadata key '{}' has unknown value type {}", path_, key, t);
+        fail("{}: metadata key '{}' has unknown value type {}", path_, shown, t);
       auto& [name, value] = kv_.emplace_back(std::string(key), Value{});
       value.type = ValueType(t);
       read_scalar(c, path_, value.type, value);
@@ -317,52 +379,53 @@ void File::parse() {
     for (uint64_t k = 0; k < n_tensors; ++k) {
       c.set_ctx(fmt::format("tensor info #{}", k));
       std::string_view tname = c.read_string("name");
-      c.set_ctx(fmt::format("tensor '{}'", tname));
+      std::string shown = printable(tname);
+      c.set_ctx(fmt::format("tensor '{}'", shown));
       auto [it, inserted] = tensor_index_.emplace(tname, size_t(k));
       if (!inserted)
-        fail("{}: duplicate tensor name '{}' (tensor infos #{} and #{})", path_, tname,
-             it->second, k);
+        fail("{}: duplicate tensor name '{}' (tensor infos #{} and #{})", path_, shown, it->second,
+             k);
       TensorInfo& ti = tensors_.emplace_back();
       ti.name = std::string(tname);
       uint32_t n_dims = c.read<uint32_t>("dimension count");
       if (n_dims < 1 || n_dims > kMaxDims)
-        fail("{}: tensor '{}' has {} dimensions, expected 1 to {}", path_, tname, n_dims,
-             kMaxDims);
+        fail("{}: tensor '{}' has {} dimensions, expected 1 to {}", path_, shown, n_dims, kMaxDims);
       uint64_t elems = 1;
       for (uint32_t d = 0; d < n_dims; ++d) {
         uint64_t dim = c.read<uint64_t>("dimension");
-        if (dim == 0) fail("{}: tensor '{}' dimension {} is 0", path_, tname, d);
+        if (dim == 0) fail("{}: tensor '{}' dimension {} is 0", path_, shown, d);
         ti.shape.push_back(dim);
         if (__builtin_mul_overflow(elems, dim, &elems) ||
             elems > uint64_t(std::numeric_limits<int64_t>::max()))
-          fail("{}: tensor '{}' shape {}... has too many elements (overflows int64)", path_,
-               tname, shape_str(ti.shape));
+          fail("{}: tensor '{}' shape {}... has too many elements (overflows int64)", path_, shown,
+               shape_str(ti.shape));
       }
       uint32_t type_id = c.read<uint32_t>("type");
       if (!dtype_info(type_id)) {
         std::string_view gname = ggml_type_name(type_id);
         if (gname.empty())
-          fail("{}: tensor '{}' has unknown ggml type id {}", path_, tname, type_id);
-        fail("{}: tensor '{}' has type {} (ggml type id {}), which is not supported", path_,
-             tname, gname, type_id);
+          fail("{}: tensor '{}' has unknown ggml type id {}", path_, shown, type_id);
+        fail("{}: tensor '{}' has type {} (ggml type id {}), which is not supported", path_, shown,
+             gname, type_id);
       }
       ti.dtype = DType(type_id);
       DTypeInfo info = dtype_info(ti.dtype);
       auto row = row_bytes(ti.dtype, ti.shape[0]);
       if (!row)
-        fail("{}: tensor '{}' shape {}: row of {} elements is not a multiple of the {} block "
-             "size {}",
-             path_, tname, shape_str(ti.shape), ti.shape[0], info.name, info.block_elems);
+        fail(
+            "{}: tensor '{}' shape {}: row of {} elements is not a multiple of the {} block "
+            "size {}",
+            path_, shown, shape_str(ti.shape), ti.shape[0], info.name, info.block_elems);
       uint64_t nbytes = *row;
       for (size_t d = 1; d < ti.shape.size(); ++d)
         if (__builtin_mul_overflow(nbytes, ti.shape[d], &nbytes))
-          fail("{}: tensor '{}' shape {} of {}: byte size overflows", path_, tname,
+          fail("{}: tensor '{}' shape {} of {}: byte size overflows", path_, shown,
                shape_str(ti.shape), info.name);
       ti.nbytes = nbytes;
       ti.offset = c.read<uint64_t>("data offset");
       if (ti.offset % alignment_ != 0)
-        fail("{}: tensor '{}' data offset {} is misaligned (not a multiple of alignment {})",
-             path_, tname, ti.offset, alignment_);
+        fail("{}: tensor '{}' data offset {} is misaligned (not a multiple of alignment {})", path_,
+             shown, ti.offset, alignment_);
     }
 
     // The data section starts at the next multiple of the alignment. A file
@@ -373,9 +436,10 @@ void File::parse() {
     for (TensorInfo& ti : tensors_) {
       if (data_offset_ > size_ || ti.offset > size_ - data_offset_ ||
           ti.nbytes > size_ - data_offset_ - ti.offset)
-        fail("{}: tensor '{}' data [offset {}, {} bytes] extends past end of file (data section "
-             "starts at {}, file size {})",
-             path_, ti.name, ti.offset, ti.nbytes, data_offset_, size_);
+        fail(
+            "{}: tensor '{}' data [offset {}, {} bytes] extends past end of file (data section "
+            "starts at {}, file size {})",
+            path_, printable(ti.name), ti.offset, ti.nbytes, data_offset_, size_);
       ti.data = base_ + data_offset_ + ti.offset;
     }
   } catch (const std::bad_alloc&) {
@@ -397,7 +461,7 @@ const TensorInfo* File::find_tensor(std::string_view name) const {
 
 const TensorInfo& File::tensor(std::string_view name) const {
   const TensorInfo* t = find_tensor(name);
-  if (!t) fail("{}: missing tensor '{}'", path_, name);
+  if (!t) fail("{}: missing tensor '{}'", path_, printable(name));
   return *t;
 }
 
@@ -405,14 +469,15 @@ namespace {
 
 [[noreturn]] void wrong_type(const std::string& path, std::string_view key, const Value& v,
                              std::string_view expected) {
-  fail("{}: metadata key '{}' has type {}, expected {}", path, key, detail::describe_type(v),
-       expected);
+  fail("{}: metadata key '{}' has type {}, expected {}", path, printable(key),
+       detail::describe_type(v), expected);
 }
 
 int64_t as_int(const std::string& path, std::string_view key, const Value& v) {
   if (!detail::is_integer(v.type)) wrong_type(path, key, v, "integer");
   if (v.type == ValueType::UINT64 && v.i < 0)
-    fail("{}: metadata key '{}' value {} does not fit in int64", path, key, uint64_t(v.i));
+    fail("{}: metadata key '{}' value {} does not fit in int64", path, printable(key),
+         uint64_t(v.i));
   return v.i;
 }
 
@@ -436,7 +501,7 @@ const std::string& as_string(const std::string& path, std::string_view key, cons
 namespace {
 const Value& require(const File& f, std::string_view key) {
   const Value* v = f.find(key);
-  if (!v) fail("{}: missing metadata key '{}'", f.path(), key);
+  if (!v) fail("{}: missing metadata key '{}'", f.path(), printable(key));
   return *v;
 }
 }  // namespace

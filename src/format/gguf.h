@@ -66,6 +66,8 @@ class File {
   // Maps and validates a file. Throws lr::Error("<path>: <problem>").
   static std::shared_ptr<File> open(const std::string& path);
   // Parses an in-memory image (tests, fuzzing). `name` is used in messages.
+  // Tensor data then is only as aligned as the vector's buffer (16 bytes with
+  // glibc); with open() it is aligned to alignment() (the mapping is page-aligned).
   static std::shared_ptr<File> from_bytes(std::vector<uint8_t> bytes, std::string name);
 
   ~File();

@@ -14,28 +14,49 @@ inline constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endia
 inline constexpr uint32_t kMaxValueType = uint32_t(ValueType::FLOAT64);
 inline constexpr uint64_t kMaxAlignment = uint64_t(1) << 31;  // largest u32 power of two
 
-inline bool known_value_type(uint32_t t) { return t <= kMaxValueType; }
+inline bool known_value_type(uint32_t t) {
+  return t <= kMaxValueType;
+}
 
 inline bool is_integer(ValueType t) {
   switch (t) {
-    case ValueType::UINT8: case ValueType::INT8: case ValueType::UINT16:
-    case ValueType::INT16: case ValueType::UINT32: case ValueType::INT32:
-    case ValueType::UINT64: case ValueType::INT64:
+    case ValueType::UINT8:
+    case ValueType::INT8:
+    case ValueType::UINT16:
+    case ValueType::INT16:
+    case ValueType::UINT32:
+    case ValueType::INT32:
+    case ValueType::UINT64:
+    case ValueType::INT64:
       return true;
     default:
       return false;
   }
 }
-inline bool is_float(ValueType t) { return t == ValueType::FLOAT32 || t == ValueType::FLOAT64; }
+inline bool is_float(ValueType t) {
+  return t == ValueType::FLOAT32 || t == ValueType::FLOAT64;
+}
 
 // Encoded size of a fixed-size scalar; 0 for STRING and ARRAY.
 inline uint64_t scalar_size(ValueType t) {
   switch (t) {
-    case ValueType::UINT8: case ValueType::INT8: case ValueType::BOOL: return 1;
-    case ValueType::UINT16: case ValueType::INT16: return 2;
-    case ValueType::UINT32: case ValueType::INT32: case ValueType::FLOAT32: return 4;
-    case ValueType::UINT64: case ValueType::INT64: case ValueType::FLOAT64: return 8;
-    default: return 0;
+    case ValueType::UINT8:
+    case ValueType::INT8:
+    case ValueType::BOOL:
+      return 1;
+    case ValueType::UINT16:
+    case ValueType::INT16:
+      return 2;
+    case ValueType::UINT32:
+    case ValueType::INT32:
+    case ValueType::FLOAT32:
+      return 4;
+    case ValueType::UINT64:
+    case ValueType::INT64:
+    case ValueType::FLOAT64:
+      return 8;
+    default:
+      return 0;
   }
 }
 

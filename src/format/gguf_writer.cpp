@@ -1,6 +1,6 @@
 // GGUF v3 writer. Values are validated when set, tensors when added, so
 // serialisation itself cannot fail except on I/O.
-#include "format/gguf.h"
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -8,9 +8,8 @@
 #include <cstring>
 #include <limits>
 
-#include <fmt/ranges.h>
-
 #include "core/error.h"
+#include "format/gguf.h"
 #include "format/gguf_internal.h"
 
 namespace lr::gguf {
@@ -19,15 +18,22 @@ namespace {
 
 bool int_fits(ValueType t, int64_t v) {
   switch (t) {
-    case ValueType::UINT8: return v >= 0 && v <= 0xff;
-    case ValueType::INT8: return v >= -128 && v <= 127;
-    case ValueType::UINT16: return v >= 0 && v <= 0xffff;
-    case ValueType::INT16: return v >= -32768 && v <= 32767;
-    case ValueType::UINT32: return v >= 0 && v <= 0xffffffffll;
+    case ValueType::UINT8:
+      return v >= 0 && v <= 0xff;
+    case ValueType::INT8:
+      return v >= -128 && v <= 127;
+    case ValueType::UINT16:
+      return v >= 0 && v <= 0xffff;
+    case ValueType::INT16:
+      return v >= -32768 && v <= 32767;
+    case ValueType::UINT32:
+      return v >= 0 && v <= 0xffffffffll;
     case ValueType::INT32:
       return v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max();
-    case ValueType::BOOL: return v == 0 || v == 1;
-    default: return true;  // UINT64 (bit-cast), INT64
+    case ValueType::BOOL:
+      return v == 0 || v == 1;
+    default:
+      return true;  // UINT64 (bit-cast), INT64
   }
 }
 
@@ -47,8 +53,8 @@ void validate(const std::string& key, const Value& v, int depth) {
     fail("gguf writer: metadata key '{}': array has unknown element type {}", key,
          uint32_t(v.elem));
   // Items must live in the vector that matches the element type.
-  bool want_ints = !detail::is_float(v.elem) && v.elem != ValueType::STRING &&
-                   v.elem != ValueType::ARRAY;
+  bool want_ints =
+      !detail::is_float(v.elem) && v.elem != ValueType::STRING && v.elem != ValueType::ARRAY;
   if ((!want_ints && !v.ints.empty()) || (!detail::is_float(v.elem) && !v.floats.empty()) ||
       (v.elem != ValueType::STRING && !v.strs.empty()) ||
       (v.elem != ValueType::ARRAY && !v.items.empty()))
@@ -97,13 +103,31 @@ class Enc {
 
   void scalar(ValueType t, int64_t i, double f) {
     switch (t) {
-      case ValueType::UINT8: case ValueType::INT8: case ValueType::BOOL: pod(uint8_t(i)); break;
-      case ValueType::UINT16: case ValueType::INT16: pod(uint16_t(i)); break;
-      case ValueType::UINT32: case ValueType::INT32: pod(uint32_t(i)); break;
-      case ValueType::UINT64: case ValueType::INT64: pod(uint64_t(i)); break;
-      case ValueType::FLOAT32: pod(detail::double_to_f32_bits(f)); break;
-      case ValueType::FLOAT64: pod(f); break;
-      default: LR_ASSERT(false && "not a fixed-size scalar");
+      case ValueType::UINT8:
+      case ValueType::INT8:
+      case ValueType::BOOL:
+        pod(uint8_t(i));
+        break;
+      case ValueType::UINT16:
+      case ValueType::INT16:
+        pod(uint16_t(i));
+        break;
+      case ValueType::UINT32:
+      case ValueType::INT32:
+        pod(uint32_t(i));
+        break;
+      case ValueType::UINT64:
+      case ValueType::INT64:
+        pod(uint64_t(i));
+        break;
+      case ValueType::FLOAT32:
+        pod(detail::double_to_f32_bits(f));
+        break;
+      case ValueType::FLOAT64:
+        pod(f);
+        break;
+      default:
+        LR_ASSERT(false && "not a fixed-size scalar");
     }
   }
 
@@ -117,7 +141,8 @@ class Enc {
       case ValueType::ARRAY:
         for (const Value& item : v.items) array(item);
         break;
-      case ValueType::FLOAT32: case ValueType::FLOAT64:
+      case ValueType::FLOAT32:
+      case ValueType::FLOAT64:
         for (double f : v.floats) scalar(v.elem, 0, f);
         break;
       default:
@@ -154,8 +179,7 @@ void Writer::set(std::string key, Value v) {
   validate(key, v, 0);
   if (key == "general.alignment") {
     if (v.type != ValueType::UINT32)
-      fail("gguf writer: general.alignment has type {}, expected UINT32",
-           detail::describe_type(v));
+      fail("gguf writer: general.alignment has type {}, expected UINT32", detail::describe_type(v));
     uint64_t a = uint64_t(v.i);
     if (a == 0 || (a & (a - 1)) != 0)
       fail("gguf writer: general.alignment must be a nonzero power of two, got {}", a);
@@ -279,7 +303,9 @@ void Writer::emit(const Sink& put) const {
     offset += t.bytes.size();
     offset += (alignment - offset % alignment) % alignment;
   }
-  e.pad_to(alignment);
+  // Like llama.cpp and the gguf Python package: a file without tensors has no
+  // data section, so it ends right after the metadata.
+  if (!tensors_.empty()) e.pad_to(alignment);
   for (const Tensor& t : tensors_) {
     e.bytes(t.bytes.data(), t.bytes.size());
     e.pad_to(alignment);

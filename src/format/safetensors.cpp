@@ -1,6 +1,6 @@
-// Safetensors reader: maps (or takes) file images and validates every header
-// field before anything looks at the data. See safetensors.h for the checks
-// and the message format.
+// Safetensors reader and writer. The reader maps (or takes) file images and
+// validates every header field before anything looks at the data. See
+// safetensors.h for the checks and the message format.
 #include "format/safetensors.h"
 
 #include <fcntl.h>
@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fmt/ranges.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <unordered_set>

@@ -33,7 +33,7 @@ void fill_matrix(Matrix& m, const TensorView& t, bool permute_rope, int head_dim
     if (m.dtype == DType::F32) {
       std::copy(row.begin(), row.end(), m.f32_mut() + r * m.cols);
     } else {
-      quantize(DType::BF16, row.data(), m.bf16_mut() + r * m.cols, m.cols);
+      quantize(m.dtype, row.data(), m.half_mut() + r * m.cols, m.cols);
     }
   }
 }
@@ -42,8 +42,8 @@ void fill_matrix(Matrix& m, const TensorView& t, bool permute_rope, int head_dim
 
 std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& src, Naming naming,
                                       DType wtype) {
-  if (wtype != DType::F32 && wtype != DType::BF16)
-    fail("unsupported runtime weight type {} (use F32 or BF16)", dtype_name(wtype));
+  if (wtype != DType::F32 && wtype != DType::F16 && wtype != DType::BF16)
+    fail("unsupported runtime weight type {} (use F32, F16 or BF16)", dtype_name(wtype));
   auto w = std::make_shared<Weights>();
   w->cfg = cfg_in;
   w->wtype = wtype;

@@ -13,7 +13,7 @@ namespace lr {
 enum class Naming { Gguf, HuggingFace };
 
 // Fills every entry of the weight table from `src`, checking each tensor's
-// shape against the config. Matrices are converted to `wtype` (F32 or BF16).
+// shape against the config. Matrices are converted to `wtype` (F32, F16 or BF16).
 // HuggingFace q/k rows are permuted into GGUF's interleaved RoPE order.
 std::shared_ptr<Weights> load_weights(const Config& cfg, const TensorSource& src, Naming naming,
                                       DType wtype);

@@ -10,7 +10,7 @@
 namespace lr {
 
 Matrix Matrix::allocate(DType dtype, int64_t rows, int64_t cols) {
-  LR_ASSERT(dtype == DType::F32 || dtype == DType::BF16);
+  LR_ASSERT(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16);
   LR_ASSERT(rows >= 0 && cols >= 0);
   Matrix m;
   m.dtype = dtype;
@@ -29,16 +29,16 @@ const float* Matrix::f32() const {
   LR_ASSERT(dtype == DType::F32);
   return reinterpret_cast<const float*>(data.get());
 }
-const uint16_t* Matrix::bf16() const {
-  LR_ASSERT(dtype == DType::BF16);
+const uint16_t* Matrix::half() const {
+  LR_ASSERT(dtype == DType::BF16 || dtype == DType::F16);
   return reinterpret_cast<const uint16_t*>(data.get());
 }
 float* Matrix::f32_mut() {
   LR_ASSERT(dtype == DType::F32);
   return reinterpret_cast<float*>(data.get());
 }
-uint16_t* Matrix::bf16_mut() {
-  LR_ASSERT(dtype == DType::BF16);
+uint16_t* Matrix::half_mut() {
+  LR_ASSERT(dtype == DType::BF16 || dtype == DType::F16);
   return reinterpret_cast<uint16_t*>(data.get());
 }
 
@@ -48,12 +48,8 @@ uint64_t Matrix::bytes() const {
 
 void Matrix::row_to_f32(int64_t r, float* out) const {
   LR_ASSERT(r >= 0 && r < rows);
-  if (dtype == DType::F32) {
-    std::memcpy(out, f32() + r * cols, size_t(cols) * 4);
-  } else {
-    const uint16_t* src = bf16() + r * cols;
-    for (int64_t c = 0; c < cols; ++c) out[c] = bf16_to_f32(src[c]);
-  }
+  dequantize(dtype, data.get() + uint64_t(r) * uint64_t(cols) * (dtype == DType::F32 ? 4 : 2), out,
+             cols);
 }
 
 std::pair<int64_t, int64_t> slot_shape(const Config& c, Slot s) {

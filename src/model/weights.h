@@ -14,8 +14,8 @@
 
 namespace lr {
 
-// A row-major [rows, cols] matrix in one of the runtime's weight types (F32 or
-// BF16). Storage is 64-byte aligned and shared (tied embeddings share it).
+// A row-major [rows, cols] matrix in one of the runtime's weight types (F32,
+// F16 or BF16). Storage is 64-byte aligned and shared (tied embeddings share it).
 struct Matrix {
   DType dtype = DType::F32;
   int64_t rows = 0;
@@ -24,9 +24,9 @@ struct Matrix {
 
   static Matrix allocate(DType dtype, int64_t rows, int64_t cols);
   const float* f32() const;       // asserts dtype == F32
-  const uint16_t* bf16() const;   // asserts dtype == BF16
+  const uint16_t* half() const;   // F16 or BF16 bit patterns (asserts a 16-bit dtype)
   float* f32_mut();
-  uint16_t* bf16_mut();
+  uint16_t* half_mut();
   uint64_t bytes() const;
   // Row r decoded to f32 (any weight type).
   void row_to_f32(int64_t r, float* out) const;
@@ -51,7 +51,7 @@ struct Layer {
 
 struct Weights {
   Config cfg;
-  DType wtype = DType::F32;  // type of every matrix except the norms (always F32)
+  DType wtype = DType::F32;  // type of every matrix except the norms (always F32): F32, F16 or BF16
   Matrix tok_embd;           // [vocab, dim]
   Matrix out_norm;           // [1, dim] f32
   Matrix output;             // [vocab, dim]; same storage as tok_embd when cfg.tied_output

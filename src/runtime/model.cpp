@@ -39,6 +39,13 @@ Model load_model(const std::string& path, DType wtype) {
   return m;
 }
 
+DType parse_weight_type(const std::string& name) {
+  if (name == "f16") return DType::F16;
+  if (name == "bf16") return DType::BF16;
+  if (name == "f32") return DType::F32;
+  fail("unknown weight type '{}' (expected f16, bf16 or f32)", name);
+}
+
 std::unique_ptr<Backend> make_backend(const Model& m, ExecPath path, const BackendOptions& opt) {
   if (path == ExecPath::Reference) return make_reference_backend(m.weights, opt);
   return make_cpu_backend(m.weights, opt);

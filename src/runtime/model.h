@@ -26,8 +26,13 @@ struct Model {
 // tokenizer.json). Matrices are converted to `wtype` (F32 or BF16).
 Model load_model(const std::string& path, DType wtype);
 
-// Weight type each path runs on.
-inline DType weight_type_for(ExecPath p) { return p == ExecPath::Reference ? DType::F32 : DType::BF16; }
+// Weight type the fast path runs on by default. F16 rather than BF16: the
+// default model's Q4_1 values (d*q + m) keep ~11 significant bits in F16 and
+// only 8 in BF16, which is enough to flip greedy choices (see README).
+inline constexpr DType kDefaultFastWeightType = DType::F16;
+
+// "f16" | "bf16" | "f32" -> DType; throws lr::Error naming the accepted values.
+DType parse_weight_type(const std::string& name);
 
 std::unique_ptr<Backend> make_backend(const Model& m, ExecPath path, const BackendOptions& opt);
 

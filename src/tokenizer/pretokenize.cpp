@@ -103,7 +103,10 @@ void PreTokenizer::split_valid(std::string_view text, std::vector<std::string_vi
       const auto* subj = reinterpret_cast<PCRE2_SPTR>(piece.data());
       size_t pos = 0, last = 0;
       while (pos < piece.size()) {
-        const int rc = pcre2_match(re->code, subj, piece.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
+        int rc = pcre2_match(re->code, subj, piece.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT)  // the interpreter keeps its backtracking on the heap
+          rc = pcre2_match(re->code, subj, piece.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md,
+                           nullptr);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
           pcre2_match_data_free(md);

@@ -94,6 +94,24 @@ TEST(ThreadPool, ParallelForChunksAreContiguousAndBalanced) {
   EXPECT_EQ(seen, want);
 }
 
+TEST(ThreadPool, ParallelForHugeRange) {
+  ThreadPool pool(3);
+  const int64_t n = (int64_t(1) << 40) + 7;
+  std::mutex mu;
+  std::set<std::pair<int64_t, int64_t>> seen;
+  pool.parallel_for(n, [&](int64_t b, int64_t e) {
+    std::lock_guard<std::mutex> lk(mu);
+    seen.insert({b, e});
+  });
+  ASSERT_EQ(seen.size(), 3u);
+  int64_t next = 0;
+  for (auto [b, e] : seen) {
+    EXPECT_EQ(b, next);
+    next = e;
+  }
+  EXPECT_EQ(next, n);
+}
+
 TEST(ThreadPool, BarrierOrdersPhases) {
   for (int nth = 1; nth <= 4; ++nth) {
     ThreadPool pool(nth);

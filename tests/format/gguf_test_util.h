@@ -14,8 +14,8 @@
 #include "format/gguf.h"
 
 // msg contains sub.
-#define EXPECT_HAS(msg, sub)                                             \
-  EXPECT_NE(std::string(msg).find(sub), std::string::npos)               \
+#define EXPECT_HAS(msg, sub)                               \
+  EXPECT_NE(std::string(msg).find(sub), std::string::npos) \
       << "message: " << (msg) << "\nexpected to contain: " << (sub)
 
 namespace lr::gguf::test {
@@ -143,9 +143,9 @@ inline uint64_t bits(double d) {
 
 // Value equality with floats compared bit for bit (so NaNs compare).
 inline bool same(const Value& a, const Value& b) {
-  if (a.type != b.type || a.i != b.i || bits(a.f) != bits(b.f) || a.s != b.s ||
-      a.strs != b.strs || a.ints != b.ints || a.floats.size() != b.floats.size() ||
-      a.items.size() != b.items.size() || (a.type == ValueType::ARRAY && a.elem != b.elem))
+  if (a.type != b.type || a.i != b.i || bits(a.f) != bits(b.f) || a.s != b.s || a.strs != b.strs ||
+      a.ints != b.ints || a.floats.size() != b.floats.size() || a.items.size() != b.items.size() ||
+      (a.type == ValueType::ARRAY && a.elem != b.elem))
     return false;
   for (size_t k = 0; k < a.floats.size(); ++k)
     if (bits(a.floats[k]) != bits(b.floats[k])) return false;

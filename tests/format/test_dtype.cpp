@@ -107,8 +107,7 @@ TEST(DType, Q4_0KnownBlock) {
   ASSERT_EQ(b.size(), 18u);
   EXPECT_EQ(u16_at(b, 0), 0x4000);  // 2.0
   auto qj = [](int j) { return std::min(15, int(std::floor((j - 16) / 2.0 + 8.5))); };
-  for (int k = 0; k < 16; ++k)
-    EXPECT_EQ(b[size_t(2 + k)], uint8_t(qj(k) | qj(k + 16) << 4)) << k;
+  for (int k = 0; k < 16; ++k) EXPECT_EQ(b[size_t(2 + k)], uint8_t(qj(k) | qj(k + 16) << 4)) << k;
   EXPECT_EQ(b[2], 0x80);   // q0 = 0, q16 = 8
   EXPECT_EQ(b[17], 0xf8);  // q15 = 8, q31 = 15 (clamped from 16)
   auto y = dq(DType::Q4_0, b, 32);

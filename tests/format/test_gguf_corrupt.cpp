@@ -76,11 +76,13 @@ TEST(GgufCorrupt, TruncatedMessagesNameTheField) {
   // Inside the string data of the array.
   p = find_bytes(b, "ccc") + 1;
   e = parse_error(cut(b, p));
-  EXPECT_HAS(e, "array string length 3 (metadata key 'tokenizer.ggml.tokens') exceeds the 1 bytes");
+  EXPECT_HAS(e,
+             "array string length 3 (metadata key 'tokenizer.ggml.tokens') runs past end of "
+             "file: 1 bytes left");
 
   // Inside a key.
   p = find_bytes(b, "llama.context_length") + 5;
-  EXPECT_HAS(parse_error(cut(b, p)), "key length 20 (metadata entry #2) exceeds");
+  EXPECT_HAS(parse_error(cut(b, p)), "key length 20 (metadata entry #2) runs past end of file");
 
   // Inside a tensor info.
   p = find_bytes(b, "output.weight") + 13 + 2;
@@ -145,15 +147,16 @@ TEST(GgufCorrupt, HugeCounts) {
 TEST(GgufCorrupt, HugeStringLengths) {
   Bytes key;
   key.header(0, 1).u64(uint64_t(1) << 62).raw("abc", 3);
-  EXPECT_HAS(parse_error(key.b), "key length 4611686018427387904 (metadata entry #0) exceeds");
+  EXPECT_HAS(parse_error(key.b),
+             "key length 4611686018427387904 (metadata entry #0) runs past end of file");
   Bytes val;
   val.header(0, 1).str("general.name").u32(uint32_t(ValueType::STRING)).u64(~uint64_t(0));
   EXPECT_HAS(parse_error(val.b),
-             "string length 18446744073709551615 (metadata key 'general.name') exceeds the 0 "
-             "bytes left");
+             "string length 18446744073709551615 (metadata key 'general.name') runs past end of "
+             "file: 0 bytes left");
   Bytes tn;
   tn.header(1, 0).u64(1000).zeros(40);
-  EXPECT_HAS(parse_error(tn.b), "name length 1000 (tensor info #0) exceeds");
+  EXPECT_HAS(parse_error(tn.b), "name length 1000 (tensor info #0) runs past end of file");
 }
 
 TEST(GgufCorrupt, BadValues) {
@@ -228,7 +231,8 @@ TEST(GgufCorrupt, UnknownDtype) {
   EXPECT_EQ(parse_error(u.b), "bad.gguf: tensor 'tok_embd.weight' has unknown ggml type id 99");
   Bytes k = good_prefix();
   k.tensor("w", {256}, 12, 0).pad().zeros(256);
-  EXPECT_HAS(parse_error(k.b), "tensor 'w' has type Q4_K (ggml type id 12), which is not supported");
+  EXPECT_HAS(parse_error(k.b),
+             "tensor 'w' has type Q4_K (ggml type id 12), which is not supported");
   Bytes removed = good_prefix();
   removed.tensor("w", {32}, 4, 0).pad().zeros(64);
   EXPECT_HAS(parse_error(removed.b), "unknown ggml type id 4");
@@ -237,7 +241,8 @@ TEST(GgufCorrupt, UnknownDtype) {
 TEST(GgufCorrupt, OffsetsAndAlignment) {
   Bytes past = good_prefix();
   past.tensor("w", {8}, kF32, 4096).pad().zeros(64);
-  EXPECT_HAS(parse_error(past.b), "tensor 'w' data [offset 4096, 32 bytes] extends past end of file");
+  EXPECT_HAS(parse_error(past.b),
+             "tensor 'w' data [offset 4096, 32 bytes] extends past end of file");
   Bytes wrap = good_prefix();  // offset + size wraps around u64
   wrap.tensor("w", {8}, kF32, ~uint64_t(31)).pad().zeros(64);
   EXPECT_HAS(parse_error(wrap.b), "extends past end of file");
@@ -254,12 +259,24 @@ TEST(GgufCorrupt, OffsetsAndAlignment) {
   EXPECT_HAS(parse_error(a0.b), "general.alignment must be a nonzero power of two, got 0");
   Bytes as;
   as.header(0, 1).kv_str("general.alignment", "32");
-  EXPECT_HAS(parse_error(as.b), "metadata key 'general.alignment' has type STRING, expected UINT32");
+  EXPECT_HAS(parse_error(as.b),
+             "metadata key 'general.alignment' has type STRING, expected UINT32");
 
   // With alignment 64, offset 32 is misaligned.
   Bytes a64;
   a64.header(1, 1).kv_u32("general.alignment", 64).tensor("w", {8}, kF32, 32).pad(64).zeros(128);
   EXPECT_HAS(parse_error(a64.b), "not a multiple of alignment 64");
+}
+
+TEST(GgufCorrupt, FileTextInMessagesIsOneLine) {
+  Bytes k;
+  k.header(0, 1).str("evil\nkey").u32(99);
+  EXPECT_EQ(parse_error(k.b), "bad.gguf: metadata key 'evil\\x0akey' has unknown value type 99");
+  Bytes t;
+  std::string long_name(300, 'n');
+  t.header(1, 0).tensor(long_name, {8}, 99, 0);
+  std::string e = parse_error(t.b);
+  EXPECT_HAS(e, "tensor '" + std::string(120, 'n') + "...(300 bytes)' has unknown ggml type id 99");
 }
 
 TEST(GgufCorrupt, MissingTensor) {
@@ -276,7 +293,10 @@ TEST(GgufCorrupt, OpenErrors) {
   std::string dir = testing::TempDir();
   EXPECT_HAS(error_of([&] { File::open(dir); }), "not a regular file");
   std::string empty = dir + "lowrank_gguf_empty.gguf";
-  { std::FILE* f = std::fopen(empty.c_str(), "wb"); std::fclose(f); }
+  {
+    std::FILE* f = std::fopen(empty.c_str(), "wb");
+    std::fclose(f);
+  }
   EXPECT_EQ(error_of([&] { File::open(empty); }), empty + ": not a GGUF file (only 0 bytes)");
   std::filesystem::remove(empty);
 }

@@ -1,6 +1,9 @@
 // Every AVX2 kernel against its scalar twin (backend/cpu/ref_kernels.h) over
 // awkward shapes.
 //
+// f16 weights include subnormals (rand_f16), and one test pushes every finite
+// f16 value through the kernels exactly.
+//
 // Tolerances: dot products (matvec, matmul, dot) must agree with the double
 // reference within kTol * sum_c |w_c * x_c| (+ 1e-30): the AVX2 kernels
 // accumulate in f32 with a different order, whose error is bounded by about
@@ -20,7 +23,9 @@
 namespace {
 
 using lr::bf16_to_f32;
+using lr::f16_to_f32;
 using lr::f32_to_bf16;
+using lr::f32_to_f16;
 namespace cpu = lr::cpu;
 namespace ref = lr::cpu::ref;
 
@@ -44,14 +49,42 @@ std::vector<uint16_t> rand_bf16(int64_t n, uint32_t seed) {
   return v;
 }
 
-float wval(const float* W, int64_t i) { return W[i]; }
-float wval(const uint16_t* W, int64_t i) { return bf16_to_f32(W[i]); }
+// f16 weights: uniform in [-1, 1) rounded to f16, except that about one in
+// `subnormal_every` is a random nonzero subnormal (|w| < 2^-14, either sign).
+std::vector<uint16_t> rand_f16(int64_t n, uint32_t seed, int subnormal_every = 5) {
+  std::vector<float> f = rand_f32(n, seed);
+  std::mt19937 rng(seed ^ 0x9e3779b9u);
+  std::vector<uint16_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = rng();
+    if (subnormal_every > 0 && u % uint32_t(subnormal_every) == 0) {
+      const uint16_t mant = uint16_t(1 + (u >> 8) % 0x3ffu);  // 1..0x3ff
+      v[size_t(i)] = uint16_t((u & 0x80u ? 0x8000u : 0u) | mant);
+    } else {
+      v[size_t(i)] = f32_to_f16(f[size_t(i)]);
+    }
+  }
+  return v;
+}
+
+// How a test reads one weight (the element type alone does not say: bf16 and
+// f16 are both uint16_t).
+float dec_f32(float v) { return v; }
+float dec_bf16(uint16_t v) { return bf16_to_f32(v); }
+// f16 through a table (lr::f16_to_f32 branches on subnormals, slow with
+// random inputs).
+const std::vector<float> kF16Table = [] {
+  std::vector<float> t(65536);
+  for (uint32_t h = 0; h < 65536; ++h) t[h] = f16_to_f32(uint16_t(h));
+  return t;
+}();
+float dec_f16(uint16_t v) { return kF16Table[v]; }
 
 // sum_c |W[r, c] * x[c]|
 template <class T>
-double abs_dot(const T* W, const float* x, int64_t cols, int64_t r) {
+double abs_dot(const T* W, const float* x, int64_t cols, int64_t r, float (*dec)(T)) {
   double s = 0;
-  for (int64_t c = 0; c < cols; ++c) s += std::fabs(double(wval(W, r * cols + c)) * double(x[c]));
+  for (int64_t c = 0; c < cols; ++c) s += std::fabs(double(dec(W[r * cols + c])) * double(x[c]));
   return s;
 }
 
@@ -69,7 +102,7 @@ std::vector<std::pair<int64_t, int64_t>> row_ranges(int64_t rows) {
 
 template <class T, class Fast, class Ref>
 void check_matvec(const std::vector<T>& W, int64_t rows, int64_t cols, Fast fast, Ref refk,
-                  uint32_t seed) {
+                  uint32_t seed, float (*dec)(T)) {
   const std::vector<float> x = rand_f32(cols, seed);
   for (auto [r0, r1] : row_ranges(rows)) {
     std::vector<float> y(size_t(rows), kSentinel), yr(size_t(rows), kSentinel);
@@ -80,7 +113,7 @@ void check_matvec(const std::vector<T>& W, int64_t rows, int64_t cols, Fast fast
         ASSERT_EQ(y[size_t(r)], kSentinel) << "row " << r << " outside [" << r0 << "," << r1 << ")";
         continue;
       }
-      const double tol = kTol * abs_dot(W.data(), x.data(), cols, r) + 1e-30;
+      const double tol = kTol * abs_dot(W.data(), x.data(), cols, r, dec) + 1e-30;
       ASSERT_NEAR(y[size_t(r)], yr[size_t(r)], tol)
           << "rows=" << rows << " cols=" << cols << " r=" << r << " range [" << r0 << "," << r1
           << ")";
@@ -92,7 +125,7 @@ TEST(Kernels, MatvecF32) {
   for (int64_t cols : kCols)
     for (int64_t rows = 1; rows <= 67; ++rows) {
       const std::vector<float> W = rand_f32(rows * cols, uint32_t(rows * 7919 + cols));
-      check_matvec(W, rows, cols, cpu::matvec_f32, ref::matvec_f32, uint32_t(cols));
+      check_matvec(W, rows, cols, cpu::matvec_f32, ref::matvec_f32, uint32_t(cols), dec_f32);
     }
 }
 
@@ -100,7 +133,25 @@ TEST(Kernels, MatvecBf16) {
   for (int64_t cols : kCols)
     for (int64_t rows = 1; rows <= 67; ++rows) {
       const std::vector<uint16_t> W = rand_bf16(rows * cols, uint32_t(rows * 7919 + cols));
-      check_matvec(W, rows, cols, cpu::matvec_bf16, ref::matvec_bf16, uint32_t(cols));
+      check_matvec(W, rows, cols, cpu::matvec_bf16, ref::matvec_bf16, uint32_t(cols), dec_bf16);
+    }
+}
+
+TEST(Kernels, MatvecF16) {
+  for (int64_t cols : kCols)
+    for (int64_t rows = 1; rows <= 67; ++rows) {
+      const std::vector<uint16_t> W = rand_f16(rows * cols, uint32_t(rows * 7919 + cols));
+      check_matvec(W, rows, cols, cpu::matvec_f16, ref::matvec_f16, uint32_t(cols), dec_f16);
+    }
+}
+
+// Every weight subnormal: the whole result comes from subnormal inputs, so a
+// kernel that flushed them to zero would be off by 100% of sum |w * x|.
+TEST(Kernels, MatvecF16AllSubnormal) {
+  for (int64_t cols : kCols)
+    for (int64_t rows : {1, 5, 17}) {
+      const std::vector<uint16_t> W = rand_f16(rows * cols, uint32_t(rows * 31 + cols), 1);
+      check_matvec(W, rows, cols, cpu::matvec_f16, ref::matvec_f16, uint32_t(cols + 1), dec_f16);
     }
 }
 
@@ -110,6 +161,7 @@ TEST(Kernels, MatvecEmptyRangeWritesNothing) {
   std::vector<float> y(4, kSentinel);
   cpu::matvec_bf16(Wb.data(), x.data(), y.data(), 16, 2, 2);
   cpu::matvec_f32(Wf.data(), x.data(), y.data(), 16, 2, 2);
+  cpu::matvec_f16(Wb.data(), x.data(), y.data(), 16, 2, 2);
   for (float v : y) EXPECT_EQ(v, kSentinel);
 }
 
@@ -117,7 +169,7 @@ TEST(Kernels, MatvecEmptyRangeWritesNothing) {
 
 template <class T, class Fast, class Ref>
 void check_matmul(const std::vector<T>& W, int64_t rows, int64_t cols, int64_t n, Fast fast,
-                  Ref refk, uint32_t seed) {
+                  Ref refk, uint32_t seed, float (*dec)(T)) {
   const std::vector<float> X = rand_f32(n * cols, seed);
   const int64_t ldy = rows + 5;
   for (auto [r0, r1] : row_ranges(rows)) {
@@ -132,7 +184,7 @@ void check_matmul(const std::vector<T>& W, int64_t rows, int64_t cols, int64_t n
                                   << ")";
           continue;
         }
-        const double tol = kTol * abs_dot(W.data(), X.data() + t * cols, cols, r) + 1e-30;
+        const double tol = kTol * abs_dot(W.data(), X.data() + t * cols, cols, r, dec) + 1e-30;
         ASSERT_NEAR(y, Yr[size_t(t * ldy + r)], tol)
             << "rows=" << rows << " cols=" << cols << " n=" << n << " t=" << t << " r=" << r
             << " range [" << r0 << "," << r1 << ")";
@@ -141,14 +193,17 @@ void check_matmul(const std::vector<T>& W, int64_t rows, int64_t cols, int64_t n
 }
 
 const std::vector<int64_t> kMatmulRows = {1, 2, 3, 4, 5, 7, 15, 16, 17, 31, 33, 47, 67};
-const std::vector<int64_t> kMatmulN = {1, 2, 3, 4, 5, 6, 7, 8, 9, 33};
+// Small n uses an inner-product path, n >= 12 the packed path: cover both
+// sides of the switch.
+const std::vector<int64_t> kMatmulN = {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 33};
 
 TEST(Kernels, MatmulF32) {
   for (int64_t cols : kCols)
     for (int64_t rows : kMatmulRows)
       for (int64_t n : kMatmulN) {
         const std::vector<float> W = rand_f32(rows * cols, uint32_t(rows * 31 + cols));
-        check_matmul(W, rows, cols, n, cpu::matmul_f32, ref::matmul_f32, uint32_t(n * 131 + cols));
+        check_matmul(W, rows, cols, n, cpu::matmul_f32, ref::matmul_f32, uint32_t(n * 131 + cols),
+                     dec_f32);
       }
 }
 
@@ -158,8 +213,59 @@ TEST(Kernels, MatmulBf16) {
       for (int64_t n : kMatmulN) {
         const std::vector<uint16_t> W = rand_bf16(rows * cols, uint32_t(rows * 31 + cols));
         check_matmul(W, rows, cols, n, cpu::matmul_bf16, ref::matmul_bf16,
-                     uint32_t(n * 131 + cols));
+                     uint32_t(n * 131 + cols), dec_bf16);
       }
+}
+
+TEST(Kernels, MatmulF16) {
+  for (int64_t cols : kCols)
+    for (int64_t rows : kMatmulRows)
+      for (int64_t n : kMatmulN) {
+        const std::vector<uint16_t> W = rand_f16(rows * cols, uint32_t(rows * 31 + cols));
+        check_matmul(W, rows, cols, n, cpu::matmul_f16, ref::matmul_f16,
+                     uint32_t(n * 131 + cols), dec_f16);
+      }
+}
+
+TEST(Kernels, MatmulF16AllSubnormal) {
+  for (int64_t cols : kCols)
+    for (int64_t rows : {3, 17})
+      for (int64_t n : {1, 5, 13}) {
+        const std::vector<uint16_t> W = rand_f16(rows * cols, uint32_t(rows * 31 + cols), 1);
+        check_matmul(W, rows, cols, n, cpu::matmul_f16, ref::matmul_f16,
+                     uint32_t(n * 131 + cols), dec_f16);
+      }
+}
+
+// Every finite f16 value (subnormals, +-0, the largest 65504) must come out of
+// the vector conversion exactly: row p holds pattern p in one column (cycling
+// through vector lanes and the scalar / partial tail) and zeros elsewhere, and
+// x (or each token of X) is all ones, so y[p] is that one value.
+TEST(Kernels, F16AllFiniteValuesExact) {
+  const int64_t cols = 23;  // 16 + 7: a full 16-block, then a 7-column tail
+  std::vector<uint16_t> pats;
+  for (uint32_t h = 0; h < 0x10000u; ++h)
+    if (((h >> 10) & 0x1fu) != 0x1fu) pats.push_back(uint16_t(h));
+  const int64_t rows = int64_t(pats.size());
+  std::vector<uint16_t> W(size_t(rows * cols), 0);
+  for (int64_t p = 0; p < rows; ++p) W[size_t(p * cols + p % cols)] = pats[size_t(p)];
+  const std::vector<float> x(size_t(13 * cols), 1.0f);
+  std::vector<float> y(static_cast<size_t>(rows)), yr(static_cast<size_t>(rows));
+  cpu::matvec_f16(W.data(), x.data(), y.data(), cols, 0, rows);
+  ref::matvec_f16(W.data(), x.data(), yr.data(), cols, 0, rows);
+  for (int64_t p = 0; p < rows; ++p) {
+    const float want = f16_to_f32(pats[size_t(p)]);
+    ASSERT_EQ(y[size_t(p)], want) << std::hex << "f16 0x" << pats[size_t(p)];
+    ASSERT_EQ(yr[size_t(p)], want) << std::hex << "ref, f16 0x" << pats[size_t(p)];
+  }
+  for (int64_t n : {3, 13}) {  // inner-product path, packed path
+    std::vector<float> Y(size_t(n * rows));
+    cpu::matmul_f16(W.data(), x.data(), Y.data(), n, cols, rows, 0, rows);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t p = 0; p < rows; ++p)
+        ASSERT_EQ(Y[size_t(t * rows + p)], f16_to_f32(pats[size_t(p)]))
+            << std::hex << "f16 0x" << pats[size_t(p)] << std::dec << " n=" << n << " t=" << t;
+  }
 }
 
 // More rows than one block of packed panels (so several blocks, and blocks
@@ -168,27 +274,40 @@ TEST(Kernels, MatmulManyRows) {
   struct Shape {
     int64_t rows, cols, n;
   };
-  for (Shape s : {Shape{300, 576, 13}, Shape{200, 1536, 7}, Shape{123, 1537, 12}}) {
+  for (Shape s : {Shape{300, 576, 13}, Shape{200, 1536, 14}, Shape{123, 1537, 12}}) {
     const std::vector<uint16_t> Wb = rand_bf16(s.rows * s.cols, 11);
-    check_matmul(Wb, s.rows, s.cols, s.n, cpu::matmul_bf16, ref::matmul_bf16, 12);
+    check_matmul(Wb, s.rows, s.cols, s.n, cpu::matmul_bf16, ref::matmul_bf16, 12, dec_bf16);
     const std::vector<float> Wf = rand_f32(s.rows * s.cols, 13);
-    check_matmul(Wf, s.rows, s.cols, s.n, cpu::matmul_f32, ref::matmul_f32, 14);
+    check_matmul(Wf, s.rows, s.cols, s.n, cpu::matmul_f32, ref::matmul_f32, 14, dec_f32);
+    const std::vector<uint16_t> Wh = rand_f16(s.rows * s.cols, 15);
+    check_matmul(Wh, s.rows, s.cols, s.n, cpu::matmul_f16, ref::matmul_f16, 16, dec_f16);
   }
 }
 
-// Matmul rows must agree with matvec on the same token to the same tolerance.
-TEST(Kernels, MatmulMatchesMatvec) {
-  const int64_t rows = 40, cols = 576, n = 9;
-  const std::vector<uint16_t> W = rand_bf16(rows * cols, 21);
-  const std::vector<float> X = rand_f32(n * cols, 22);
-  std::vector<float> Y(size_t(n * rows)), y(static_cast<size_t>(rows));
-  cpu::matmul_bf16(W.data(), X.data(), Y.data(), n, cols, rows, 0, rows);
-  for (int64_t t = 0; t < n; ++t) {
-    cpu::matvec_bf16(W.data(), X.data() + t * cols, y.data(), cols, 0, rows);
-    for (int64_t r = 0; r < rows; ++r)
-      ASSERT_NEAR(Y[size_t(t * rows + r)], y[size_t(r)],
-                  2 * kTol * abs_dot(W.data(), X.data() + t * cols, cols, r));
+// Matmul rows must agree with matvec on the same token to the same tolerance
+// (both the inner-product and the packed path).
+template <class Matmul, class Matvec>
+void check_matmul_matches_matvec(const std::vector<uint16_t>& W, Matmul mm, Matvec mv,
+                                 float (*dec)(uint16_t)) {
+  const int64_t rows = 40, cols = 576;
+  for (int64_t n : {9, 13}) {
+    const std::vector<float> X = rand_f32(n * cols, 22);
+    std::vector<float> Y(size_t(n * rows)), y(static_cast<size_t>(rows));
+    mm(W.data(), X.data(), Y.data(), n, cols, rows, 0, rows);
+    for (int64_t t = 0; t < n; ++t) {
+      mv(W.data(), X.data() + t * cols, y.data(), cols, 0, rows);
+      for (int64_t r = 0; r < rows; ++r)
+        ASSERT_NEAR(Y[size_t(t * rows + r)], y[size_t(r)],
+                    2 * kTol * abs_dot(W.data(), X.data() + t * cols, cols, r, dec))
+            << "n=" << n << " t=" << t << " r=" << r;
+    }
   }
+}
+
+TEST(Kernels, MatmulMatchesMatvec) {
+  check_matmul_matches_matvec(rand_bf16(40 * 576, 21), cpu::matmul_bf16, cpu::matvec_bf16,
+                              dec_bf16);
+  check_matmul_matches_matvec(rand_f16(40 * 576, 23), cpu::matmul_f16, cpu::matvec_f16, dec_f16);
 }
 
 // --- vector ops ------------------------------------------------------------------

@@ -277,8 +277,15 @@ TEST(TokenizerSpeed, LargeInputs) {
   auto spm = Tokenizer::from_spec(toy_spm());
   std::string prose;
   while (prose.size() < (1u << 20)) prose += "hello world, aaa abc \xE2\x82\xAC 123\n";
-  for (const std::string& text : {prose, std::string(1u << 20, 'a'), std::string(1u << 20, ' ')}) {
+  VocabSpec l3 = toy_gpt2();
+  l3.pre = "llama-bpe";
+  auto llama3 = Tokenizer::from_spec(l3);
+  std::string mixed_ws;
+  while (mixed_ws.size() < (1u << 20)) mixed_ws += " \t\n \r\n  ";
+  for (const std::string& text : {prose, std::string(1u << 20, 'a'), std::string(1u << 20, ' '),
+                                  std::string(1u << 20, '!'), std::string(1u << 20, '\n'), mixed_ws}) {
     EXPECT_EQ(gpt2->decode(gpt2->encode(text, false)), text);
+    EXPECT_EQ(llama3->decode(llama3->encode(text, false)), text);
     EXPECT_EQ(spm->decode(spm->encode(text, false)), text);
   }
 }

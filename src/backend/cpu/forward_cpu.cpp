@@ -1,5 +1,5 @@
 // Fast CPU forward pass: the same model as backend/ref/forward_ref.cpp, run
-// with the AVX2 kernels of kernels.h on bf16 (or f32) weights, split across a
+// with the AVX2 kernels of kernels.h on f16, bf16 or f32 weights, split across a
 // persistent thread pool. Prompts run as matrix-matrix products in chunks of up
 // to kMaxBatch tokens; single tokens (decode) as matrix-vector products.
 #include <algorithm>
@@ -67,19 +67,25 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  // Y[t, :] = W X[t, :] for t < n, rows split across the pool.
+  // Y[t, :] = W X[t, :] for t < n, rows split across the pool in blocks of 16
+  // (the kernels' register tile height).
   void linear(const Matrix& W, const float* X, float* Y, int n) {
-    pool_.parallel_for(W.rows, [&](int64_t r0, int64_t r1) {
-      if (W.dtype == DType::BF16) {
-        if (n == 1)
-          cpu::matvec_bf16(W.bf16(), X, Y, W.cols, r0, r1);
-        else
-          cpu::matmul_bf16(W.bf16(), X, Y, n, W.cols, W.rows, r0, r1);
-      } else {
-        if (n == 1)
-          cpu::matvec_f32(W.f32(), X, Y, W.cols, r0, r1);
-        else
-          cpu::matmul_f32(W.f32(), X, Y, n, W.cols, W.rows, r0, r1);
+    const int64_t blocks = (W.rows + 15) / 16;
+    pool_.parallel_for(blocks, [&](int64_t b0, int64_t b1) {
+      const int64_t r0 = b0 * 16, r1 = std::min(W.rows, b1 * 16);
+      switch (W.dtype) {
+        case DType::BF16:
+          if (n == 1) cpu::matvec_bf16(W.half(), X, Y, W.cols, r0, r1);
+          else cpu::matmul_bf16(W.half(), X, Y, n, W.cols, W.rows, r0, r1);
+          break;
+        case DType::F16:
+          if (n == 1) cpu::matvec_f16(W.half(), X, Y, W.cols, r0, r1);
+          else cpu::matmul_f16(W.half(), X, Y, n, W.cols, W.rows, r0, r1);
+          break;
+        default:
+          if (n == 1) cpu::matvec_f32(W.f32(), X, Y, W.cols, r0, r1);
+          else cpu::matmul_f32(W.f32(), X, Y, n, W.cols, W.rows, r0, r1);
+          break;
       }
     });
   }

@@ -2,8 +2,9 @@
 // ref_kernels.h with the same signature that tests compare against.
 //
 // Conventions: matrices are row-major, W is [rows, cols] (one output per row);
-// weights are bf16 (uint16_t bit patterns) or f32; activations and accumulation
-// are f32. Row ranges [r0, r1) let a caller split the work across threads.
+// weights are f32, bf16 or IEEE f16 (both uint16_t bit patterns; f16 is read
+// with F16C, subnormals included); activations and accumulation are f32.
+// Row ranges [r0, r1) let a caller split the work across threads.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,8 @@ namespace lr::cpu {
 void matvec_f32(const float* W, const float* x, float* y, int64_t cols, int64_t r0, int64_t r1);
 void matvec_bf16(const uint16_t* W, const float* x, float* y, int64_t cols, int64_t r0,
                  int64_t r1);
+void matvec_f16(const uint16_t* W, const float* x, float* y, int64_t cols, int64_t r0,
+                int64_t r1);
 
 // Y[t, r] = sum_c W[r, c] * X[t, c]   for t in [0, n), r in [r0, r1)
 // X is [n, cols] with row stride cols; Y is [n, ldy] (ldy >= rows of W).
@@ -21,6 +24,8 @@ void matmul_f32(const float* W, const float* X, float* Y, int64_t n, int64_t col
                 int64_t r0, int64_t r1);
 void matmul_bf16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
                  int64_t ldy, int64_t r0, int64_t r1);
+void matmul_f16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
+                int64_t ldy, int64_t r0, int64_t r1);
 
 // y = x / sqrt(mean(x^2) + eps) * w   (y may alias x)
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);

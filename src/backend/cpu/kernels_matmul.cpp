@@ -2,7 +2,7 @@
 // and perplexity).
 //
 // Large n: W rows are packed, 16 at a time, into column-major f32 panels
-// P[c][16] (bf16 converted once here), a block of panels at a time sized to
+// P[c][16] (bf16 / f16 converted once here), a block of panels at a time sized to
 // stay in L2. A 16-row x 6-token register tile then does, per column c, two
 // aligned panel loads, six broadcasts of X[t, c] and 12 FMAs into 12
 // accumulators: every loaded value is reused 6 or 16 times, and the result is
@@ -11,6 +11,10 @@
 //
 // Small n: packing would cost more than it saves, so an inner-product kernel
 // does 2 rows x up to 4 tokens straight from W.
+//
+// Both paths are written once against the weight-format traits of
+// kernels_simd.h (F32Weights, Bf16Weights, F16Weights), which differ only in
+// how 8 weights are read as f32.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -27,48 +31,31 @@ namespace {
 
 constexpr int MR = 16;  // rows per packed panel
 constexpr int NR = 6;   // tokens per register tile
-// Below this many tokens the inner-product path is used.
-constexpr int64_t kSmallN = 6;
+// Below this many tokens the inner-product path is used (measured crossover
+// on Sapphire Rapids: packing pays off from about 12 tokens).
+constexpr int64_t kSmallN = 12;
 // Budget for one block of packed panels (floats): 512 KiB.
 constexpr int64_t kPackFloats = 128 * 1024;
 
 // --- packing ----------------------------------------------------------------
 
 // P[c * 16 + i] = W[row0 + i, c] as f32 for i < nr; 0 for nr <= i < 16.
-void pack_panel(const uint16_t* W, int64_t cols, int64_t row0, int nr, float* P) {
-  const uint16_t* w = W + row0 * cols;
+template <class Fmt>
+void pack_panel(const typename Fmt::T* W, int64_t cols, int64_t row0, int nr, float* P) {
+  const typename Fmt::T* w = W + row0 * cols;
   int64_t c = 0;
   if (nr == MR) {
     for (; c + 8 <= cols; c += 8) {
       for (int g = 0; g < 2; ++g) {
         __m256 r[8];
-        for (int i = 0; i < 8; ++i) r[i] = load_bf16x8(w + (g * 8 + i) * cols + c);
+        for (int i = 0; i < 8; ++i) r[i] = Fmt::load8(w + (g * 8 + i) * cols + c);
         transpose8(r);
         for (int j = 0; j < 8; ++j) _mm256_store_ps(P + (c + j) * MR + g * 8, r[j]);
       }
     }
   }
   for (; c < cols; ++c) {
-    for (int i = 0; i < nr; ++i) P[c * MR + i] = bf16_to_f32(w[i * cols + c]);
-    for (int i = nr; i < MR; ++i) P[c * MR + i] = 0.0f;
-  }
-}
-
-void pack_panel(const float* W, int64_t cols, int64_t row0, int nr, float* P) {
-  const float* w = W + row0 * cols;
-  int64_t c = 0;
-  if (nr == MR) {
-    for (; c + 8 <= cols; c += 8) {
-      for (int g = 0; g < 2; ++g) {
-        __m256 r[8];
-        for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(w + (g * 8 + i) * cols + c);
-        transpose8(r);
-        for (int j = 0; j < 8; ++j) _mm256_store_ps(P + (c + j) * MR + g * 8, r[j]);
-      }
-    }
-  }
-  for (; c < cols; ++c) {
-    for (int i = 0; i < nr; ++i) P[c * MR + i] = w[i * cols + c];
+    for (int i = 0; i < nr; ++i) P[c * MR + i] = Fmt::scalar(w[i * cols + c]);
     for (int i = nr; i < MR; ++i) P[c * MR + i] = 0.0f;
   }
 }
@@ -99,21 +86,25 @@ void tile(const float* __restrict P, const float* __restrict X, int64_t ldx, int
       _mm256_storeu_ps(Y + t * ldy + 8, hi[t]);
     }
   } else {
-    alignas(32) float buf[MR];
+    // Partial panel: spill the tile (constant indices only, so the
+    // accumulators above stay in registers) and copy the valid rows.
+    alignas(32) float buf[NT][MR];
+#pragma GCC unroll 6
     for (int t = 0; t < NT; ++t) {
-      _mm256_store_ps(buf, lo[t]);
-      _mm256_store_ps(buf + 8, hi[t]);
-      for (int i = 0; i < nr; ++i) Y[t * ldy + i] = buf[i];
+      _mm256_store_ps(buf[t], lo[t]);
+      _mm256_store_ps(buf[t] + 8, hi[t]);
     }
+    for (int t = 0; t < NT; ++t)
+      for (int i = 0; i < nr; ++i) Y[t * ldy + i] = buf[t][i];
   }
 }
 
 using TileFn = void (*)(const float*, const float*, int64_t, int64_t, float*, int64_t, int);
 constexpr TileFn kTiles[NR + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>};
 
-template <class T>
-void matmul_packed(const T* W, const float* X, float* Y, int64_t n, int64_t cols, int64_t ldy,
-                   int64_t r0, int64_t r1) {
+template <class Fmt>
+void matmul_packed(const typename Fmt::T* W, const float* X, float* Y, int64_t n, int64_t cols,
+                   int64_t ldy, int64_t r0, int64_t r1) {
   const int64_t panel_floats = MR * std::max<int64_t>(cols, 1);
   const int64_t block_panels = std::max<int64_t>(1, kPackFloats / panel_floats);
   float* P = scratch(1, block_panels * panel_floats);
@@ -121,8 +112,8 @@ void matmul_packed(const T* W, const float* X, float* Y, int64_t n, int64_t cols
     const int64_t re = std::min(r1, rb + block_panels * MR);
     const int64_t np = (re - rb + MR - 1) / MR;
     for (int64_t p = 0; p < np; ++p)
-      pack_panel(W, cols, rb + p * MR, int(std::min<int64_t>(MR, re - rb - p * MR)),
-                 P + p * panel_floats);
+      pack_panel<Fmt>(W, cols, rb + p * MR, int(std::min<int64_t>(MR, re - rb - p * MR)),
+                      P + p * panel_floats);
     for (int64_t t = 0; t < n; t += NR) {
       const TileFn fn = kTiles[std::min<int64_t>(NR, n - t)];
       for (int64_t p = 0; p < np; ++p)
@@ -134,43 +125,19 @@ void matmul_packed(const T* W, const float* X, float* Y, int64_t n, int64_t cols
 
 // --- small n: 2 rows x NT tokens inner products ----------------------------
 
-// bf16: X rows deinterleaved (see kernels_simd.h) in Xs with stride cmain;
-// the last cols - cmain columns in scalar code from X.
-template <int NT>
-void ip_bf16(const uint16_t* w0, const uint16_t* w1, const float* Xs, const float* X, int64_t cols,
-             int64_t cmain, float* Y, int64_t ldy, bool two) {
-  __m256 a0[NT], a1[NT];
-  for (int t = 0; t < NT; ++t) a0[t] = a1[t] = _mm256_setzero_ps();
-  for (int64_t c = 0; c < cmain; c += 16) {
-    const __m256i v0 = load_bf16x16_raw(w0 + c), v1 = load_bf16x16_raw(w1 + c);
-    const __m256 e0 = bf16_even(v0), o0 = bf16_odd(v0), e1 = bf16_even(v1), o1 = bf16_odd(v1);
-    for (int t = 0; t < NT; ++t) {
-      const __m256 xe = _mm256_load_ps(Xs + t * cmain + c);
-      const __m256 xo = _mm256_load_ps(Xs + t * cmain + c + 8);
-      a0[t] = _mm256_fmadd_ps(e0, xe, _mm256_fmadd_ps(o0, xo, a0[t]));
-      a1[t] = _mm256_fmadd_ps(e1, xe, _mm256_fmadd_ps(o1, xo, a1[t]));
-    }
-  }
-  for (int t = 0; t < NT; ++t) {
-    float s0 = hsum(a0[t]), s1 = hsum(a1[t]);
-    for (int64_t c = cmain; c < cols; ++c) {
-      s0 += bf16_to_f32(w0[c]) * X[t * cols + c];
-      s1 += bf16_to_f32(w1[c]) * X[t * cols + c];
-    }
-    Y[t * ldy] = s0;
-    if (two) Y[t * ldy + 1] = s1;
-  }
-}
-
-template <int NT>
-void ip_f32(const float* w0, const float* w1, const float* X, int64_t cols, float* Y, int64_t ldy,
-            bool two) {
+// 8 columns at a time read through Fmt, the last cols % 8 through
+// Fmt::load_partial and a masked load of X. (For bf16 this measured the same
+// as an even / odd split of 16-column loads, as matvec_bf16 does: each
+// converted weight vector feeds NT tokens, so conversion cost is amortised.)
+template <class Fmt, int NT>
+void ip(const typename Fmt::T* w0, const typename Fmt::T* w1, const float* X, int64_t cols,
+        float* Y, int64_t ldy, bool two) {
   const int64_t c8 = cols & ~int64_t(7);
   __m256 a0[NT], a1[NT];
   for (int t = 0; t < NT; ++t) a0[t] = a1[t] = _mm256_setzero_ps();
   int64_t c = 0;
   for (; c < c8; c += 8) {
-    const __m256 v0 = _mm256_loadu_ps(w0 + c), v1 = _mm256_loadu_ps(w1 + c);
+    const __m256 v0 = Fmt::load8(w0 + c), v1 = Fmt::load8(w1 + c);
     for (int t = 0; t < NT; ++t) {
       const __m256 x = _mm256_loadu_ps(X + t * cols + c);
       a0[t] = _mm256_fmadd_ps(v0, x, a0[t]);
@@ -179,7 +146,8 @@ void ip_f32(const float* w0, const float* w1, const float* X, int64_t cols, floa
   }
   if (c < cols) {
     const __m256i m = tail_mask(cols - c);
-    const __m256 v0 = _mm256_maskload_ps(w0 + c, m), v1 = _mm256_maskload_ps(w1 + c, m);
+    const __m256 v0 = Fmt::load_partial(w0 + c, cols - c);
+    const __m256 v1 = Fmt::load_partial(w1 + c, cols - c);
     for (int t = 0; t < NT; ++t) {
       const __m256 x = _mm256_maskload_ps(X + t * cols + c, m);
       a0[t] = _mm256_fmadd_ps(v0, x, a0[t]);
@@ -192,47 +160,36 @@ void ip_f32(const float* w0, const float* w1, const float* X, int64_t cols, floa
   }
 }
 
-void matmul_small_bf16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
-                       int64_t ldy, int64_t r0, int64_t r1) {
-  const int64_t cmain = cols & ~int64_t(15);
-  float* Xs = scratch(0, n * cmain);
-  deinterleave_rows(X, cols, n, cmain, Xs);
+template <class Fmt>
+void matmul_small(const typename Fmt::T* W, const float* X, float* Y, int64_t n, int64_t cols,
+                  int64_t ldy, int64_t r0, int64_t r1) {
+  using T = typename Fmt::T;
   for (int64_t t = 0; t < n; t += 4) {
     const int64_t nt = std::min<int64_t>(4, n - t);
-    const float* xs = Xs + t * cmain;
     const float* x = X + t * cols;
     float* y = Y + t * ldy;
     for (int64_t r = r0; r < r1; r += 2) {
-      const uint16_t* w0 = W + r * cols;
+      const T* w0 = W + r * cols;
       const bool two = r + 1 < r1;
-      const uint16_t* w1 = two ? w0 + cols : w0;
+      const T* w1 = two ? w0 + cols : w0;
       switch (nt) {
-        case 1: ip_bf16<1>(w0, w1, xs, x, cols, cmain, y + r, ldy, two); break;
-        case 2: ip_bf16<2>(w0, w1, xs, x, cols, cmain, y + r, ldy, two); break;
-        case 3: ip_bf16<3>(w0, w1, xs, x, cols, cmain, y + r, ldy, two); break;
-        default: ip_bf16<4>(w0, w1, xs, x, cols, cmain, y + r, ldy, two); break;
+        case 1: ip<Fmt, 1>(w0, w1, x, cols, y + r, ldy, two); break;
+        case 2: ip<Fmt, 2>(w0, w1, x, cols, y + r, ldy, two); break;
+        case 3: ip<Fmt, 3>(w0, w1, x, cols, y + r, ldy, two); break;
+        default: ip<Fmt, 4>(w0, w1, x, cols, y + r, ldy, two); break;
       }
     }
   }
 }
 
-void matmul_small_f32(const float* W, const float* X, float* Y, int64_t n, int64_t cols,
-                      int64_t ldy, int64_t r0, int64_t r1) {
-  for (int64_t t = 0; t < n; t += 4) {
-    const int64_t nt = std::min<int64_t>(4, n - t);
-    const float* x = X + t * cols;
-    float* y = Y + t * ldy;
-    for (int64_t r = r0; r < r1; r += 2) {
-      const float* w0 = W + r * cols;
-      const bool two = r + 1 < r1;
-      const float* w1 = two ? w0 + cols : w0;
-      switch (nt) {
-        case 1: ip_f32<1>(w0, w1, x, cols, y + r, ldy, two); break;
-        case 2: ip_f32<2>(w0, w1, x, cols, y + r, ldy, two); break;
-        case 3: ip_f32<3>(w0, w1, x, cols, y + r, ldy, two); break;
-        default: ip_f32<4>(w0, w1, x, cols, y + r, ldy, two); break;
-      }
-    }
+template <class Fmt>
+void matmul_any(const typename Fmt::T* W, const float* X, float* Y, int64_t n, int64_t cols,
+                int64_t ldy, int64_t r0, int64_t r1) {
+  if (n <= 0 || r1 <= r0) return;
+  if (n < kSmallN) {
+    matmul_small<Fmt>(W, X, Y, n, cols, ldy, r0, r1);
+  } else {
+    matmul_packed<Fmt>(W, X, Y, n, cols, ldy, r0, r1);
   }
 }
 
@@ -240,22 +197,17 @@ void matmul_small_f32(const float* W, const float* X, float* Y, int64_t n, int64
 
 void matmul_f32(const float* W, const float* X, float* Y, int64_t n, int64_t cols, int64_t ldy,
                 int64_t r0, int64_t r1) {
-  if (n <= 0 || r1 <= r0) return;
-  if (n < kSmallN) {
-    matmul_small_f32(W, X, Y, n, cols, ldy, r0, r1);
-  } else {
-    matmul_packed(W, X, Y, n, cols, ldy, r0, r1);
-  }
+  matmul_any<F32Weights>(W, X, Y, n, cols, ldy, r0, r1);
 }
 
 void matmul_bf16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
                  int64_t ldy, int64_t r0, int64_t r1) {
-  if (n <= 0 || r1 <= r0) return;
-  if (n < kSmallN) {
-    matmul_small_bf16(W, X, Y, n, cols, ldy, r0, r1);
-  } else {
-    matmul_packed(W, X, Y, n, cols, ldy, r0, r1);
-  }
+  matmul_any<Bf16Weights>(W, X, Y, n, cols, ldy, r0, r1);
+}
+
+void matmul_f16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
+                int64_t ldy, int64_t r0, int64_t r1) {
+  matmul_any<F16Weights>(W, X, Y, n, cols, ldy, r0, r1);
 }
 
 }  // namespace lr::cpu

@@ -4,7 +4,10 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
+
+#include "core/half.h"
 
 namespace lr::cpu::detail {
 
@@ -29,6 +32,60 @@ inline __m256 load_bf16x8(const uint16_t* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
+
+// 8 IEEE binary16 values -> 8 f32 (exact, subnormals included; F16C).
+inline __m256 load_f16x8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// Mask whose first k lanes (0 <= k <= 8) are set, for maskload / maskstore.
+inline __m256i tail_mask(int64_t k) {
+  alignas(32) static const int32_t bits[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
+                                               0,  0,  0,  0,  0,  0,  0,  0};
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits + 8 - k));
+}
+
+// The first k (0 <= k < 8) 16-bit values at p, zero-padded to 8, through a
+// stack buffer (AVX2 has no 16-bit masked load). Reads only p[0..k).
+inline __m128i load_u16_partial(const uint16_t* p, int64_t k) {
+  alignas(16) uint16_t buf[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::memcpy(buf, p, size_t(k) * sizeof(uint16_t));
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(buf));
+}
+
+// Weight formats. Kernels written once against these traits differ only in
+// how weights are read as f32:
+//   load8(p)           8 weights p[0..8) as f32
+//   load_partial(p, k) p[0..k) as f32 (k < 8), the other lanes 0; reads
+//                      nothing past p + k
+//   scalar(v)          one weight as f32
+struct F32Weights {
+  using T = float;
+  static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+  static __m256 load_partial(const float* p, int64_t k) {
+    return _mm256_maskload_ps(p, tail_mask(k));
+  }
+  static float scalar(float v) { return v; }
+};
+
+struct Bf16Weights {
+  using T = uint16_t;
+  static __m256 load8(const uint16_t* p) { return load_bf16x8(p); }
+  static __m256 load_partial(const uint16_t* p, int64_t k) {
+    const __m256i u = _mm256_cvtepu16_epi32(load_u16_partial(p, k));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+  }
+  static float scalar(uint16_t v) { return bf16_to_f32(v); }
+};
+
+struct F16Weights {
+  using T = uint16_t;
+  static __m256 load8(const uint16_t* p) { return load_f16x8(p); }
+  static __m256 load_partial(const uint16_t* p, int64_t k) {
+    return _mm256_cvtph_ps(load_u16_partial(p, k));
+  }
+  static float scalar(uint16_t v) { return f16_to_f32(v); }
+};
 
 // A 256-bit load of 16 bf16 holds, in 32-bit lane i, elements 2i (low half)
 // and 2i+1 (high half). These give them as f32 without any shuffle.
@@ -55,13 +112,6 @@ inline void deinterleave16(const float* x, float* out) {
 inline void deinterleave_rows(const float* X, int64_t ldx, int64_t n, int64_t cmain, float* out) {
   for (int64_t t = 0; t < n; ++t)
     for (int64_t c = 0; c < cmain; c += 16) deinterleave16(X + t * ldx + c, out + t * cmain + c);
-}
-
-// Mask whose first k lanes (0 <= k <= 8) are set, for maskload / maskstore.
-inline __m256i tail_mask(int64_t k) {
-  alignas(32) static const int32_t bits[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
-                                               0,  0,  0,  0,  0,  0,  0,  0};
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits + 8 - k));
 }
 
 // 8x8 transpose of r[0..8) in place.

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs the test suite of a build directory (default: build/), building it first
+# if needed. The default-model tests run when the model is cached
+# (scripts/fetch-model.sh) and are skipped otherwise.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:-build}
+if [[ ! -f "$dir/CMakeCache.txt" ]]; then
+  scripts/install-deps.sh
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release
+fi
+cmake --build "$dir" -j"$(nproc)"
+ctest --test-dir "$dir" --output-on-failure -j"$(nproc)"

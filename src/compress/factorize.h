@@ -1,0 +1,103 @@
+// Low-rank factorization of linear-layer weights.
+//
+// A linear layer is y = W x with W [m = out, n = in] row-major float. Its
+// rank-r replacement is W ~= out * in with in [r, n] applied first and
+// out [m, r] second; both factors carry sqrt of the singular values.
+//
+// Methods:
+//  * svd_factorize     plain truncated SVD (minimizes ||W - W'||_F);
+//  * whiten_factorize  SVD-LLM v1 "whitening": minimizes ||(W - W') X^T||_F
+//                      over calibration inputs X, given G = X^T X (sum of x x^T);
+//  * shared_factorize  Basis Sharing: g matrices with the same input share one
+//                      in-basis [k, n]; each keeps a private out factor [m_i, k].
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compress/linalg.h"
+
+namespace lr::compress {
+
+// Dense row-major matrix of floats: element (i, j) is a[i * cols + j].
+struct MatF {
+  int64_t rows = 0, cols = 0;
+  std::vector<float> a;
+
+  MatF() = default;
+  MatF(int64_t r, int64_t c) : rows(r), cols(c), a(static_cast<size_t>(r * c), 0.0f) {}
+
+  float& operator()(int64_t i, int64_t j) { return a[static_cast<size_t>(i * cols + j)]; }
+  float operator()(int64_t i, int64_t j) const { return a[static_cast<size_t>(i * cols + j)]; }
+  float* data() { return a.data(); }
+  const float* data() const { return a.data(); }
+};
+
+// Rank that makes a rank-r pair cost keep * (dense parameter count):
+// r * (m + n) <= keep * m * n, i.e. r = floor(keep * m * n / (m + n)) computed
+// in double in the order m * n * keep / (m + n) (SVD-LLM's formula), clamped
+// to [1, min(m, n)]. Note keep = 1.0 means "as many parameters as the dense
+// matrix", r = m n / (m + n), which is NOT full rank (576 x 576 -> 288).
+// keep outside (0, 1] (or NaN), m < 1 or n < 1 -> lr::Error.
+int64_t rank_for_keep(double keep, int64_t m, int64_t n);
+
+// Basis Sharing rank for g matrices [m, n] sharing one in-basis [k, n] plus g
+// private out factors [m, k]: the largest k with k * n + g * m * k <= keep * g * m * n,
+// k = floor(n * m * g * keep / (n + g * m)), clamped to [1, min(n, g * m)].
+// g = 1 gives rank_for_keep. Same errors as rank_for_keep, plus g < 1.
+int64_t shared_rank_for_keep(double keep, int64_t m, int64_t n, int g);
+
+struct Factors {
+  MatF out;  // [m, r] = U_r sqrt(S_r)
+  MatF in;   // [r, n] = sqrt(S_r) Vt_r (times S^{-1} when whitened)
+};
+
+// How the whitening matrix was obtained.
+struct WhitenReport {
+  double lambda = 0.0;     // ridge added: lambda * mean(diag(gram)) * I; 0 = none
+  bool fell_back = false;  // true: whitening was impossible, plain SVD was used
+  std::string note;        // human-readable account (empty when gram was used as is)
+};
+
+// Plain truncated SVD of W [m, n] at rank r in [1, min(m, n)].
+// Errors (lr::Error): bad shape or rank, non-finite value in W (named with its
+// position), non-finite factors.
+Factors svd_factorize(const float* W, int64_t m, int64_t n, int64_t r);
+
+// SVD-LLM v1 closed form. gram [n, n] = sum over calibration tokens of x x^T
+// (symmetric; only its lower triangle is read). With S = chol(gram) (lower):
+// W S = U Sigma Vt, out = U_r sqrt(Sigma_r), in = sqrt(Sigma_r) Vt_r S^{-1}
+// (a triangular solve). This minimizes ||(W - out in) X^T||_F over rank r.
+//
+// If gram is not numerically positive definite (dpotrf fails, or its 1-norm
+// reciprocal condition estimate is below 1e-12), lambda * mean(diag(gram)) * I
+// is added with lambda = 1e-6, 1e-5, ..., 1e-1 until it is. If that never
+// works, or gram is all zero, it falls back to plain SVD (rep->fell_back).
+// An empty (0 x 0) gram means "no calibration data": plain SVD, not a fallback.
+// gram of the wrong shape or with a non-finite entry -> lr::Error.
+Factors whiten_factorize(const float* W, int64_t m, int64_t n, const MatD& gram, int64_t r,
+                         WhitenReport* rep = nullptr);
+
+struct SharedFactors {
+  MatF basis;              // [k, n], shared by every matrix of the group
+  std::vector<MatF> outs;  // outs[i] = [ms[i], k]; W_i ~= outs[i] * basis
+};
+
+// Basis Sharing joint decomposition of g = Ws.size() matrices W_i [ms[i], n]
+// that read the same input. The stack [W_1; ...; W_g] ([sum m_i, n]) is
+// whitened with S = chol(gram), where gram is the sum of the group's input
+// Grams (the caller sums them): W_cat S = U Sigma Vt, basis = sqrt(Sigma_k) Vt_k S^{-1},
+// outs[i] = the rows of U_k sqrt(Sigma_k) that belong to W_i.
+// k in [1, min(n, sum m_i)]. Regularisation, fallback and the empty-gram case
+// are as in whiten_factorize (empty gram = plain joint SVD).
+SharedFactors shared_factorize(const std::vector<const float*>& Ws, const std::vector<int64_t>& ms,
+                               int64_t n, const MatD& gram, int64_t k, WhitenReport* rep = nullptr);
+
+// ||(W - f.out * f.in) X^T||_F for W [m, n] (m = f.out.rows, n = f.in.cols)
+// and X [tokens, n] row-major, computed in double. Factor shapes that do not
+// chain -> lr::Error.
+double activation_error(const float* W, const Factors& f, const float* X, int64_t tokens);
+
+}  // namespace lr::compress
