@@ -27,5 +27,6 @@ using Runner = std::function<int()>;
 Runner add_run_command(CLI::App& app);
 Runner add_perplexity_command(CLI::App& app);
 Runner add_inspect_command(CLI::App& app);
+Runner add_compress_command(CLI::App& app);
 
 }  // namespace lr::cli

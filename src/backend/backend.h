@@ -10,9 +10,25 @@
 
 namespace lr {
 
+// Where a block's linear maps read their input: the compressor observes these
+// activations to whiten its factorizations.
+enum class Site {
+  AttnIn,   // rms_norm(x) before q, k, v      [n, dim]
+  AttnOut,  // attention output before o        [n, q_dim]
+  MlpIn,    // rms_norm(x) before gate, up      [n, dim]
+  MlpMid,   // silu(gate) * up before down      [n, ffn_dim]
+};
+
+class ActivationObserver {
+ public:
+  virtual ~ActivationObserver() = default;
+  virtual void observe(int layer, Site site, const float* X, int n_tokens, int dim) = 0;
+};
+
 struct BackendOptions {
   int ctx = 2048;     // KV cache capacity in tokens (preallocated)
   int n_threads = 1;  // CPU threads (fast CPU backend only)
+  ActivationObserver* observer = nullptr;  // fast CPU backend: sees every linear input
 };
 
 class Backend {

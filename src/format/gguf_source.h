@@ -17,6 +17,10 @@ class GgufSource final : public TensorSource {
     if (!t) return std::nullopt;
     return TensorView{t->dtype, t->shape, t->data, t->nbytes};
   }
+  std::vector<int64_t> int_array(const std::string& key) const override {
+    if (!file_->has(key)) return {};
+    return file_->get_ints(key);
+  }
 
  private:
   std::shared_ptr<const gguf::File> file_;

@@ -1,6 +1,7 @@
 #include "model/load.h"
 
 #include <cstdlib>
+#include <map>
 #include <vector>
 
 #include "core/error.h"
@@ -40,6 +41,50 @@ void fill_matrix(Matrix& m, const TensorView& t, bool permute_rope, int head_dim
 
 }  // namespace
 
+namespace {
+
+std::string shape_str(const std::vector<uint64_t>& ggml_shape) {
+  std::string got;
+  for (size_t i = ggml_shape.size(); i-- > 0;) got += fmt::format("{}{}", ggml_shape[i], i ? ", " : "");
+  return "[" + got + "]";
+}
+
+// A 2-D tensor [rows, cols] (GGML shape {cols, rows}); rows == -1 accepts any.
+TensorView require_matrix(const TensorSource& src, const std::string& name, int64_t rows,
+                          int64_t cols, const char* what) {
+  std::optional<TensorView> t = src.find(name);
+  if (!t) fail("{}: missing tensor '{}'", src.path(), name);
+  bool ok = t->shape.size() == 2 && int64_t(t->shape[0]) == cols &&
+            (rows < 0 || int64_t(t->shape[1]) == rows) && t->shape[1] > 0;
+  if (!ok)
+    fail("{}: tensor '{}' has shape {}, expected [{}, {}] ({})", src.path(), name,
+         shape_str(t->shape), rows < 0 ? std::string("rank") : std::to_string(rows), cols, what);
+  return *t;
+}
+
+Matrix read_matrix(const TensorView& t, DType wtype, bool permute_rope, int head_dim) {
+  Matrix m = Matrix::allocate(wtype, int64_t(t.shape[1]), int64_t(t.shape[0]));
+  fill_matrix(m, t, permute_rope, head_dim);
+  return m;
+}
+
+}  // namespace
+
+std::string lowrank_in_name(const WeightSpec& spec, int layer) {
+  return spec.per_layer ? fmt::format("blk.{}.{}.lr_in", layer, spec.kind)
+                        : fmt::format("{}.lr_in", spec.kind);
+}
+std::string lowrank_out_name(const WeightSpec& spec, int layer) {
+  return spec.per_layer ? fmt::format("blk.{}.{}.lr_out", layer, spec.kind)
+                        : fmt::format("{}.lr_out", spec.kind);
+}
+std::string shared_basis_name(const WeightSpec& spec, int group) {
+  return fmt::format("shared.{}.{}.lr_in", group, spec.kind);
+}
+std::string shared_map_key(const WeightSpec& spec) {
+  return fmt::format("lowrank.shared.{}", spec.kind);
+}
+
 std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& src, Naming naming,
                                       DType wtype) {
   if (wtype != DType::F32 && wtype != DType::F16 && wtype != DType::BF16)
@@ -48,34 +93,72 @@ std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& 
   w->cfg = cfg_in;
   w->wtype = wtype;
   w->layers.resize(size_t(cfg_in.n_layers));
-  const std::string out_name = tensor_name(kWeightTable[2], naming, 0);
-  w->cfg.tied_output = !src.find(out_name).has_value();
+  const WeightSpec& out_spec = weight_spec(Slot::Output);
+  w->cfg.tied_output = !src.find(tensor_name(out_spec, naming, 0)).has_value() &&
+                       !(naming == Naming::Gguf && src.find(lowrank_out_name(out_spec, 0)));
   const Config& cfg = w->cfg;
+  std::map<std::string, Matrix> shared;  // shared bases by tensor name, loaded once
 
   for (const WeightSpec& spec : kWeightTable) {
     int n = spec.per_layer ? cfg.n_layers : 1;
+    std::vector<int64_t> groups =
+        naming == Naming::Gguf && spec.is_linear() ? src.int_array(shared_map_key(spec))
+                                                  : std::vector<int64_t>{};
+    if (!groups.empty() && int64_t(groups.size()) != n)
+      fail("{}: metadata '{}' has {} entries, expected {} (one per layer)", src.path(),
+           shared_map_key(spec), groups.size(), n);
     for (int layer = 0; layer < n; ++layer) {
-      if (spec.slot == Slot::Output && cfg.tied_output) {
-        w->output = w->tok_embd;  // shared storage
+      auto [rows, cols] = slot_shape(cfg, spec.slot);
+      std::string name = tensor_name(spec, naming, layer);
+      if (!spec.is_linear()) {
+        std::optional<TensorView> t = src.find(name);
+        if (!t) fail("{}: missing tensor '{}'", src.path(), name);
+        bool ok = spec.is_norm ? (t->shape.size() == 1 && int64_t(t->shape[0]) == cols)
+                               : (t->shape.size() == 2 && int64_t(t->shape[0]) == cols &&
+                                  int64_t(t->shape[1]) == rows);
+        if (!ok)
+          fail("{}: tensor '{}' has shape {}, expected [{}, {}] ([out, in])", src.path(), name,
+               shape_str(t->shape), rows, cols);
+        Matrix& m = slot_matrix(*w, spec.slot, layer);
+        m = Matrix::allocate(spec.is_norm ? DType::F32 : wtype, rows, cols);
+        fill_matrix(m, *t, false, cfg.head_dim);
         continue;
       }
-      std::string name = tensor_name(spec, naming, layer);
-      std::optional<TensorView> t = src.find(name);
-      if (!t) fail("{}: missing tensor '{}'", src.path(), name);
-      auto [rows, cols] = slot_shape(cfg, spec.slot);
-      bool shape_ok = spec.is_norm ? (t->shape.size() == 1 && int64_t(t->shape[0]) == cols)
-                                   : (t->shape.size() == 2 && int64_t(t->shape[0]) == cols &&
-                                      int64_t(t->shape[1]) == rows);
-      if (!shape_ok) {
-        std::string got;
-        for (size_t i = t->shape.size(); i-- > 0;) got += fmt::format("{}{}", t->shape[i], i ? ", " : "");
-        fail("{}: tensor '{}' has shape [{}], expected [{}, {}] ([out, in])", src.path(), name, got,
-             rows, cols);
+      Linear& lin = slot_linear(*w, spec.slot, layer);
+      if (spec.slot == Slot::Output && cfg.tied_output) {
+        lin.w = w->tok_embd;  // shared storage
+        continue;
       }
-      Matrix& m = slot_matrix(*w, spec.slot, layer);
-      m = Matrix::allocate(spec.is_norm ? DType::F32 : wtype, rows, cols);
       bool permute = naming == Naming::HuggingFace && (spec.slot == Slot::Q || spec.slot == Slot::K);
-      fill_matrix(m, *t, permute, cfg.head_dim);
+      bool has_dense = src.find(name).has_value();
+      bool has_lowrank = naming == Naming::Gguf && src.find(lowrank_out_name(spec, layer));
+      if (has_dense || !has_lowrank) {
+        lin.w = read_matrix(require_matrix(src, name, rows, cols, "[out, in]"), wtype, permute,
+                            cfg.head_dim);
+        continue;
+      }
+      // Low-rank: U [out, r] and V [r, in] (private or a shared basis).
+      std::string out_name = lowrank_out_name(spec, layer);
+      std::optional<TensorView> ut = src.find(out_name);
+      if (!ut || ut->shape.size() != 2 || int64_t(ut->shape[1]) != rows || ut->shape[0] == 0)
+        fail("{}: tensor '{}' has shape {}, expected [{}, rank] (low-rank output factor)",
+             src.path(), out_name, ut ? shape_str(ut->shape) : "none", rows);
+      int64_t rank = int64_t(ut->shape[0]);
+      if (rank > std::min(rows, cols))
+        fail("{}: tensor '{}' has rank {}, more than min(out, in) = {}", src.path(), out_name, rank,
+             std::min(rows, cols));
+      std::string in_name = lowrank_in_name(spec, layer);
+      bool is_shared = !groups.empty() && groups[size_t(layer)] >= 0;
+      if (is_shared) in_name = shared_basis_name(spec, int(groups[size_t(layer)]));
+      TensorView vt = require_matrix(src, in_name, rank, cols, "low-rank input factor [rank, in]");
+      lin.u = read_matrix(*ut, wtype, false, cfg.head_dim);
+      if (is_shared) {
+        auto it = shared.find(in_name);
+        if (it == shared.end()) it = shared.emplace(in_name, read_matrix(vt, wtype, false, cfg.head_dim)).first;
+        lin.v = it->second;
+      } else {
+        lin.v = read_matrix(vt, wtype, false, cfg.head_dim);
+      }
     }
   }
   return w;

@@ -18,6 +18,15 @@ enum class Naming { Gguf, HuggingFace };
 std::shared_ptr<Weights> load_weights(const Config& cfg, const TensorSource& src, Naming naming,
                                       DType wtype);
 
+// GGUF names of low-rank tensors (docs/lowrank-gguf.md): blk.N.<kind>.lr_in
+// [rank, in], blk.N.<kind>.lr_out [out, rank]; a shared input basis is
+// shared.G.<kind>.lr_in, and metadata lowrank.shared.<kind> (one int per layer,
+// -1 = private) says which group each layer uses.
+std::string lowrank_in_name(const WeightSpec& spec, int layer);
+std::string lowrank_out_name(const WeightSpec& spec, int layer);
+std::string shared_basis_name(const WeightSpec& spec, int group);
+std::string shared_map_key(const WeightSpec& spec);
+
 // Where the default model lives: $LOWRANK_MODEL if set, else
 // ${XDG_CACHE_HOME:-~/.cache}/lowrank/models/SmolLM2-135M-Instruct.Q4_1.gguf.
 std::string default_model_path();

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <set>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/half.h"
@@ -72,36 +74,92 @@ std::pair<int64_t, int64_t> slot_shape(const Config& c, Slot s) {
 }
 
 namespace {
+template <typename W, typename L>
+L& linear_ref(W& w, Slot s, int layer);
+
 template <typename W, typename M>
-M& slot_ref(W& w, Slot s, int layer) {
+M& matrix_ref(W& w, Slot s, int layer) {
   switch (s) {
     case Slot::TokEmbd: return w.tok_embd;
     case Slot::OutNorm: return w.out_norm;
-    case Slot::Output: return w.output;
+    case Slot::AttnNorm: LR_ASSERT(size_t(layer) < w.layers.size()); return w.layers[size_t(layer)].attn_norm;
+    case Slot::FfnNorm: LR_ASSERT(size_t(layer) < w.layers.size()); return w.layers[size_t(layer)].ffn_norm;
     default: break;
   }
+  return linear_ref<W, std::conditional_t<std::is_const_v<W>, const Linear, Linear>>(w, s, layer).w;
+}
+
+template <typename W, typename L>
+L& linear_ref(W& w, Slot s, int layer) {
+  if (s == Slot::Output) return w.output;
   LR_ASSERT(layer >= 0 && size_t(layer) < w.layers.size());
   auto& l = w.layers[size_t(layer)];
   switch (s) {
-    case Slot::AttnNorm: return l.attn_norm;
-    case Slot::Q: return l.q.w;
-    case Slot::K: return l.k.w;
-    case Slot::V: return l.v.w;
-    case Slot::O: return l.o.w;
-    case Slot::FfnNorm: return l.ffn_norm;
-    case Slot::Gate: return l.gate.w;
-    case Slot::Up: return l.up.w;
-    case Slot::Down: return l.down.w;
+    case Slot::Q: return l.q;
+    case Slot::K: return l.k;
+    case Slot::V: return l.v;
+    case Slot::O: return l.o;
+    case Slot::Gate: return l.gate;
+    case Slot::Up: return l.up;
+    case Slot::Down: return l.down;
     default: break;
   }
-  LR_ASSERT(false);
-  return w.tok_embd;
+  LR_ASSERT(false && "slot is not a linear map");
+  return w.output;
 }
 }  // namespace
 
-Matrix& slot_matrix(Weights& w, Slot s, int layer) { return slot_ref<Weights, Matrix>(w, s, layer); }
+Matrix& slot_matrix(Weights& w, Slot s, int layer) { return matrix_ref<Weights, Matrix>(w, s, layer); }
 const Matrix& slot_matrix(const Weights& w, Slot s, int layer) {
-  return slot_ref<const Weights, const Matrix>(w, s, layer);
+  return matrix_ref<const Weights, const Matrix>(w, s, layer);
+}
+Linear& slot_linear(Weights& w, Slot s, int layer) { return linear_ref<Weights, Linear>(w, s, layer); }
+const Linear& slot_linear(const Weights& w, Slot s, int layer) {
+  return linear_ref<const Weights, const Linear>(w, s, layer);
+}
+
+const WeightSpec& weight_spec(Slot s) {
+  for (const WeightSpec& spec : kWeightTable)
+    if (spec.slot == s) return spec;
+  LR_ASSERT(false);
+  return kWeightTable[0];
+}
+
+namespace {
+// Calls f(matrix) for every matrix of the model, once per distinct allocation.
+template <typename F>
+void for_each_distinct(const Weights& w, F&& f) {
+  std::set<const uint8_t*> seen;
+  auto visit = [&](const Matrix& m) {
+    if (m.rows == 0 || !seen.insert(m.data.get()).second) return;
+    f(m);
+  };
+  for (const WeightSpec& spec : kWeightTable) {
+    int n = spec.per_layer ? w.cfg.n_layers : 1;
+    for (int l = 0; l < n; ++l) {
+      if (!spec.is_linear()) {
+        visit(slot_matrix(w, spec.slot, l));
+        continue;
+      }
+      const Linear& lin = slot_linear(w, spec.slot, l);
+      visit(lin.w);
+      visit(lin.v);
+      visit(lin.u);
+    }
+  }
+}
+}  // namespace
+
+uint64_t Weights::bytes() const {
+  uint64_t total = 0;
+  for_each_distinct(*this, [&](const Matrix& m) { total += m.bytes(); });
+  return total;
+}
+
+uint64_t Weights::parameters() const {
+  uint64_t total = 0;
+  for_each_distinct(*this, [&](const Matrix& m) { total += uint64_t(m.rows) * uint64_t(m.cols); });
+  return total;
 }
 
 uint64_t weights_bytes(const Config& c, DType wtype) {

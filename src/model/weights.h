@@ -32,9 +32,19 @@ struct Matrix {
   void row_to_f32(int64_t r, float* out) const;
 };
 
-// A linear map y = W x with W [out, in].
+// A linear map y = W x, W [out, in], stored either dense or as low-rank
+// factors W ~ U V with V [rank, in] applied first and U [out, rank]. Ranks may
+// differ per matrix; V may be the same object in several layers (a shared
+// input-side basis), loaded and counted once.
 struct Linear {
-  Matrix w;  // [out, in]
+  Matrix w;  // dense [out, in]; empty when low-rank
+  Matrix v;  // low-rank input factor [rank, in]
+  Matrix u;  // low-rank output factor [out, rank]
+
+  bool low_rank() const { return v.rows > 0; }
+  int64_t rank() const { return v.rows; }
+  int64_t out_dim() const { return low_rank() ? u.rows : w.rows; }
+  int64_t in_dim() const { return low_rank() ? v.cols : w.cols; }
 };
 
 struct Layer {
@@ -54,8 +64,13 @@ struct Weights {
   DType wtype = DType::F32;  // type of every matrix except the norms (always F32): F32, F16 or BF16
   Matrix tok_embd;           // [vocab, dim]
   Matrix out_norm;           // [1, dim] f32
-  Matrix output;             // [vocab, dim]; same storage as tok_embd when cfg.tied_output
+  Linear output;             // [vocab, dim]; output.w shares tok_embd's storage when cfg.tied_output
   std::vector<Layer> layers;
+
+  // Bytes of all distinct allocations (shared bases and tied embeddings once).
+  uint64_t bytes() const;
+  // Parameters of all distinct matrices (shared bases and tied embeddings once).
+  uint64_t parameters() const;
 };
 
 // --- the weight table -------------------------------------------------------
@@ -68,32 +83,49 @@ struct WeightSpec {
   bool is_norm;     // 1-D, kept in f32
   const char* gguf; // GGUF tensor name; "{}" is the layer index
   const char* hf;   // HuggingFace safetensors name
+  const char* kind; // short name of the matrix type ("attn_q", ...), used by low-rank names
+
+  // A linear map (Q..Down, Output), which may be stored low-rank.
+  bool is_linear() const { return !is_norm && slot != Slot::TokEmbd; }
 };
 
 inline constexpr WeightSpec kWeightTable[] = {
-    {Slot::TokEmbd, false, false, "token_embd.weight", "model.embed_tokens.weight"},
-    {Slot::OutNorm, false, true, "output_norm.weight", "model.norm.weight"},
-    {Slot::Output, false, false, "output.weight", "lm_head.weight"},
-    {Slot::AttnNorm, true, true, "blk.{}.attn_norm.weight", "model.layers.{}.input_layernorm.weight"},
-    {Slot::Q, true, false, "blk.{}.attn_q.weight", "model.layers.{}.self_attn.q_proj.weight"},
-    {Slot::K, true, false, "blk.{}.attn_k.weight", "model.layers.{}.self_attn.k_proj.weight"},
-    {Slot::V, true, false, "blk.{}.attn_v.weight", "model.layers.{}.self_attn.v_proj.weight"},
-    {Slot::O, true, false, "blk.{}.attn_output.weight", "model.layers.{}.self_attn.o_proj.weight"},
+    {Slot::TokEmbd, false, false, "token_embd.weight", "model.embed_tokens.weight", "token_embd"},
+    {Slot::OutNorm, false, true, "output_norm.weight", "model.norm.weight", "output_norm"},
+    {Slot::Output, false, false, "output.weight", "lm_head.weight", "output"},
+    {Slot::AttnNorm, true, true, "blk.{}.attn_norm.weight", "model.layers.{}.input_layernorm.weight",
+     "attn_norm"},
+    {Slot::Q, true, false, "blk.{}.attn_q.weight", "model.layers.{}.self_attn.q_proj.weight",
+     "attn_q"},
+    {Slot::K, true, false, "blk.{}.attn_k.weight", "model.layers.{}.self_attn.k_proj.weight",
+     "attn_k"},
+    {Slot::V, true, false, "blk.{}.attn_v.weight", "model.layers.{}.self_attn.v_proj.weight",
+     "attn_v"},
+    {Slot::O, true, false, "blk.{}.attn_output.weight", "model.layers.{}.self_attn.o_proj.weight",
+     "attn_output"},
     {Slot::FfnNorm, true, true, "blk.{}.ffn_norm.weight",
-     "model.layers.{}.post_attention_layernorm.weight"},
-    {Slot::Gate, true, false, "blk.{}.ffn_gate.weight", "model.layers.{}.mlp.gate_proj.weight"},
-    {Slot::Up, true, false, "blk.{}.ffn_up.weight", "model.layers.{}.mlp.up_proj.weight"},
-    {Slot::Down, true, false, "blk.{}.ffn_down.weight", "model.layers.{}.mlp.down_proj.weight"},
+     "model.layers.{}.post_attention_layernorm.weight", "ffn_norm"},
+    {Slot::Gate, true, false, "blk.{}.ffn_gate.weight", "model.layers.{}.mlp.gate_proj.weight",
+     "ffn_gate"},
+    {Slot::Up, true, false, "blk.{}.ffn_up.weight", "model.layers.{}.mlp.up_proj.weight", "ffn_up"},
+    {Slot::Down, true, false, "blk.{}.ffn_down.weight", "model.layers.{}.mlp.down_proj.weight",
+     "ffn_down"},
 };
 
 // Expected [rows, cols] of a slot (norms: [1, dim]).
 std::pair<int64_t, int64_t> slot_shape(const Config& c, Slot s);
-// The matrix a table entry fills.
+// The matrix a table entry fills: the embedding, a norm, or a linear map's
+// dense W (empty when that map is low-rank).
 Matrix& slot_matrix(Weights& w, Slot s, int layer);
 const Matrix& slot_matrix(const Weights& w, Slot s, int layer);
-// Bytes the weights take in memory with matrices of type `wtype`.
+// The linear map a linear table entry fills (Q..Down, Output).
+Linear& slot_linear(Weights& w, Slot s, int layer);
+const Linear& slot_linear(const Weights& w, Slot s, int layer);
+// The table entry of a slot.
+const WeightSpec& weight_spec(Slot s);
+// Bytes a dense model of config `c` takes in memory with matrices of type `wtype`.
 uint64_t weights_bytes(const Config& c, DType wtype);
-// Parameter count (tied output counted once).
+// Parameter count of the dense model (tied output counted once).
 uint64_t parameter_count(const Config& c);
 
 }  // namespace lr

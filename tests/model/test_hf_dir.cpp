@@ -242,8 +242,8 @@ void expect_identical(const Weights& a, const Weights& b, const Spec& s) {
     }
   }
   if (s.tied) {
-    EXPECT_EQ(a.output.data, a.tok_embd.data);
-    EXPECT_EQ(b.output.data, b.tok_embd.data);
+    EXPECT_EQ(a.output.w.data, a.tok_embd.data);
+    EXPECT_EQ(b.output.w.data, b.tok_embd.data);
   }
 }
 

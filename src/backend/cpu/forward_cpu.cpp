@@ -36,6 +36,13 @@ class CpuBackend final : public Backend {
     g_.resize(b * c.ffn_dim);
     u_.resize(b * c.ffn_dim);
     scores_.resize(size_t(pool_.size()) * size_t(ctx_));
+    int64_t max_rank = 0;
+    for (const Layer& l : weights_->layers)
+      for (const Linear* lin : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+        max_rank = std::max(max_rank, lin->rank());
+    max_rank = std::max(max_rank, weights_->output.rank());
+    lr_tmp_.resize(b * size_t(std::max<int64_t>(max_rank, 1)));
+    observer_ = opt.observer;
     // RoPE table: angle(pos, i) = pos / factor * theta^(-2i/head_dim).
     int half = c.head_dim / 2;
     rope_cos_.resize(size_t(ctx_) * half);
@@ -67,9 +74,16 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // Y = W X for a dense map, Y = U (V X) for low-rank factors.
+  void linear(const Linear& L, const float* X, float* Y, int n) {
+    if (!L.low_rank()) return matmul(L.w, X, Y, n);
+    matmul(L.v, X, lr_tmp_.data(), n);
+    matmul(L.u, lr_tmp_.data(), Y, n);
+  }
+
   // Y[t, :] = W X[t, :] for t < n, rows split across the pool in blocks of 16
   // (the kernels' register tile height).
-  void linear(const Matrix& W, const float* X, float* Y, int n) {
+  void matmul(const Matrix& W, const float* X, float* Y, int n) {
     const int64_t blocks = (W.rows + 15) / 16;
     pool_.parallel_for(blocks, [&](int64_t b0, int64_t b1) {
       const int64_t r0 = b0 * 16, r1 = std::min(W.rows, b1 * 16);
@@ -113,6 +127,10 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void observe(int layer, Site site, const float* X, int n, int dim) {
+    if (observer_) observer_->observe(layer, site, X, n, dim);
+  }
+
   float* k_at(int layer, int pos) {
     return &k_cache_[(size_t(layer) * ctx_ + size_t(pos)) * weights_->cfg.kv_dim()];
   }
@@ -133,9 +151,10 @@ class CpuBackend final : public Backend {
     const Config& c = weights_->cfg;
     const Layer& L = weights_->layers[size_t(l)];
     rms_norm_rows(x_.data(), L.attn_norm, h_.data(), n);
-    linear(L.q.w, h_.data(), q_.data(), n);
-    linear(L.k.w, h_.data(), k_.data(), n);
-    linear(L.v.w, h_.data(), v_.data(), n);
+    observe(l, Site::AttnIn, h_.data(), n, c.dim);
+    linear(L.q, h_.data(), q_.data(), n);
+    linear(L.k, h_.data(), k_.data(), n);
+    linear(L.v, h_.data(), v_.data(), n);
     for (int t = 0; t < n; ++t) {
       int pos = n_past_ + t;
       rope(&q_[size_t(t) * c.q_dim()], c.n_heads, pos);
@@ -144,7 +163,8 @@ class CpuBackend final : public Backend {
       std::copy_n(&v_[size_t(t) * c.kv_dim()], c.kv_dim(), v_at(l, pos));
     }
     attend(l, n);
-    linear(L.o.w, att_.data(), h_.data(), n);
+    observe(l, Site::AttnOut, att_.data(), n, c.q_dim());
+    linear(L.o, att_.data(), h_.data(), n);
     cpu::add(h_.data(), x_.data(), int64_t(n) * c.dim);
   }
 
@@ -180,10 +200,12 @@ class CpuBackend final : public Backend {
     const Config& c = weights_->cfg;
     const Layer& L = weights_->layers[size_t(l)];
     rms_norm_rows(x_.data(), L.ffn_norm, h_.data(), n);
-    linear(L.gate.w, h_.data(), g_.data(), n);
-    linear(L.up.w, h_.data(), u_.data(), n);
+    observe(l, Site::MlpIn, h_.data(), n, c.dim);
+    linear(L.gate, h_.data(), g_.data(), n);
+    linear(L.up, h_.data(), u_.data(), n);
     cpu::silu_mul(g_.data(), u_.data(), int64_t(n) * c.ffn_dim);
-    linear(L.down.w, g_.data(), h_.data(), n);
+    observe(l, Site::MlpMid, g_.data(), n, c.ffn_dim);
+    linear(L.down, g_.data(), h_.data(), n);
     cpu::add(h_.data(), x_.data(), int64_t(n) * c.dim);
   }
 
@@ -204,6 +226,8 @@ class CpuBackend final : public Backend {
   std::vector<float> k_, v_;                // [batch, kv_dim]
   std::vector<float> g_, u_;                // [batch, ffn_dim]
   std::vector<float> scores_;               // [n_threads, ctx]
+  std::vector<float> lr_tmp_;               // [batch, max rank] low-rank intermediate V x
+  ActivationObserver* observer_ = nullptr;
 };
 
 }  // namespace

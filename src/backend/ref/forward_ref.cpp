@@ -13,7 +13,7 @@ namespace lr {
 namespace {
 
 // Y[t, :] = W X[t, :] for every token t. W [out, in], X [n, in], Y [n, out].
-void linear(const Matrix& W, const float* X, float* Y, int n) {
+void matmul(const Matrix& W, const float* X, float* Y, int n) {
   const float* w = W.f32();
   for (int64_t r = 0; r < W.rows; ++r) {
     const float* wr = w + r * W.cols;
@@ -25,6 +25,14 @@ void linear(const Matrix& W, const float* X, float* Y, int n) {
       Y[int64_t(t) * W.rows + r] = acc;
     }
   }
+}
+
+// Y = W X for a dense W, or Y = U (V X) for low-rank factors.
+void linear(const Linear& L, const float* X, float* Y, int n) {
+  if (!L.low_rank()) return matmul(L.w, X, Y, n);
+  std::vector<float> t(static_cast<size_t>(n) * size_t(L.rank()));
+  matmul(L.v, X, t.data(), n);
+  matmul(L.u, t.data(), Y, n);
 }
 
 void rms_norm(const float* x, const Matrix& w, float* y, int dim, float eps) {
@@ -100,9 +108,9 @@ class ReferenceBackend final : public Backend {
         v(size_t(n) * c.kv_dim()), att(size_t(n) * c.q_dim()), out(size_t(n) * c.dim);
     for (int t = 0; t < n; ++t)
       rms_norm(x + size_t(t) * c.dim, L.attn_norm, &h[size_t(t) * c.dim], c.dim, c.rms_eps);
-    linear(L.q.w, h.data(), q.data(), n);
-    linear(L.k.w, h.data(), k.data(), n);
-    linear(L.v.w, h.data(), v.data(), n);
+    linear(L.q, h.data(), q.data(), n);
+    linear(L.k, h.data(), k.data(), n);
+    linear(L.v, h.data(), v.data(), n);
     for (int t = 0; t < n; ++t) {
       int pos = n_past_ + t;
       rope(&q[size_t(t) * c.q_dim()], c.n_heads, c.head_dim, pos, c);
@@ -111,7 +119,7 @@ class ReferenceBackend final : public Backend {
       std::copy_n(&v[size_t(t) * c.kv_dim()], c.kv_dim(), v_at(l, pos));
     }
     for (int t = 0; t < n; ++t) attend(l, n_past_ + t, &q[size_t(t) * c.q_dim()], &att[size_t(t) * c.q_dim()]);
-    linear(L.o.w, att.data(), out.data(), n);
+    linear(L.o, att.data(), out.data(), n);
     for (size_t i = 0; i < out.size(); ++i) x[i] += out[i];
   }
 
@@ -149,10 +157,10 @@ class ReferenceBackend final : public Backend {
         out(size_t(n) * c.dim);
     for (int t = 0; t < n; ++t)
       rms_norm(x + size_t(t) * c.dim, L.ffn_norm, &h[size_t(t) * c.dim], c.dim, c.rms_eps);
-    linear(L.gate.w, h.data(), g.data(), n);
-    linear(L.up.w, h.data(), u.data(), n);
+    linear(L.gate, h.data(), g.data(), n);
+    linear(L.up, h.data(), u.data(), n);
     for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
-    linear(L.down.w, g.data(), out.data(), n);
+    linear(L.down, g.data(), out.data(), n);
     for (size_t i = 0; i < out.size(); ++i) x[i] += out[i];
   }
 
