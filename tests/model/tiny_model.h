@@ -2,7 +2,9 @@
 // whole model but not a download.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <random>
 #include <string>
@@ -25,11 +27,15 @@ struct TinySpec {
   DType wtype = DType::F32;  // storage type of the matrices in the file
   float rope_theta = 10000.f;
   uint64_t seed = 1;
+  int exact_rank = 0;        // > 0: every block matrix is a product of rank exact_rank
+  bool tokenizer = false;    // add a byte-fallback SentencePiece vocab (vocab becomes 259)
 };
 
 // The GGUF image; `skip` names a tensor to leave out, `arch` overrides the architecture.
-inline std::vector<uint8_t> make_tiny_gguf(const TinySpec& s, const std::string& skip = "",
+inline std::vector<uint8_t> make_tiny_gguf(const TinySpec& spec_in, const std::string& skip = "",
                                            const std::string& arch = "llama") {
+  TinySpec s = spec_in;
+  if (s.tokenizer) s.vocab = 259;
   gguf::Writer w;
   w.set_string("general.architecture", arch);
   w.set_string("general.name", "tiny");
@@ -43,6 +49,23 @@ inline std::vector<uint8_t> make_tiny_gguf(const TinySpec& s, const std::string&
   w.set_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
   w.set_f32(arch + ".rope.freq_base", s.rope_theta);
 
+  if (s.tokenizer) {
+    // <unk>, <s>, </s>, then the 256 byte tokens: every text encodes byte by byte.
+    std::vector<std::string> toks = {"<unk>", "<s>", "</s>"};
+    std::vector<int32_t> types = {2, 3, 3};
+    for (int b = 0; b < 256; ++b) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+      toks.push_back(buf);
+      types.push_back(6);
+    }
+    w.set_string("tokenizer.ggml.model", "llama");
+    w.set_strings("tokenizer.ggml.tokens", toks);
+    w.set_f32s("tokenizer.ggml.scores", std::vector<float>(toks.size(), 0.f));
+    w.set_i32s("tokenizer.ggml.token_type", types);
+    w.set_u32("tokenizer.ggml.bos_token_id", 1);
+    w.set_u32("tokenizer.ggml.eos_token_id", 2);
+  }
   std::mt19937_64 rng(s.seed);
   std::normal_distribution<float> nd(0.f, 1.f);
   auto add = [&](const std::string& name, int64_t rows, int64_t cols, float scale, float offset,
@@ -50,6 +73,20 @@ inline std::vector<uint8_t> make_tiny_gguf(const TinySpec& s, const std::string&
     if (name == skip) return;
     std::vector<float> v(size_t(rows * cols));
     for (float& x : v) x = offset + scale * nd(rng);
+    if (s.exact_rank > 0 && rows > 1 && name.rfind("blk.", 0) == 0) {
+      // W = A B with A [rows, k], B [k, cols], scaled like the full-rank case.
+      int k = s.exact_rank;
+      std::vector<float> a(size_t(rows) * k), b(size_t(k) * cols);
+      for (float& x : a) x = nd(rng);
+      for (float& x : b) x = nd(rng);
+      float norm = scale / std::sqrt(float(k));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+          float acc = 0;
+          for (int j = 0; j < k; ++j) acc += a[size_t(r) * k + j] * b[size_t(j) * cols + c];
+          v[size_t(r * cols + c)] = acc * norm;
+        }
+    }
     std::vector<uint8_t> bytes(*row_bytes(dt, uint64_t(cols)) * uint64_t(rows));
     quantize(dt, v.data(), bytes.data(), rows * cols);
     std::vector<uint64_t> shape = rows == 1 ? std::vector<uint64_t>{uint64_t(cols)}
