@@ -71,7 +71,11 @@ int run(const InspectOptions& o) {
   }
   std::printf("  %zu tensors, %.1f MiB of tensor data\n", f->tensors().size(), double(total) / (1 << 20));
 
-  if (f->get_string("general.architecture", "") != "") {
+  if (f->find_tensor("token_embd.weight") == nullptr) {
+    std::printf("\n(no weights: a vocabulary-only or non-model file)\n");
+    return 0;
+  }
+  {
     Config c = config_from_gguf(*f);
     c.tied_output = f->find_tensor("output.weight") == nullptr;
     std::printf(

@@ -26,15 +26,7 @@ std::vector<int32_t> some_tokens(int n, int vocab, uint64_t seed) {
   return t;
 }
 
-// max |a - b| / max(1, max |b|)
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, m = 1;
-  for (size_t i = 0; i < a.size(); ++i) {
-    d = std::max(d, double(std::fabs(a[i] - b[i])));
-    m = std::max(m, double(std::fabs(b[i])));
-  }
-  return d / m;
-}
+using test::rel_err;
 
 std::vector<float> run_all(Backend& b, const std::vector<int32_t>& toks) {
   std::vector<float> logits(toks.size() * size_t(b.weights().cfg.vocab));

@@ -56,14 +56,7 @@ std::vector<float> logits_of(const std::string& path, ExecPath p, DType wtype,
   return out;
 }
 
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, m = 1;
-  for (size_t i = 0; i < a.size(); ++i) {
-    d = std::max(d, double(std::fabs(a[i] - b[i])));
-    m = std::max(m, double(std::fabs(b[i])));
-  }
-  return d / m;
-}
+using test::rel_err;
 
 const std::vector<int32_t> kToks = {1, 80, 120, 33, 201, 7, 99, 150, 3, 42, 250, 17};
 

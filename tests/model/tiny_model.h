@@ -2,6 +2,7 @@
 // whole model but not a download.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -111,6 +112,16 @@ inline std::vector<uint8_t> make_tiny_gguf(const TinySpec& spec_in, const std::s
     add(n("ffn_down"), s.dim, s.ffn_dim, 1.f / std::sqrt(float(s.ffn_dim)), 0.f, s.wtype);
   }
   return w.to_bytes();
+}
+
+// max |a - b| / max(1, max |b|)
+inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0, m = 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    d = std::max(d, double(std::fabs(a[i] - b[i])));
+    m = std::max(m, double(std::fabs(b[i])));
+  }
+  return d / m;
 }
 
 inline std::shared_ptr<gguf::File> make_tiny_file(const TinySpec& s) {
