@@ -78,14 +78,18 @@ int run(const InspectOptions& o) {
   {
     Config c = config_from_gguf(*f);
     c.tied_output = f->find_tensor("output.weight") == nullptr;
+    uint64_t params = 0;
+    for (const auto& t : f->tensors()) params += t.elements();
+    bool low_rank = f->has("lowrank.format_version");
     std::printf(
         "\nmodel: %d layers, dim %d, ffn %d, heads %d (kv %d) x %d, vocab %d, ctx_train %d, "
-        "rope theta %g, %s output\nparameters: %.1f M; in memory: %.1f MiB as bf16 (fast path), "
-        "%.1f MiB as f32 (reference)\n",
+        "rope theta %g, %s output%s\nparameters: %.1f M (dense equivalent %.1f M); in memory: "
+        "~%.1f MiB with 16-bit weights (fast path), ~%.1f MiB as f32 (reference)\n",
         c.n_layers, c.dim, c.ffn_dim, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab, c.ctx_train,
-        c.rope_theta, c.tied_output ? "tied" : "separate", double(parameter_count(c)) / 1e6,
-        double(weights_bytes(c, DType::BF16)) / (1 << 20),
-        double(weights_bytes(c, DType::F32)) / (1 << 20));
+        c.rope_theta, c.tied_output ? "tied" : "separate",
+        low_rank ? fmt::format(", low-rank ({})", f->get_string("lowrank.method", "?")).c_str() : "",
+        double(params) / 1e6, double(parameter_count(c)) / 1e6, double(params) * 2 / (1 << 20),
+        double(params) * 4 / (1 << 20));
   }
   return 0;
 }
