@@ -94,9 +94,18 @@ std::unique_ptr<GramObserver> calibrate(const Model& m, const CompressOptions& o
   return obs;
 }
 
-Matrix to_matrix(const MatF& f) {
-  Matrix m = Matrix::allocate(DType::F32, f.rows, f.cols);
-  std::copy(f.a.begin(), f.a.end(), m.f32_mut());
+// The first r rows of f ([r, cols]) / the first r columns of f ([rows, r]).
+Matrix leading_rows(const MatF& f, int64_t r) {
+  LR_ASSERT(r <= f.rows);
+  Matrix m = Matrix::allocate(DType::F32, r, f.cols);
+  std::copy(f.a.begin(), f.a.begin() + r * f.cols, m.f32_mut());
+  return m;
+}
+Matrix leading_cols(const MatF& f, int64_t r) {
+  LR_ASSERT(r <= f.cols);
+  Matrix m = Matrix::allocate(DType::F32, f.rows, r);
+  for (int64_t i = 0; i < f.rows; ++i)
+    std::copy_n(f.a.begin() + i * f.cols, r, m.f32_mut() + i * r);
   return m;
 }
 
@@ -141,76 +150,87 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
   int64_t calib_tokens = 0;
   if (need_calib) grams = calibrate(m, opt_in, &calib_tokens, progress);
 
-  std::vector<CompressResult> results;
-  for (const CompressJob& job : jobs) {
-  CompressOptions opt = opt_in;
-  opt.keep = job.keep;
-  const std::string& out_path = job.out_path;
-  CompressResult res;
-  res.params_before = m.weights->parameters();
-  res.calib_tokens = calib_tokens;
-  auto out = std::make_shared<Weights>(*m.weights);  // shares the dense matrices
-  static const MatD kNoGram;
+  // Every job's factors are prefixes of one decomposition at the largest rank
+  // any job asks for (U_r sqrt(S_r) and sqrt(S_r) Vt_r S^-1 are leading
+  // columns / rows), so each matrix is decomposed once for all jobs.
+  std::vector<CompressOptions> opts(jobs.size(), opt_in);
+  std::vector<std::shared_ptr<Weights>> outs;
+  std::vector<CompressResult> results(jobs.size());
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    opts[j].keep = jobs[j].keep;
+    outs.push_back(std::make_shared<Weights>(*m.weights));  // shares the dense matrices
+    results[j].params_before = m.weights->parameters();
+    results[j].calib_tokens = calib_tokens;
+  }
   auto selected = [&](const WeightSpec& s) {
-    return std::find(opt.kinds.begin(), opt.kinds.end(), s.kind) != opt.kinds.end();
+    return std::find(opt_in.kinds.begin(), opt_in.kinds.end(), s.kind) != opt_in.kinds.end();
   };
   for (int l = 0; l < c.n_layers; ++l) {
     for (const WeightSpec& spec : kWeightTable) {
       if (!spec.is_linear() || !spec.per_layer || !selected(spec)) continue;
-      Site site = site_of(spec.slot);
-      bool share = opt.basis_sharing >= 2 && site != Site::AttnOut && site != Site::MlpMid;
+      const Site site = site_of(spec.slot);
+      const bool share = opt_in.basis_sharing >= 2 && site != Site::AttnOut && site != Site::MlpMid;
       const Linear& src = slot_linear(*m.weights, spec.slot, l);
       const int64_t rows = src.w.rows, cols = src.w.cols;
-      MatrixReport rep{fmt::format("blk.{}.{}", l, spec.kind), rows, cols, 0, share, ""};
-      if (share) {
-        int g0 = l / opt.basis_sharing * opt.basis_sharing;
-        if (l != g0) continue;  // done with the group's first layer
-        int g1 = std::min(c.n_layers, g0 + opt.basis_sharing);
-        std::vector<const float*> Ws;
-        std::vector<int64_t> ms;
-        MatD gram(cols, cols);
-        for (int j = g0; j < g1; ++j) {
-          Ws.push_back(slot_linear(*m.weights, spec.slot, j).w.f32());
-          ms.push_back(rows);
-          const MatD& gj = grams->gram(j, site);
-          for (size_t i = 0; i < gram.a.size(); ++i) gram.a[i] += gj.a[i];
-        }
-        auto rk = opt.ranks.count(spec.kind) || opt.ranks.count("all")
-                      ? rank_of(opt, spec.kind, rows, cols)
-                      : (opt.keep >= 1.0 ? 0 : compress::shared_rank_for_keep(opt.keep, rows, cols, g1 - g0));
-        if (rk == 0) continue;
-        compress::WhitenReport wr;
-        compress::SharedFactors f = compress::shared_factorize(Ws, ms, cols, gram, rk, &wr);
-        Matrix basis = to_matrix(f.basis);
-        for (int j = g0; j < g1; ++j) {
-          Linear& dst = slot_linear(*out, spec.slot, j);
-          dst.w = Matrix();
-          dst.v = basis;
-          dst.u = to_matrix(f.outs[size_t(j - g0)]);
-          res.matrices.push_back({fmt::format("blk.{}.{}", j, spec.kind), rows, cols, rk, true, wr.note});
-        }
-        continue;
+      if (share && l % opt_in.basis_sharing != 0) continue;  // done with the group's first layer
+      const int g0 = l, g1 = share ? std::min(c.n_layers, l + opt_in.basis_sharing) : l + 1;
+      std::vector<int64_t> rank(jobs.size());
+      for (size_t j = 0; j < jobs.size(); ++j) {
+        bool explicit_rank = opts[j].ranks.count(spec.kind) || opts[j].ranks.count("all");
+        rank[j] = share && !explicit_rank
+                      ? (opts[j].keep >= 1.0 ? 0
+                                             : compress::shared_rank_for_keep(opts[j].keep, rows, cols, g1 - g0))
+                      : rank_of(opts[j], spec.kind, rows, cols);
       }
-      rep.rank = rank_of(opt, spec.kind, rows, cols);
-      if (rep.rank == 0) {
-        res.matrices.push_back(rep);
-        continue;
-      }
-      compress::Factors f;
+      const int64_t r_max = *std::max_element(rank.begin(), rank.end());
       compress::WhitenReport wr;
-      if (opt.method == CompressMethod::Svd)
-        f = compress::svd_factorize(src.w.f32(), rows, cols, rep.rank);
-      else
-        f = compress::whiten_factorize(src.w.f32(), rows, cols, grams->gram(l, site), rep.rank, &wr);
-      rep.note = wr.note;
-      Linear& dst = slot_linear(*out, spec.slot, l);
-      dst.w = Matrix();
-      dst.v = to_matrix(f.in);
-      dst.u = to_matrix(f.out);
-      res.matrices.push_back(rep);
+      MatF in_full;                  // [r_max, cols]
+      std::vector<MatF> out_full;    // per layer of the group: [rows, r_max]
+      if (r_max > 0) {
+        if (share) {
+          std::vector<const float*> Ws;
+          MatD gram(cols, cols);
+          for (int i = g0; i < g1; ++i) {
+            Ws.push_back(slot_linear(*m.weights, spec.slot, i).w.f32());
+            const MatD& gi = grams->gram(i, site);
+            for (size_t e = 0; e < gram.a.size(); ++e) gram.a[e] += gi.a[e];
+          }
+          compress::SharedFactors f = compress::shared_factorize(
+              Ws, std::vector<int64_t>(Ws.size(), rows), cols, gram, r_max, &wr);
+          in_full = std::move(f.basis);
+          out_full = std::move(f.outs);
+        } else {
+          compress::Factors f =
+              opt_in.method == CompressMethod::Svd
+                  ? compress::svd_factorize(src.w.f32(), rows, cols, r_max)
+                  : compress::whiten_factorize(src.w.f32(), rows, cols, grams->gram(l, site), r_max, &wr);
+          in_full = std::move(f.in);
+          out_full.push_back(std::move(f.out));
+        }
+      }
+      for (size_t j = 0; j < jobs.size(); ++j) {
+        const int64_t r = rank[j];
+        Matrix basis;
+        if (r > 0) basis = leading_rows(in_full, r);
+        for (int i = g0; i < g1; ++i) {
+          MatrixReport rep{fmt::format("blk.{}.{}", i, spec.kind), rows, cols, r, share && g1 - g0 > 1, wr.note};
+          results[j].matrices.push_back(rep);
+          if (r == 0) continue;
+          Linear& dst = slot_linear(*outs[j], spec.slot, i);
+          dst.w = Matrix();
+          dst.v = g1 - g0 > 1 ? basis : leading_rows(in_full, r);
+          dst.u = leading_cols(out_full[size_t(i - g0)], r);
+        }
+      }
     }
     if (progress) progress(l + 1, c.n_layers, "factorizing");
   }
+
+  for (size_t j = 0; j < jobs.size(); ++j) {
+  const CompressOptions& opt = opts[j];
+  const std::string& out_path = jobs[j].out_path;
+  CompressResult& res = results[j];
+  const Weights* out = outs[j].get();
   res.params_after = out->parameters();
 
   SaveOptions so;
@@ -242,7 +262,6 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
                                    opt.calib_len)
                      : "none"));
   save_gguf(*out, *m.file, GgufSource(m.file), out_path, so);
-  results.push_back(std::move(res));
   }
   return results;
 }
