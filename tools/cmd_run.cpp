@@ -1,6 +1,7 @@
 // lowrank run: generate text from a prompt (optionally through the chat template).
 #include <cstdio>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "common.h"
@@ -58,7 +59,9 @@ int run(const RunOptions& o) {
          o.model.ctx);
 
   auto backend = make_backend(m, o.model.path(), o.model.backend_options());
-  Sampler sampler(o.sampling);
+  SamplerParams sp = o.sampling;
+  if (!o.seed_given) sp.seed = std::random_device{}();
+  Sampler sampler(sp);
   StreamDecoder dec(tok);
   if (!o.chat) {
     std::fputs(prompt.c_str(), stdout);
@@ -100,8 +103,11 @@ Runner add_run_command(CLI::App& app) {
   sub->add_option("--min-p", o->sampling.min_p, "min-p (0: off)")->capture_default_str();
   sub->add_option("--repeat-penalty", o->sampling.repeat_penalty, "repetition penalty (1: off)")->capture_default_str();
   sub->add_option("--repeat-last-n", o->sampling.repeat_last_n, "tokens the penalty looks back over")->capture_default_str();
-  sub->add_option("-s,--seed", o->sampling.seed, "RNG seed")->capture_default_str();
-  return [o] { return run(*o); };
+  sub->add_option("-s,--seed", o->sampling.seed, "RNG seed (default: random)");
+  return [o, sub] {
+    o->seed_given = sub->count("--seed") > 0;
+    return run(*o);
+  };
 }
 
 }  // namespace lr::cli
