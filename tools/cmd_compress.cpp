@@ -105,9 +105,10 @@ int run(const CompressCli& o) {
       if (!m.note.empty()) notes += "  " + m.name + ": " + m.note + "\n";
     }
     for (const auto& [kind, ranks] : by_kind) {
-      bool same = std::all_of(ranks.begin(), ranks.end(), [&](int64_t x) { return x == ranks[0]; });
+      const int64_t first = ranks[0];
+      bool same = std::all_of(ranks.begin(), ranks.end(), [first](int64_t x) { return x == first; });
       std::printf("  %-12s rank %s\n", kind.c_str(),
-                  same ? (ranks[0] == 0 ? "dense" : std::to_string(ranks[0]).c_str())
+                  same ? (first == 0 ? "dense" : std::to_string(first).c_str())
                        : "varies per layer");
     }
     struct stat st {};
