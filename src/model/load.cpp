@@ -144,11 +144,14 @@ std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& 
         fail("{}: tensor '{}' has shape {}, expected [{}, rank] (low-rank output factor)",
              src.path(), out_name, ut ? shape_str(ut->shape) : "none", rows);
       int64_t rank = int64_t(ut->shape[0]);
-      if (rank > std::min(rows, cols))
-        fail("{}: tensor '{}' has rank {}, more than min(out, in) = {}", src.path(), out_name, rank,
-             std::min(rows, cols));
       std::string in_name = lowrank_in_name(spec, layer);
       bool is_shared = !groups.empty() && groups[size_t(layer)] >= 0;
+      // A private pair never needs more than min(out, in); a basis shared by g
+      // layers can have up to min(in, g*out) directions.
+      int64_t max_rank = is_shared ? cols : std::min(rows, cols);
+      if (rank > max_rank)
+        fail("{}: tensor '{}' has rank {}, more than {} = {}", src.path(), out_name, rank,
+             is_shared ? "in (shared basis)" : "min(out, in)", max_rank);
       if (is_shared) in_name = shared_basis_name(spec, int(groups[size_t(layer)]));
       TensorView vt = require_matrix(src, in_name, rank, cols, "low-rank input factor [rank, in]");
       lin.u = read_matrix(*ut, wtype, false, cfg.head_dim);

@@ -183,6 +183,26 @@ TEST(LowRank, BasisSharingStoresAndLoadsOneBasisPerGroup) {
   EXPECT_LT(rel_err(logits_of(t.file("bs.gguf"), ExecPath::Fast, DType::F32, kToks), ref), 1e-5);
 }
 
+TEST(LowRank, SharedBasisMayExceedOneMatrixOutputWidth) {
+  // k/v are [32, 64]; a basis shared by 3 layers at keep 0.9 has
+  // floor(0.9*3*32*64/(64+3*32)) = 34 directions, more than one matrix's 32 rows.
+  TempDir t;
+  test::TinySpec s = tiny();
+  s.n_layers = 3;
+  std::string dense = write_tiny(t, s, "dense.gguf");
+  CompressOptions o;
+  o.basis_sharing = 3;
+  o.calib_path = write_calib(t);
+  o.calib_samples = 4;
+  o.calib_len = 64;
+  compress_model(dense, {{0.9, t.file("bs3.gguf")}}, o);
+  Model m = load_model(t.file("bs3.gguf"), DType::F32);
+  EXPECT_EQ(m.weights->layers[0].k.rank(), 34);
+  EXPECT_EQ(m.weights->layers[2].k.v.data, m.weights->layers[0].k.v.data);
+  auto ref = logits_of(t.file("bs3.gguf"), ExecPath::Reference, DType::F32, kToks);
+  EXPECT_LT(rel_err(logits_of(t.file("bs3.gguf"), ExecPath::Fast, DType::F32, kToks), ref), 1e-5);
+}
+
 TEST(LowRank, BadInputIsAClearError) {
   TempDir t;
   std::string dense = write_tiny(t, tiny(), "dense.gguf");
