@@ -24,7 +24,7 @@ class TensorSource {
   virtual const std::string& path() const = 0;  // for messages
   virtual std::optional<TensorView> find(const std::string& name) const = 0;
   // An integer-array metadata value (GGUF); empty when absent or unsupported.
-  virtual std::vector<int64_t> int_array(const std::string& key) const { return {}; }
+  virtual std::vector<int64_t> int_array(const std::string& /*key*/) const { return {}; }
 };
 
 }  // namespace lr
