@@ -122,6 +122,36 @@ int64_t rank_of(const CompressOptions& opt, const std::string& kind, int64_t m, 
   return compress::rank_for_keep(opt.keep, m, n);
 }
 
+// The lowrank.* metadata a compressed file records about how it was made.
+SaveOptions save_options(const CompressOptions& opt, bool calibrated) {
+  auto str = [](std::string s) {
+    gguf::Value v;
+    v.type = gguf::ValueType::STRING;
+    v.s = std::move(s);
+    return v;
+  };
+  gguf::Value keep;
+  keep.type = gguf::ValueType::FLOAT32;
+  keep.f = opt.keep;
+  SaveOptions so;
+  so.factor_type = opt.factor_type;
+  so.metadata.emplace_back(
+      "lowrank.method", str(opt.basis_sharing >= 2
+                                ? fmt::format("whiten+basis-sharing(g={})", opt.basis_sharing)
+                                : (opt.method == CompressMethod::Svd ? "svd" : "whiten")));
+  so.metadata.emplace_back("lowrank.keep", keep);
+  so.metadata.emplace_back(
+      "lowrank.keep_meaning",
+      str("fraction of each compressed matrix's parameters kept: rank = floor(keep*m*n/(m+n)) "
+          "(basis sharing: floor(keep*g*m*n/(n+g*m))); keep 1 leaves matrices dense"));
+  so.metadata.emplace_back(
+      "lowrank.calibration",
+      str(calibrated ? fmt::format("{}: {} samples x {} tokens", opt.calib_path, opt.calib_samples,
+                                   opt.calib_len)
+                     : "none"));
+  return so;
+}
+
 }  // namespace
 
 std::vector<CompressResult> compress_model(const std::string& in_path,
@@ -227,41 +257,9 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
   }
 
   for (size_t j = 0; j < jobs.size(); ++j) {
-  const CompressOptions& opt = opts[j];
-  const std::string& out_path = jobs[j].out_path;
-  CompressResult& res = results[j];
-  const Weights* out = outs[j].get();
-  res.params_after = out->parameters();
-
-  SaveOptions so;
-  so.factor_type = opt.factor_type;
-  auto str = [](std::string s) {
-    gguf::Value v;
-    v.type = gguf::ValueType::STRING;
-    v.s = std::move(s);
-    return v;
-  };
-  auto f32 = [](double x) {
-    gguf::Value v;
-    v.type = gguf::ValueType::FLOAT32;
-    v.f = x;
-    return v;
-  };
-  std::string method = opt.basis_sharing >= 2
-                           ? fmt::format("whiten+basis-sharing(g={})", opt.basis_sharing)
-                           : (opt.method == CompressMethod::Svd ? "svd" : "whiten");
-  so.metadata.emplace_back("lowrank.method", str(method));
-  so.metadata.emplace_back("lowrank.keep", f32(opt.keep));
-  so.metadata.emplace_back(
-      "lowrank.keep_meaning",
-      str("fraction of each compressed matrix's parameters kept: rank = floor(keep*m*n/(m+n)) "
-          "(basis sharing: floor(keep*g*m*n/(n+g*m))); keep 1 leaves matrices dense"));
-  so.metadata.emplace_back(
-      "lowrank.calibration",
-      str(need_calib ? fmt::format("{}: {} samples x {} tokens", opt.calib_path, opt.calib_samples,
-                                   opt.calib_len)
-                     : "none"));
-  save_gguf(*out, *m.file, GgufSource(m.file), out_path, so);
+    results[j].params_after = outs[j]->parameters();
+    save_gguf(*outs[j], *m.file, GgufSource(m.file), jobs[j].out_path,
+              save_options(opts[j], need_calib));
   }
   return results;
 }
