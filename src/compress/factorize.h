@@ -21,19 +21,6 @@
 
 namespace lr::compress {
 
-// Dense row-major matrix of floats: element (i, j) is a[i * cols + j].
-struct MatF {
-  int64_t rows = 0, cols = 0;
-  std::vector<float> a;
-
-  MatF() = default;
-  MatF(int64_t r, int64_t c) : rows(r), cols(c), a(static_cast<size_t>(r * c), 0.0f) {}
-
-  float& operator()(int64_t i, int64_t j) { return a[static_cast<size_t>(i * cols + j)]; }
-  float operator()(int64_t i, int64_t j) const { return a[static_cast<size_t>(i * cols + j)]; }
-  float* data() { return a.data(); }
-  const float* data() const { return a.data(); }
-};
 
 // Rank that makes a rank-r pair cost keep * (dense parameter count):
 // r * (m + n) <= keep * m * n, i.e. r = floor(keep * m * n / (m + n)) computed

@@ -50,12 +50,6 @@ CBLAS_UPLO cblas_uplo(Uplo u) {
 
 }  // namespace
 
-MatD MatD::identity(int64_t n) {
-  MatD I(n, n);
-  for (int64_t i = 0; i < n; ++i) I(i, i) = 1.0;
-  return I;
-}
-
 Svd svd(const MatD& A, int64_t k) {
   check_shape(A);
   const int64_t m = A.rows, n = A.cols;

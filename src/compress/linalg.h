@@ -12,22 +12,30 @@
 
 namespace lr::compress {
 
-// Dense row-major matrix of doubles: element (i, j) is a[i * cols + j].
-struct MatD {
+// Dense row-major matrix: element (i, j) is a[i * cols + j]. MatD (double)
+// is what LAPACK works in; MatF (float) holds the factors handed to the model.
+template <typename T>
+struct DenseMat {
   int64_t rows = 0, cols = 0;
-  std::vector<double> a;
+  std::vector<T> a;
 
-  MatD() = default;
-  MatD(int64_t r, int64_t c) : rows(r), cols(c), a(static_cast<size_t>(r * c), 0.0) {}
+  DenseMat() = default;
+  DenseMat(int64_t r, int64_t c) : rows(r), cols(c), a(static_cast<size_t>(r * c), T(0)) {}
 
-  double& operator()(int64_t i, int64_t j) { return a[static_cast<size_t>(i * cols + j)]; }
-  double operator()(int64_t i, int64_t j) const { return a[static_cast<size_t>(i * cols + j)]; }
-  double* data() { return a.data(); }
-  const double* data() const { return a.data(); }
+  T& operator()(int64_t i, int64_t j) { return a[static_cast<size_t>(i * cols + j)]; }
+  T operator()(int64_t i, int64_t j) const { return a[static_cast<size_t>(i * cols + j)]; }
+  T* data() { return a.data(); }
+  const T* data() const { return a.data(); }
   bool empty() const { return rows == 0 || cols == 0; }
 
-  static MatD identity(int64_t n);
+  static DenseMat identity(int64_t n) {
+    DenseMat m(n, n);
+    for (int64_t i = 0; i < n; ++i) m(i, i) = T(1);
+    return m;
+  }
 };
+using MatD = DenseMat<double>;
+using MatF = DenseMat<float>;
 
 // Truncated SVD A ~= U diag(s) Vt with the k largest singular values.
 struct Svd {
