@@ -49,16 +49,15 @@ std::string shape_str(const std::vector<uint64_t>& ggml_shape) {
   return "[" + got + "]";
 }
 
-// A 2-D tensor [rows, cols] (GGML shape {cols, rows}); rows == -1 accepts any.
+// A 2-D tensor [rows, cols] (GGML shape {cols, rows}).
 TensorView require_matrix(const TensorSource& src, const std::string& name, int64_t rows,
                           int64_t cols, const char* what) {
   std::optional<TensorView> t = src.find(name);
   if (!t) fail("{}: missing tensor '{}'", src.path(), name);
-  bool ok = t->shape.size() == 2 && int64_t(t->shape[0]) == cols &&
-            (rows < 0 || int64_t(t->shape[1]) == rows) && t->shape[1] > 0;
+  bool ok = t->shape.size() == 2 && int64_t(t->shape[0]) == cols && int64_t(t->shape[1]) == rows;
   if (!ok)
     fail("{}: tensor '{}' has shape {}, expected [{}, {}] ({})", src.path(), name,
-         shape_str(t->shape), rows < 0 ? std::string("rank") : std::to_string(rows), cols, what);
+         shape_str(t->shape), rows, cols, what);
   return *t;
 }
 
