@@ -28,5 +28,6 @@ Runner add_run_command(CLI::App& app);
 Runner add_perplexity_command(CLI::App& app);
 Runner add_inspect_command(CLI::App& app);
 Runner add_compress_command(CLI::App& app);
+Runner add_bench_command(CLI::App& app);
 
 }  // namespace lr::cli

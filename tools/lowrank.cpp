@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   reg(lr::cli::add_perplexity_command);
   reg(lr::cli::add_inspect_command);
   reg(lr::cli::add_compress_command);
+  reg(lr::cli::add_bench_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

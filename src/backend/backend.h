@@ -25,10 +25,42 @@ class ActivationObserver {
   virtual void observe(int layer, Site site, const float* X, int n_tokens, int dim) = 0;
 };
 
+// How the fast CPU backend runs a decode step (one token). Each switch is one
+// mechanism of the ablation; the defaults are the fastest combination.
+enum class KvMode {
+  Static,  // eager baseline: separate RoPE and append ops, attention as three ops
+           // (scores, softmax, weighted sum) over a materialized score row
+  Dense,   // current token's k, v reconstructed, roped and appended in one step;
+           // one-pass online-softmax attention split across threads
+  Legacy,  // the cache holds the latents V_k x, V_v x; every step reconstructs
+           // (and ropes) the whole history before attending
+};
+enum class ExecUnit {
+  PerOp,     // every operation is its own parallel dispatch (threads woken and joined)
+  PerLayer,  // one parallel region per layer, spin barriers between dependent steps
+  PerToken,  // one region for the whole token, embedding to logits
+};
+struct ExecOptions {
+  KvMode kv = KvMode::Dense;
+  bool packed = true;  // q/k/v and gate/up input matrices as one product each (model/pack.h)
+  bool fused = true;   // RMSNorm, SiLU*mul, residual adds and the attention merge folded
+                       // into the neighbouring matrix-vector step
+  ExecUnit unit = ExecUnit::PerToken;
+  bool spin = true;    // idle threads spin between dispatches; false: they sleep, and every
+                       // dispatch wakes and joins them (an eager framework's per-op launch)
+};
+
 struct BackendOptions {
   int ctx = 2048;     // KV cache capacity in tokens (preallocated)
   int n_threads = 1;  // CPU threads (fast CPU backend only)
   ActivationObserver* observer = nullptr;  // fast CPU backend: sees every linear input
+  ExecOptions exec{};  // fast CPU backend: decode execution
+};
+
+// Thread-pool work of the forward passes since the last reset.
+struct ExecCounters {
+  uint64_t dispatches = 0;  // parallel regions started (threads woken and joined)
+  uint64_t barriers = 0;    // barrier crossings inside regions
 };
 
 class Backend {
@@ -46,6 +78,8 @@ class Backend {
   void rewind(int n);
   int ctx() const { return ctx_; }
   const Weights& weights() const { return *weights_; }
+  virtual ExecCounters counters() const { return {}; }
+  virtual void reset_counters() {}
 
  protected:
   Backend(std::shared_ptr<const Weights> w, int ctx);

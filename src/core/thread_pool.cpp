@@ -13,8 +13,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // How long an idle worker spins on the dispatch counter before it goes to
-// sleep on the condition variable. Forward passes issue dispatches
-// microseconds apart, so this covers them; a pool idle for longer sleeps.
+// sleep on the condition variable (set_spin(true)). Forward passes issue
+// dispatches microseconds apart, so this covers them; a pool idle for longer
+// sleeps.
 constexpr auto kWorkerSpin = std::chrono::microseconds(200);
 // Pause iterations before a spinning thread starts yielding its core on every
 // iteration (matters when there are more runnable threads than free cores:
@@ -90,13 +91,14 @@ void ThreadPool::worker_main(int tid) {
     uint64_t g = gen_.load(std::memory_order_acquire);
     if (g == seen) {
       const auto t0 = Clock::now();
+      const bool spin = spin_.load(std::memory_order_relaxed);
       for (int i = 1; (g = gen_.load(std::memory_order_acquire)) == seen; ++i) {
-        if (i < kPauseIters) {
+        if (spin && i < kPauseIters) {
           cpu_relax();
           continue;
         }
-        std::this_thread::yield();
-        if (Clock::now() - t0 > kWorkerSpin) {
+        if (spin) std::this_thread::yield();
+        if (!spin || Clock::now() - t0 > kWorkerSpin) {
           // Sleep. sleepers_ is raised before gen_ is re-read (both seq_cst),
           // and run() bumps gen_ before reading sleepers_ (both seq_cst), so
           // either we see the new gen_ here or run() sees us and notifies

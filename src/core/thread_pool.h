@@ -44,6 +44,12 @@ class ThreadPool {
 
   int size() const { return n_; }
 
+  // Whether idle workers spin for a while before they sleep (the default) or
+  // sleep at once, so that every dispatch wakes them through the condition
+  // variable and joins them again (what an eager framework's op-by-op
+  // launches cost). Takes effect from the workers' next idle wait.
+  void set_spin(bool spin) { spin_.store(spin, std::memory_order_relaxed); }
+
   // Runs fn(tid, nth) on all size() threads (the caller is tid 0, nth ==
   // size()) and returns when all are done.
   void run(const std::function<void(int tid, int nth)>& fn);
@@ -89,6 +95,7 @@ class ThreadPool {
   const std::function<void(int, int)>* fn_ = nullptr;
   alignas(64) std::atomic<uint64_t> gen_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> spin_{true};
   alignas(64) std::atomic<int> remaining_{0};  // workers still running fn
   alignas(64) std::atomic<int> sleepers_{0};   // workers blocked on cv_
   std::mutex mu_;

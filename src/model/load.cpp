@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/pack.h"
 
 namespace lr {
 
@@ -163,6 +164,7 @@ std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& 
       }
     }
   }
+  pack_projections(*w);
   return w;
 }
 

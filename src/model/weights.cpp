@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -45,13 +46,24 @@ uint16_t* Matrix::half_mut() {
 }
 
 uint64_t Matrix::bytes() const {
-  return uint64_t(rows) * uint64_t(cols) * (dtype == DType::F32 ? 4 : 2);
+  return uint64_t(rows) * uint64_t(cols) * elem_bytes();
 }
 
 void Matrix::row_to_f32(int64_t r, float* out) const {
   LR_ASSERT(r >= 0 && r < rows);
-  dequantize(dtype, data.get() + uint64_t(r) * uint64_t(cols) * (dtype == DType::F32 ? 4 : 2), out,
+  dequantize(dtype, data.get() + uint64_t(r) * uint64_t(cols) * elem_bytes(), out,
              cols);
+}
+
+Matrix Matrix::rows_view(int64_t r0, int64_t n) const {
+  LR_ASSERT(r0 >= 0 && n >= 0 && r0 + n <= rows);
+  Matrix m;
+  m.dtype = dtype;
+  m.rows = n;
+  m.cols = cols;
+  // Aliasing constructor: shares ownership of the whole buffer.
+  m.data = std::shared_ptr<uint8_t[]>(data, data.get() + uint64_t(r0) * uint64_t(cols) * elem_bytes());
+  return m;
 }
 
 std::pair<int64_t, int64_t> slot_shape(const Config& c, Slot s) {
@@ -159,6 +171,16 @@ uint64_t Weights::bytes() const {
 uint64_t Weights::parameters() const {
   uint64_t total = 0;
   for_each_distinct(*this, [&](const Matrix& m) { total += uint64_t(m.rows) * uint64_t(m.cols); });
+  return total;
+}
+
+uint64_t Weights::bytes_per_token() const {
+  uint64_t total = out_norm.bytes() + tok_embd.bytes() / uint64_t(std::max<int64_t>(tok_embd.rows, 1));
+  auto lin = [](const Linear& l) { return l.w.bytes() + l.v.bytes() + l.u.bytes(); };
+  total += lin(output);
+  for (const Layer& l : layers)
+    total += l.attn_norm.bytes() + l.ffn_norm.bytes() + lin(l.q) + lin(l.k) + lin(l.v) + lin(l.o) +
+             lin(l.gate) + lin(l.up) + lin(l.down);
   return total;
 }
 

@@ -30,6 +30,10 @@ struct Matrix {
   uint64_t bytes() const;
   // Row r decoded to f32 (any weight type).
   void row_to_f32(int64_t r, float* out) const;
+  // Rows [r0, r0 + n) as a matrix sharing this one's storage (no copy).
+  Matrix rows_view(int64_t r0, int64_t n) const;
+  const uint8_t* ptr() const { return data.get(); }
+  uint64_t elem_bytes() const { return dtype == DType::F32 ? 4 : 2; }
 };
 
 // A linear map y = W x, W [out, in], stored either dense or as low-rank
@@ -48,6 +52,12 @@ struct Linear {
 };
 
 struct Layer {
+  // Packed projections (see model/pack.h): the input-side matrices of q, k, v
+  // (V factors, or W when dense) stacked into one allocation, of which q, k
+  // and v hold row views; the same for gate and up. Empty when not packed.
+  Matrix qkv_in;      // [rq+rk+rv, dim] or [q_dim+2*kv_dim, dim]
+  Matrix gate_up_in;  // [rgate+rup, dim] or [2*ffn_dim, dim]
+
   Matrix attn_norm;  // [1, dim] f32
   Linear q;          // [n_heads*head_dim, dim]
   Linear k;          // [n_kv_heads*head_dim, dim]
@@ -71,6 +81,10 @@ struct Weights {
   uint64_t bytes() const;
   // Parameters of all distinct matrices (shared bases and tied embeddings once).
   uint64_t parameters() const;
+  // Weight bytes one decode token reads: every layer's matrices and norms (a
+  // shared basis once per layer that uses it), the output head, and one row
+  // of the embedding.
+  uint64_t bytes_per_token() const;
 };
 
 // --- the weight table -------------------------------------------------------

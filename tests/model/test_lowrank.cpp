@@ -11,41 +11,16 @@
 #include "model/load.h"
 #include "runtime/compress_model.h"
 #include "runtime/model.h"
-#include "tiny_model.h"
+#include "model_test_util.h"
 
 namespace lr {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    dir = fs::temp_directory_path() / fmt::format("lowrank-test-{}-{}", ::getpid(), counter()++);
-    fs::create_directories(dir);
-  }
-  ~TempDir() { fs::remove_all(dir); }
-  std::string file(const std::string& name) const { return (dir / name).string(); }
-  static int& counter() {
-    static int c = 0;
-    return c;
-  }
-};
-
-std::string write_tiny(const TempDir& t, const test::TinySpec& s, const std::string& name) {
-  std::string path = t.file(name);
-  auto bytes = test::make_tiny_gguf(s);
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), long(bytes.size()));
-  return path;
-}
-
-std::string write_calib(const TempDir& t) {
-  std::string path = t.file("calib.txt");
-  std::ofstream out(path);
-  for (int i = 0; i < 40; ++i)
-    out << "The river runs past the mill and the old stone bridge, " << i * 7919 << " times a day.\n";
-  return path;
-}
+using test::TempDir;
+using test::write_calib;
+using test::write_tiny;
 
 std::vector<float> logits_of(const std::string& path, ExecPath p, DType wtype,
                              const std::vector<int32_t>& toks) {

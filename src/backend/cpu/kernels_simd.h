@@ -134,6 +134,32 @@ inline void transpose8(__m256 r[8]) {
   r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
+// exp(x), ~1-2 ulp for x in [-87.3, 88.3]; below that range it returns
+// exp(-87.3) (about 1e-38) instead of a denormal or 0, above it +inf.
+// x = n ln2 + r with |r| <= ln2/2, exp(r) by a degree-7 polynomial, 2^n built
+// in the exponent field.
+inline __m256 exp_ps(__m256 x) {
+  const __m256 hi = _mm256_set1_ps(88.3f);
+  const __m256 overflow = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), hi);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // r = x - n ln2, with ln2 split into a part exact in few bits and a correction.
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  return _mm256_blendv_ps(y, _mm256_set1_ps(__builtin_inff()), overflow);
+}
+
 // Per-thread scratch buffer of at least n floats, 64-byte aligned (contents
 // unspecified). `slot` selects one of a few independent buffers.
 inline float* scratch(int slot, int64_t n) {

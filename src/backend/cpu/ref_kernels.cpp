@@ -3,6 +3,8 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <vector>
+#include <algorithm>
 
 #include "core/half.h"
 
@@ -111,6 +113,47 @@ void f32_to_bf16_row(const float* x, uint16_t* y, int64_t n) {
 
 void bf16_to_f32_row(const uint16_t* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_f32(x[i]);
+}
+
+void attend_partial(const float* q, int g, int d, const float* K, const float* V, int64_t stride,
+                    int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc) {
+  for (int h = 0; h < g; ++h) {
+    const float* qh = q + int64_t(h) * d;
+    std::vector<double> s;
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int64_t j = j0; j < j1; ++j) {
+      double dotp = 0;
+      for (int i = 0; i < d; ++i) dotp += double(qh[i]) * double(K[j * stride + i]);
+      s.push_back(dotp * scale);
+      mx = std::max(mx, s.back());
+    }
+    double sum = 0;
+    std::vector<double> out(size_t(d), 0.0);
+    for (int64_t j = j0; j < j1; ++j) {
+      const double p = std::exp(s[size_t(j - j0)] - mx);
+      sum += p;
+      for (int i = 0; i < d; ++i) out[size_t(i)] += p * double(V[j * stride + i]);
+    }
+    m[h] = float(mx);
+    l[h] = float(sum);
+    for (int i = 0; i < d; ++i) acc[int64_t(h) * d + i] = float(out[size_t(i)]);
+  }
+}
+
+void attend_merge(int n, const float* m, const float* l, int64_t ml_stride, const float* acc,
+                  int64_t acc_stride, int d, float* out) {
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int p = 0; p < n; ++p)
+    if (l[p * ml_stride] > 0) mx = std::max(mx, double(m[p * ml_stride]));
+  double total = 0;
+  std::vector<double> o(size_t(d), 0.0);
+  for (int p = 0; p < n; ++p) {
+    if (!(l[p * ml_stride] > 0)) continue;
+    const double w = std::exp(double(m[p * ml_stride]) - mx);
+    total += w * l[p * ml_stride];
+    for (int i = 0; i < d; ++i) o[size_t(i)] += w * double(acc[p * acc_stride + i]);
+  }
+  for (int i = 0; i < d; ++i) out[i] = total > 0 ? float(o[size_t(i)] / total) : 0.f;
 }
 
 }  // namespace lr::cpu::ref

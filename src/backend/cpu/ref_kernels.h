@@ -31,4 +31,10 @@ void add(const float* x, float* y, int64_t n);
 void f32_to_bf16_row(const float* x, uint16_t* y, int64_t n);
 void bf16_to_f32_row(const uint16_t* x, float* y, int64_t n);
 
+// Twins of attention_kernels.h: two passes in double (max, then sums).
+void attend_partial(const float* q, int g, int d, const float* K, const float* V, int64_t stride,
+                    int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc);
+void attend_merge(int n, const float* m, const float* l, int64_t ml_stride, const float* acc,
+                  int64_t acc_stride, int d, float* out);
+
 }  // namespace lr::cpu::ref

@@ -1,0 +1,152 @@
+#include "backend/cpu/prefill_cpu.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/kernels.h"
+
+namespace lr::cpu {
+
+namespace {
+constexpr int kMaxBatch = 512;
+}
+
+Prefill::Prefill(Session& s, ActivationObserver* observer) : s_(s), observer_(observer) {
+  const Config& c = s.c;
+  batch_ = std::min(kMaxBatch, s.kv.ctx);
+  size_t b = size_t(batch_);
+  x_.resize(b * c.dim);
+  h_.resize(b * c.dim);
+  q_.resize(b * c.q_dim());
+  k_.resize(b * c.kv_dim());
+  v_.resize(b * c.kv_dim());
+  att_.resize(b * c.q_dim());
+  g_.resize(b * c.ffn_dim);
+  u_.resize(b * c.ffn_dim);
+  scores_.resize(size_t(s.pool.size()) * size_t(s.kv.ctx));
+  int64_t max_rank = 0;
+  for (const Layer& l : s.w.layers)
+    for (const Linear* lin : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+      max_rank = std::max(max_rank, lin->rank());
+  max_rank = std::max(max_rank, s.w.output.rank());
+  lr_tmp_.resize(b * size_t(std::max<int64_t>(max_rank, 1)));
+}
+
+// Y = W X for a dense map, Y = U (V X) for low-rank factors; `latent`, when
+// given, receives V X [n, rank].
+void Prefill::linear(const Linear& L, const float* X, float* Y, int n, float* latent) {
+  if (!L.low_rank()) return matmul_rows(L.w, X, Y, n);
+  float* t = latent ? latent : lr_tmp_.data();
+  matmul_rows(L.v, X, t, n);
+  matmul_rows(L.u, t, Y, n);
+}
+
+// Y[t, :] = W X[t, :] for t < n, rows split across the pool in blocks of 16
+// (the kernels' register tile height).
+void Prefill::matmul_rows(const Matrix& W, const float* X, float* Y, int n) {
+  const int64_t blocks = (W.rows + 15) / 16;
+  s_.pool.parallel_for(blocks, [&](int64_t b0, int64_t b1) {
+    matmul(W, X, Y, n, W.rows, b0 * 16, std::min(W.rows, b1 * 16));
+  });
+}
+
+void Prefill::rms_norm_rows(const float* x, const Matrix& w, float* y, int n) {
+  const Config& c = s_.c;
+  s_.pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      cpu::rms_norm(x + t * c.dim, w.f32(), y + t * c.dim, c.dim, c.rms_eps);
+  });
+}
+
+void Prefill::observe(int layer, Site site, const float* X, int n, int dim) {
+  if (observer_) observer_->observe(layer, site, X, n, dim);
+}
+
+void Prefill::run(const int32_t* tokens, int n) {
+  const Config& c = s_.c;
+  for (int t = 0; t < n; ++t) s_.w.tok_embd.row_to_f32(tokens[t], &x_[size_t(t) * c.dim]);
+  for (int l = 0; l < c.n_layers; ++l) {
+    attention_block(l, n);
+    mlp_block(l, n);
+  }
+}
+
+void Prefill::attention_block(int l, int n) {
+  const Config& c = s_.c;
+  const Layer& L = s_.w.layers[size_t(l)];
+  KvCache& kv = s_.kv;
+  rms_norm_rows(x_.data(), L.attn_norm, h_.data(), n);
+  observe(l, Site::AttnIn, h_.data(), n, c.dim);
+  linear(L.q, h_.data(), q_.data(), n);
+  if (kv.latent) {
+    // Legacy: the latents go into the cache, the history is rebuilt from them.
+    linear(L.k, h_.data(), k_.data(), n, kv.pk_at(l, s_.pos));
+    linear(L.v, h_.data(), v_.data(), n, kv.pv_at(l, s_.pos));
+    s_.pool.parallel_for(s_.pos + n, [&](int64_t j0, int64_t j1) { reconstruct_history(s_, l, j0, j1); });
+  } else {
+    linear(L.k, h_.data(), k_.data(), n);
+    linear(L.v, h_.data(), v_.data(), n);
+  }
+  for (int t = 0; t < n; ++t) {
+    int pos = s_.pos + t;
+    s_.rope.apply(&q_[size_t(t) * c.q_dim()], c.n_heads, c.head_dim, pos);
+    if (kv.latent) continue;
+    s_.rope.apply(&k_[size_t(t) * c.kv_dim()], c.n_kv_heads, c.head_dim, pos);
+    std::copy_n(&k_[size_t(t) * c.kv_dim()], c.kv_dim(), kv.k_at(l, pos));
+    std::copy_n(&v_[size_t(t) * c.kv_dim()], c.kv_dim(), kv.v_at(l, pos));
+  }
+  attend(l, n);
+  observe(l, Site::AttnOut, att_.data(), n, c.q_dim());
+  linear(L.o, att_.data(), h_.data(), n);
+  cpu::add(h_.data(), x_.data(), int64_t(n) * c.dim);
+}
+
+// Causal GQA attention for every (token, head) pair, split across threads.
+void Prefill::attend(int l, int n) {
+  const Config& c = s_.c;
+  KvCache& kv = s_.kv;
+  const int group = c.n_heads / c.n_kv_heads;
+  const float inv_sqrt = 1.f / std::sqrt(float(c.head_dim));
+  const int64_t items = int64_t(n) * c.n_heads;
+  s_.pool.run([&](int tid, int nth) {
+    float* score = &scores_[size_t(tid) * kv.ctx];
+    int64_t begin = items * tid / nth, end = items * (tid + 1) / nth;
+    for (int64_t it = begin; it < end; ++it) {
+      int t = int(it / c.n_heads), h = int(it % c.n_heads), kvh = h / group;
+      int pos = s_.pos + t;
+      const float* q = &q_[size_t(t) * c.q_dim() + size_t(h) * c.head_dim];
+      float mx = -INFINITY;
+      for (int j = 0; j <= pos; ++j) {
+        score[j] = cpu::dot(q, kv.k_at(l, j) + kvh * c.head_dim, c.head_dim) * inv_sqrt;
+        mx = std::max(mx, score[j]);
+      }
+      float sum = 0;
+      for (int j = 0; j <= pos; ++j) sum += (score[j] = std::exp(score[j] - mx));
+      float* out = &att_[size_t(t) * c.q_dim() + size_t(h) * c.head_dim];
+      std::fill_n(out, c.head_dim, 0.f);
+      for (int j = 0; j <= pos; ++j) cpu::axpy(score[j], kv.v_at(l, j) + kvh * c.head_dim, out, c.head_dim);
+      cpu::scale(1.f / sum, out, c.head_dim);
+    }
+  });
+}
+
+void Prefill::mlp_block(int l, int n) {
+  const Config& c = s_.c;
+  const Layer& L = s_.w.layers[size_t(l)];
+  rms_norm_rows(x_.data(), L.ffn_norm, h_.data(), n);
+  observe(l, Site::MlpIn, h_.data(), n, c.dim);
+  linear(L.gate, h_.data(), g_.data(), n);
+  linear(L.up, h_.data(), u_.data(), n);
+  cpu::silu_mul(g_.data(), u_.data(), int64_t(n) * c.ffn_dim);
+  observe(l, Site::MlpMid, g_.data(), n, c.ffn_dim);
+  linear(L.down, g_.data(), h_.data(), n);
+  cpu::add(h_.data(), x_.data(), int64_t(n) * c.dim);
+}
+
+void Prefill::logits(int first, int count, float* out) {
+  const Config& c = s_.c;
+  rms_norm_rows(&x_[size_t(first) * c.dim], s_.w.out_norm, h_.data(), count);
+  linear(s_.w.output, h_.data(), out, count);
+}
+
+}  // namespace lr::cpu

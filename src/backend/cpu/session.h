@@ -1,0 +1,72 @@
+// State of one fast-CPU session, shared by its prefill (prompt chunks as
+// matrix-matrix products) and decode (one token through a plan of steps): the
+// thread pool, the RoPE table and the KV cache. Weights are read-only and
+// shared between sessions; everything here belongs to one session.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/thread_pool.h"
+#include "model/weights.h"
+
+namespace lr::cpu {
+
+// y[r] = W[r, :] x for r in [r0, r1); any weight type (F32, F16, BF16).
+void matvec(const Matrix& W, const float* x, float* y, int64_t r0, int64_t r1);
+// Y[t, r] = W[r, :] X[t, :] for t < n, r in [r0, r1); Y has row stride ldy.
+void matmul(const Matrix& W, const float* X, float* Y, int64_t n, int64_t ldy, int64_t r0,
+            int64_t r1);
+
+// A contiguous share of n items for thread tid of nth, in units of `align`
+// items (shares differ by at most one unit; the last may be short).
+struct Span {
+  int64_t begin, end;
+};
+Span split(int64_t n, int tid, int nth, int64_t align = 1);
+
+// cos/sin of pos / factor * theta^(-2i/head_dim), for pos < ctx, i < head_dim/2.
+struct RopeTable {
+  int half = 0;
+  std::vector<float> cos, sin;  // [ctx, head_dim/2]
+  RopeTable(const Config& c, int ctx);
+  // Rotates the pairs (x[2i], x[2i+1]) of n_heads consecutive heads.
+  void apply(float* x, int n_heads, int head_dim, int pos) const;
+};
+
+// Dense post-RoPE keys and values, preallocated for ctx positions. In legacy
+// mode the cache instead holds the low-rank latents V_k x and V_v x of every
+// position, and k, v are one layer of scratch that each step reconstructs the
+// history into (reconstruct_history).
+struct KvCache {
+  int ctx = 0, kv_dim = 0;
+  bool latent = false;             // legacy mode
+  std::vector<float> k, v;         // [n_layers, ctx, kv_dim]; legacy: [1, ctx, kv_dim]
+  std::vector<float> pk, pv;       // legacy: per layer l [ctx, rank of k (v) in layer l]
+  std::vector<size_t> pk_off, pv_off;  // legacy: where layer l starts in pk (pv)
+  std::vector<int64_t> rk, rv;         // legacy: latent width of layer l
+  float* k_at(int l, int pos) { return &k[(size_t(latent ? 0 : l) * ctx + size_t(pos)) * size_t(kv_dim)]; }
+  float* v_at(int l, int pos) { return &v[(size_t(latent ? 0 : l) * ctx + size_t(pos)) * size_t(kv_dim)]; }
+  float* pk_at(int l, int pos) { return &pk[pk_off[size_t(l)] + size_t(pos) * size_t(rk[size_t(l)])]; }
+  float* pv_at(int l, int pos) { return &pv[pv_off[size_t(l)] + size_t(pos) * size_t(rv[size_t(l)])]; }
+  uint64_t bytes() const { return (k.size() + v.size() + pk.size() + pv.size()) * sizeof(float); }
+};
+
+struct Session {
+  Session(const Weights& w, const BackendOptions& opt);
+  const Weights& w;
+  const Config& c;
+  ExecOptions exec;
+  ThreadPool pool;
+  RopeTable rope;
+  KvCache kv;
+  int pos = 0;  // position of the first token being run
+};
+
+// Legacy mode: keys and values of positions [j0, j1) of layer l rebuilt from
+// the latents (K = U_k P_k, RoPE at each position; V = U_v P_v) into the
+// scratch k_at(l, j) / v_at(l, j).
+void reconstruct_history(Session& s, int l, int64_t j0, int64_t j1);
+
+}  // namespace lr::cpu

@@ -1,0 +1,75 @@
+// `lowrank bench`: every decode mode of the ablation measured side by side in
+// one process, interleaved and repeated, medians reported.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "runtime/model.h"
+
+namespace lr {
+
+// One rung of the ablation ladder: which model (the dense one or the
+// low-rank one) and how decode executes.
+struct BenchMode {
+  std::string name;
+  bool dense_model = false;
+  ExecOptions exec;
+  const char* what = "";
+};
+
+// dense, naive, legacy, densekv, packed, fused, per-layer, per-token.
+const std::vector<BenchMode>& bench_modes();
+// "all" or a comma-separated list of mode names; throws lr::Error naming an
+// unknown one and the accepted names.
+std::vector<BenchMode> parse_bench_modes(const std::string& list);
+
+struct BenchShape {
+  int prompt = 512;
+  int gen = 32;
+};
+
+struct BenchOptions {
+  int threads = 2;
+  int reps = 3;
+  std::vector<BenchShape> shapes = {{512, 32}};
+  std::vector<BenchMode> modes;
+  uint64_t seed = 1234;
+  double read_bw_gbs = 0;  // the machine's measured read bandwidth (for % of it), 0: unknown
+};
+
+struct BenchRow {
+  std::string model;     // file of the model the mode ran on
+  double keep = 1.0;     // lowrank.keep of that file (1 = dense)
+  std::string mode;
+  int prompt = 0, gen = 0;
+  double prefill_ms = 0;        // medians over the repetitions
+  double decode_ms = 0;         // per token
+  double e2e_s = 0;             // prefill + gen decode steps
+  double tok_s = 0;             // decode tokens per second
+  double dispatches = 0, barriers = 0;  // per decode token
+  double weight_mb = 0;         // weight bytes read per decode token (MB = 1e6 bytes)
+  double kv_mb = 0;             // cache bytes read per decode token, averaged over the run
+  double gbs = 0;               // (weight + cache bytes) per token / decode time
+  double pct_bw = 0;            // gbs / the measured read bandwidth, percent
+  double peak_rss_mb = 0;       // process peak RSS after this mode's runs (monotone)
+};
+
+using BenchProgress = std::function<void(const std::string& what)>;
+
+// Runs every mode of `opt.modes` at every shape: `lowrank_model` for the
+// low-rank modes, `dense_model` (may be null when no dense mode is asked for)
+// for the dense ones. Random token ids (fixed seed), greedy argmax feedback.
+std::vector<BenchRow> run_bench(const Model& lowrank_model, const Model* dense_model,
+                                const BenchOptions& opt, const BenchProgress& progress = {});
+
+// Read bandwidth of this machine in GB/s: `threads` threads summing a buffer
+// much larger than the caches, best of several passes.
+double measure_read_bandwidth(int threads, size_t bytes = size_t(1) << 30);
+
+// Weight and cache bytes one decode step at position `pos` reads.
+uint64_t decode_cache_bytes(const Weights& w, KvMode kv, int pos);
+
+}  // namespace lr

@@ -1,0 +1,137 @@
+// lowrank bench: the decode ablation side by side (dense model, naive eager
+// low-rank, legacy low-rank KV, dense KV, + packed, + fused, + per-layer,
+// + per-token), and the machine's read bandwidth.
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common.h"
+#include "core/error.h"
+#include "model/load.h"
+#include "runtime/bench.h"
+
+namespace lr::cli {
+
+namespace {
+
+struct BenchCliOptions {
+  std::string model;
+  std::string dense;
+  std::string wtype = "f16";
+  std::vector<int> prompt = {512};
+  std::vector<int> gen = {32};
+  int threads = 0;
+  int reps = 3;
+  std::string modes = "all";
+  std::string json;
+  bool roofline = false;
+};
+
+std::vector<BenchShape> shapes_of(const std::vector<int>& p, const std::vector<int>& g) {
+  // Paired like 512/32 and 2048/128; a single value pairs with every other.
+  if (p.size() != g.size() && p.size() != 1 && g.size() != 1)
+    fail("--prompt has {} values and --gen {}: give the same number, or one of them once", p.size(), g.size());
+  std::vector<BenchShape> out;
+  for (size_t i = 0; i < std::max(p.size(), g.size()); ++i)
+    out.push_back({p[p.size() == 1 ? 0 : i], g[g.size() == 1 ? 0 : i]});
+  return out;
+}
+
+void print_table(const std::vector<BenchRow>& rows, double bw) {
+  std::printf("\n| shape | mode | prefill ms | decode ms/tok | tok/s | e2e s | dispatches/tok | barriers/tok | weight MB/tok | KV MB/tok | GB/s | %% of %.1f GB/s | peak RSS MB |\n",
+              bw);
+  std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const BenchRow& r : rows)
+    std::printf("| %d/%d | %s | %.1f | %.3f | %.1f | %.3f | %.0f | %.0f | %.1f | %.1f | %.1f | %.0f%% | %.0f |\n",
+                r.prompt, r.gen, r.mode.c_str(), r.prefill_ms, r.decode_ms, r.tok_s, r.e2e_s,
+                r.dispatches, r.barriers, r.weight_mb, r.kv_mb, r.gbs, r.pct_bw, r.peak_rss_mb);
+  // Speedups against the baselines measured in the same run.
+  std::printf("\n");
+  for (const BenchRow& r : rows) {
+    if (r.mode == "naive" || r.mode == "dense") continue;
+    for (const BenchRow& b : rows)
+      if (b.prompt == r.prompt && b.gen == r.gen && (b.mode == "naive" || b.mode == "dense"))
+        std::printf("%d/%d %s: decode %.2fx %s\n", r.prompt, r.gen, r.mode.c_str(),
+                    b.decode_ms / r.decode_ms, b.mode.c_str());
+  }
+}
+
+nlohmann::json to_json(const std::vector<BenchRow>& rows, double bw, int threads) {
+  nlohmann::json j;
+  j["read_bandwidth_gbs"] = bw;
+  j["threads"] = threads;
+  for (const BenchRow& r : rows)
+    j["rows"].push_back({{"model", r.model}, {"keep", r.keep}, {"mode", r.mode}, {"prompt", r.prompt},
+                         {"gen", r.gen}, {"prefill_ms", r.prefill_ms}, {"decode_ms_per_token", r.decode_ms},
+                         {"tokens_per_s", r.tok_s}, {"e2e_s", r.e2e_s},
+                         {"dispatches_per_token", r.dispatches}, {"barriers_per_token", r.barriers},
+                         {"weight_mb_per_token", r.weight_mb}, {"kv_mb_per_token", r.kv_mb},
+                         {"gbs", r.gbs}, {"pct_read_bandwidth", r.pct_bw}, {"peak_rss_mb", r.peak_rss_mb}});
+  return j;
+}
+
+int run(const BenchCliOptions& o) {
+  const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  std::fprintf(stderr, "bench: measuring read bandwidth (%d threads)...\n", threads);
+  const double bw = measure_read_bandwidth(threads);
+  std::printf("read bandwidth: %.1f GB/s (%d threads, 1 GiB buffer, best of 5)\n", bw, threads);
+  if (o.roofline) return 0;
+
+  BenchOptions b;
+  b.threads = threads;
+  b.reps = o.reps;
+  b.shapes = shapes_of(o.prompt, o.gen);
+  b.modes = parse_bench_modes(o.modes);
+  b.read_bw_gbs = bw;
+  const DType wtype = parse_weight_type(o.wtype);
+  const std::string lr_path = o.model.empty() ? default_model_path() : o.model;
+  Model lowrank = load_model(lr_path, wtype);
+  std::unique_ptr<Model> dense;
+  bool need_dense = false;
+  for (const BenchMode& m : b.modes) need_dense |= m.dense_model;
+  if (need_dense) {
+    const std::string dpath = o.dense.empty() ? default_model_path() : o.dense;
+    dense = std::make_unique<Model>(load_model(dpath, wtype));
+  }
+  std::printf("low-rank model: %s (%.1f MB of weights read per token)\n", lr_path.c_str(),
+              double(lowrank.weights->bytes_per_token()) / 1e6);
+  if (dense)
+    std::printf("dense model: %s (%.1f MB per token)\n", dense->path.c_str(),
+                double(dense->weights->bytes_per_token()) / 1e6);
+  std::printf("%s weights, %d threads, %d repetitions (medians), modes interleaved\n", o.wtype.c_str(),
+              threads, b.reps);
+  for (const BenchMode& m : b.modes) std::printf("  %-9s %s\n", m.name.c_str(), m.what);
+  std::vector<BenchRow> rows = run_bench(lowrank, dense.get(), b, [](const std::string& what) {
+    std::fprintf(stderr, "\rbench: %-60s", what.c_str());
+    std::fflush(stderr);
+  });
+  std::fprintf(stderr, "\n");
+  print_table(rows, bw);
+  if (!o.json.empty()) {
+    std::ofstream out(o.json);
+    if (!out) fail("{}: cannot write the JSON file", o.json);
+    out << to_json(rows, bw, threads).dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<BenchCliOptions>();
+  CLI::App* sub = app.add_subcommand("bench", "decode ablation: every execution mode side by side");
+  sub->add_option("-m,--model", o->model, "low-rank model (default: the default model)");
+  sub->add_option("--dense", o->dense, "dense model for the 'dense' mode (default: the default model)");
+  sub->add_option("--prompt", o->prompt, "prompt lengths, comma-separated")->delimiter(',')->capture_default_str();
+  sub->add_option("--gen", o->gen, "generated lengths, comma-separated (paired with --prompt)")->delimiter(',')->capture_default_str();
+  sub->add_option("-t,--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));
+  sub->add_option("--reps", o->reps, "repetitions per mode (medians reported)")->capture_default_str()->check(CLI::Range(1, 1000));
+  sub->add_option("--modes", o->modes, "all, or a comma-separated list of: dense, naive, legacy, densekv, packed, fused, per-op-spin, per-layer, per-token")->capture_default_str();
+  sub->add_option("--wtype", o->wtype, "weight type: f16, bf16 or f32")->capture_default_str()->check(CLI::IsMember({"f16", "bf16", "f32"}));
+  sub->add_option("--json", o->json, "also write the results as JSON");
+  sub->add_flag("--roofline", o->roofline, "only measure and print this machine's read bandwidth");
+  return [o] { return run(*o); };
+}
+
+}  // namespace lr::cli
