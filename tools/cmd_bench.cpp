@@ -73,16 +73,15 @@ nlohmann::json to_json(const std::vector<BenchRow>& rows, double bw, int threads
 
 int run(const BenchCliOptions& o) {
   const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
-  std::fprintf(stderr, "bench: measuring read bandwidth (%d threads)...\n", threads);
-  const double bw = measure_read_bandwidth(threads);
-  std::printf("read bandwidth: %.1f GB/s (%d threads, 1 GiB buffer, best of 5)\n", bw, threads);
-  if (o.roofline) return 0;
-
   BenchOptions b;
   b.threads = threads;
   b.reps = o.reps;
   b.shapes = shapes_of(o.prompt, o.gen);
   b.modes = parse_bench_modes(o.modes);
+  std::fprintf(stderr, "bench: measuring read bandwidth (%d threads)...\n", threads);
+  const double bw = measure_read_bandwidth(threads);
+  std::printf("read bandwidth: %.1f GB/s (%d threads, 1 GiB buffer, best of 5)\n", bw, threads);
+  if (o.roofline) return 0;
   b.read_bw_gbs = bw;
   const DType wtype = parse_weight_type(o.wtype);
   const std::string lr_path = o.model.empty() ? default_model_path() : o.model;

@@ -14,6 +14,9 @@ struct ModelOptions {
   int ctx = 2048;          // -c
   bool reference = false;  // --ref: the scalar f32 reference path
   std::string wtype = "f16";  // --wtype: fast path weight type
+  std::string kv = "dense";       // --kv: decode KV mode
+  std::string unit = "per-token"; // --unit: decode execution unit
+  bool no_pack = false, no_fuse = false;
 
   void add_to(CLI::App& app, int default_ctx);
   std::string model_path() const;

@@ -17,8 +17,14 @@ namespace {
 
 using test::rel_err;
 
-const std::vector<int32_t> kSeq = {1, 80, 120, 33, 201, 7, 99, 150, 3, 42, 250, 17, 64, 5};
-constexpr int kPrompt = 4;
+// 80 token ids: decode attends over up to 80 positions, more than one block
+// of 32 keys of the attention kernel (the running-max rescale is exercised).
+const std::vector<int32_t> kSeq = [] {
+  std::vector<int32_t> s;
+  for (int i = 0; i < 80; ++i) s.push_back(int32_t(1 + (i * 97 + 13) % 250));
+  return s;
+}();
+constexpr int kPrompt = 40;
 
 std::vector<ExecOptions> all_exec(bool legacy) {
   std::vector<ExecOptions> out;
@@ -43,7 +49,7 @@ std::string describe(const ExecOptions& e, int threads) {
 // further token as one decode step (teacher forcing).
 std::vector<float> decode_logits(const Model& m, ExecPath path, const ExecOptions& e, int threads) {
   BackendOptions o;
-  o.ctx = 64;
+  o.ctx = 96;
   o.n_threads = threads;
   o.exec = e;
   auto b = make_backend(m, path, o);
@@ -57,7 +63,7 @@ std::vector<float> decode_logits(const Model& m, ExecPath path, const ExecOption
 
 std::vector<int32_t> greedy(const Model& m, ExecPath path, const ExecOptions& e, int threads, int n) {
   BackendOptions o;
-  o.ctx = 64;
+  o.ctx = 96;
   o.n_threads = threads;
   o.exec = e;
   auto b = make_backend(m, path, o);
@@ -176,7 +182,7 @@ TEST(Decode, SixteenBitWeightsWithinTolerance) {
 // Dispatches and barriers of one decode step, counted by the thread pool.
 ExecCounters one_step(const Model& m, const ExecOptions& e, int threads) {
   BackendOptions o;
-  o.ctx = 32;
+  o.ctx = 64;
   o.n_threads = threads;
   o.exec = e;
   auto b = make_backend(m, ExecPath::Fast, o);
