@@ -1,0 +1,85 @@
+// Decode-step micro-benchmarks at the SmolLM2-135M shapes (head_dim 64, GQA
+// 9 query / 3 KV heads, kv_dim 192).
+//
+//   attend_partial   one KV head's group of 3 query heads over n cached
+//                    positions; bytes/s of K and V read (n * 2 * 64 * 4).
+//   lowrank_matvec   y = U (V x) for the keep-0.5 ranks of the default model
+//                    (attn_q: rank 144 of 576x576, ffn_gate: rank 209 of
+//                    1536x576), f16 factors; bytes/s of both factors.
+//   pool_barrier     one spin barrier crossing of a 2-thread pool.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/attention_kernels.h"
+#include "backend/cpu/kernels.h"
+#include "core/half.h"
+#include "core/thread_pool.h"
+
+namespace {
+
+namespace cpu = lr::cpu;
+
+std::vector<float> randn(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+void BM_attend_partial(benchmark::State& st) {
+  const int64_t n = st.range(0), d = 64, g = 3, stride = 192;
+  const auto K = randn(size_t(n * stride), 1), V = randn(size_t(n * stride), 2);
+  const auto q = randn(size_t(g * d), 3);
+  std::vector<float> m(g), l(g), acc(size_t(g * d));
+  for (auto _ : st) {
+    cpu::attend_partial(q.data(), int(g), int(d), K.data(), V.data(), stride, 0, n, 0.125f, m.data(),
+                        l.data(), acc.data());
+    benchmark::DoNotOptimize(acc.data());
+  }
+  st.SetBytesProcessed(int64_t(st.iterations()) * n * 2 * d * int64_t(sizeof(float)));
+}
+BENCHMARK(BM_attend_partial)->Arg(512)->Arg(2048)->Arg(8192);
+
+void BM_lowrank_matvec_f16(benchmark::State& st) {
+  const int64_t out = st.range(0), in = st.range(1), r = st.range(2);
+  std::vector<uint16_t> V(size_t(r * in)), U(size_t(out * r));
+  auto f = randn(V.size() + U.size(), 4);
+  for (size_t i = 0; i < V.size(); ++i) V[i] = lr::f32_to_f16(f[i] * 0.05f);
+  for (size_t i = 0; i < U.size(); ++i) U[i] = lr::f32_to_f16(f[V.size() + i] * 0.05f);
+  const auto x = randn(size_t(in), 5);
+  std::vector<float> p(static_cast<size_t>(r)), y(static_cast<size_t>(out));
+  for (auto _ : st) {
+    cpu::matvec_f16(V.data(), x.data(), p.data(), in, 0, r);
+    cpu::matvec_f16(U.data(), p.data(), y.data(), r, 0, out);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetBytesProcessed(int64_t(st.iterations()) * int64_t(V.size() + U.size()) * 2);
+}
+BENCHMARK(BM_lowrank_matvec_f16)->Args({576, 576, 144})->Args({1536, 576, 209})->Args({576, 1536, 209});
+
+void BM_pool_barrier(benchmark::State& st) {
+  lr::ThreadPool pool(2);
+  const int kCrossings = 1000;
+  for (auto _ : st) {
+    pool.run([&](int, int) {
+      for (int i = 0; i < kCrossings; ++i) pool.barrier();
+    });
+  }
+  st.SetItemsProcessed(int64_t(st.iterations()) * kCrossings);
+}
+BENCHMARK(BM_pool_barrier)->UseRealTime();
+
+// One dispatch to workers that sleep between dispatches (an eager
+// framework's op-by-op launch) against spinning workers.
+void BM_pool_dispatch_sleeping(benchmark::State& st) {
+  lr::ThreadPool pool(2);
+  pool.set_spin(st.range(0) != 0);
+  for (auto _ : st) pool.run([](int, int) {});
+}
+BENCHMARK(BM_pool_dispatch_sleeping)->Arg(0)->Arg(1)->UseRealTime();
+
+}  // namespace
