@@ -10,13 +10,14 @@
 #include "core/error.h"
 #include "model/load.h"
 #include "runtime/bench.h"
+#include "svg_plot.h"
 
 namespace lr::cli {
 
 namespace {
 
 struct BenchCliOptions {
-  std::string model;
+  std::vector<std::string> models;
   std::string dense;
   std::string wtype = "f16";
   std::vector<int> prompt = {512};
@@ -25,6 +26,8 @@ struct BenchCliOptions {
   int reps = 3;
   std::string modes = "all";
   std::string json;
+  std::string plot;
+  std::string sweep;
   bool roofline = false;
 };
 
@@ -38,23 +41,54 @@ std::vector<BenchShape> shapes_of(const std::vector<int>& p, const std::vector<i
   return out;
 }
 
+// The row of mode `mode` measured in the same run (model, shape) as r.
+const BenchRow* find_row(const std::vector<BenchRow>& rows, const BenchRow& r, const std::string& mode) {
+  for (const BenchRow& b : rows)
+    if (b.mode == mode && b.prompt == r.prompt && b.gen == r.gen && b.run == r.run) return &b;
+  return nullptr;
+}
+
 void print_table(const std::vector<BenchRow>& rows, double bw) {
-  std::printf("\n| shape | mode | prefill ms | decode ms/tok | tok/s | e2e s | dispatches/tok | barriers/tok | weight MB/tok | KV MB/tok | GB/s | %% of %.1f GB/s | peak RSS MB |\n",
+  std::printf("\n| keep | shape | mode | prefill ms | decode ms/tok | tok/s | e2e s | dispatches/tok | barriers/tok | weight MB/tok | KV MB/tok | GB/s | %% of %.1f GB/s | peak RSS MB |\n",
               bw);
-  std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const BenchRow& r : rows)
-    std::printf("| %d/%d | %s | %.1f | %.3f | %.1f | %.3f | %.0f | %.0f | %.1f | %.1f | %.1f | %.0f%% | %.0f |\n",
-                r.prompt, r.gen, r.mode.c_str(), r.prefill_ms, r.decode_ms, r.tok_s, r.e2e_s,
+    std::printf("| %.2f | %d/%d | %s | %.1f | %.3f | %.1f | %.3f | %.0f | %.0f | %.1f | %.1f | %.1f | %.0f%% | %.0f |\n",
+                r.keep, r.prompt, r.gen, r.mode.c_str(), r.prefill_ms, r.decode_ms, r.tok_s, r.e2e_s,
                 r.dispatches, r.barriers, r.weight_mb, r.kv_mb, r.gbs, r.pct_bw, r.peak_rss_mb);
   // Speedups against the baselines measured in the same run.
   std::printf("\n");
   for (const BenchRow& r : rows) {
     if (r.mode == "naive" || r.mode == "dense") continue;
-    for (const BenchRow& b : rows)
-      if (b.prompt == r.prompt && b.gen == r.gen && (b.mode == "naive" || b.mode == "dense"))
-        std::printf("%d/%d %s: decode %.2fx %s\n", r.prompt, r.gen, r.mode.c_str(),
-                    b.decode_ms / r.decode_ms, b.mode.c_str());
+    std::printf("keep %.2f %d/%d %-11s decode", r.keep, r.prompt, r.gen, r.mode.c_str());
+    for (const char* base : {"naive", "dense"})
+      if (const BenchRow* b = find_row(rows, r, base))
+        std::printf("  %.2fx %s", b->decode_ms / r.decode_ms, base);
+    std::printf("\n");
   }
+}
+
+// Decode speedup of the fastest low-rank mode (per-token) over the naive
+// low-rank baseline and over the dense model, against keep (first shape) and
+// against the generated length (first model): the paper's figures 4 and 5.
+void plot(const std::string& path, const std::vector<BenchRow>& rows) {
+  PlotPanel by_keep{"decode speedup vs keep", "keep (fraction of parameters per matrix)", "speedup (x)", {}};
+  PlotPanel by_gen{"decode speedup vs generated length", "generated tokens", "speedup (x)", {}};
+  for (const char* base : {"naive", "dense"}) {
+    PlotSeries k{std::string("per-token over ") + base, {}}, g{k.name, {}};
+    for (const BenchRow& r : rows) {
+      if (r.mode != "per-token") continue;
+      const BenchRow* b = find_row(rows, r, base);
+      if (!b) continue;
+      if (r.prompt == rows[0].prompt && r.gen == rows[0].gen) k.points.push_back({r.keep, b->decode_ms / r.decode_ms});
+      if (r.run == 0) g.points.push_back({double(r.gen), b->decode_ms / r.decode_ms});
+    }
+    std::sort(k.points.begin(), k.points.end());
+    std::sort(g.points.begin(), g.points.end());
+    if (!k.points.empty()) by_keep.series.push_back(k);
+    if (!g.points.empty()) by_gen.series.push_back(g);
+  }
+  write_svg_plot(path, "lowrank bench: fused per-token decode", {by_keep, by_gen});
 }
 
 nlohmann::json to_json(const std::vector<BenchRow>& rows, double bw, int threads) {
@@ -84,29 +118,38 @@ int run(const BenchCliOptions& o) {
   if (o.roofline) return 0;
   b.read_bw_gbs = bw;
   const DType wtype = parse_weight_type(o.wtype);
-  const std::string lr_path = o.model.empty() ? default_model_path() : o.model;
-  Model lowrank = load_model(lr_path, wtype);
   std::unique_ptr<Model> dense;
   bool need_dense = false;
   for (const BenchMode& m : b.modes) need_dense |= m.dense_model;
   if (need_dense) {
     const std::string dpath = o.dense.empty() ? default_model_path() : o.dense;
     dense = std::make_unique<Model>(load_model(dpath, wtype));
-  }
-  std::printf("low-rank model: %s (%.1f MB of weights read per token)\n", lr_path.c_str(),
-              double(lowrank.weights->bytes_per_token()) / 1e6);
-  if (dense)
-    std::printf("dense model: %s (%.1f MB per token)\n", dense->path.c_str(),
+    std::printf("dense model: %s (%.1f MB of weights read per token)\n", dense->path.c_str(),
                 double(dense->weights->bytes_per_token()) / 1e6);
+  }
   std::printf("%s weights, %d threads, %d repetitions (medians), modes interleaved\n", o.wtype.c_str(),
               threads, b.reps);
-  for (const BenchMode& m : b.modes) std::printf("  %-9s %s\n", m.name.c_str(), m.what);
-  std::vector<BenchRow> rows = run_bench(lowrank, dense.get(), b, [](const std::string& what) {
-    std::fprintf(stderr, "\rbench: %-60s", what.c_str());
-    std::fflush(stderr);
-  });
-  std::fprintf(stderr, "\n");
+  for (const BenchMode& m : b.modes) std::printf("  %-11s %s\n", m.name.c_str(), m.what);
+  std::vector<std::string> paths = o.models;
+  if (paths.empty()) paths.push_back(default_model_path());
+  std::vector<BenchRow> rows;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    // One model at a time (each run measures the dense baseline again, side by side).
+    Model lowrank = load_model(paths[i], wtype);
+    std::printf("low-rank model %zu: %s (%.1f MB of weights read per token)\n", i, paths[i].c_str(),
+                double(lowrank.weights->bytes_per_token()) / 1e6);
+    std::fflush(stdout);
+    for (BenchRow& r : run_bench(lowrank, dense.get(), b, [](const std::string& what) {
+           std::fprintf(stderr, "\rbench: %-60s", what.c_str());
+           std::fflush(stderr);
+         })) {
+      r.run = int(i);
+      rows.push_back(r);
+    }
+    std::fprintf(stderr, "\n");
+  }
   print_table(rows, bw);
+  if (!o.plot.empty()) plot(o.plot, rows);
   if (!o.json.empty()) {
     std::ofstream out(o.json);
     if (!out) fail("{}: cannot write the JSON file", o.json);
@@ -120,7 +163,7 @@ int run(const BenchCliOptions& o) {
 Runner add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchCliOptions>();
   CLI::App* sub = app.add_subcommand("bench", "decode ablation: every execution mode side by side");
-  sub->add_option("-m,--model", o->model, "low-rank model (default: the default model)");
+  sub->add_option("-m,--model", o->models, "low-rank model(s), comma-separated for a keep sweep (default: the default model)")->delimiter(',');
   sub->add_option("--dense", o->dense, "dense model for the 'dense' mode (default: the default model)");
   sub->add_option("--prompt", o->prompt, "prompt lengths, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("--gen", o->gen, "generated lengths, comma-separated (paired with --prompt)")->delimiter(',')->capture_default_str();
@@ -130,7 +173,15 @@ Runner add_bench_command(CLI::App& app) {
   sub->add_option("--wtype", o->wtype, "weight type: f16, bf16 or f32")->capture_default_str()->check(CLI::IsMember({"f16", "bf16", "f32"}));
   sub->add_option("--json", o->json, "also write the results as JSON");
   sub->add_flag("--roofline", o->roofline, "only measure and print this machine's read bandwidth");
-  return [o] { return run(*o); };
+  sub->add_option("--plot", o->plot, "write an SVG of decode speedup vs keep and vs generated length");
+  sub->add_option("--sweep", o->sweep, "gen: generated lengths 32,128,512,1024,2048 at the (single) --prompt; keep: give several -m files")
+      ->check(CLI::IsMember({"gen", "keep"}));
+  return [o] {
+    if (o->sweep == "gen") o->gen = {32, 128, 512, 1024, 2048};
+    if (o->sweep == "keep" && o->models.size() < 2)
+      fail("--sweep keep runs over several low-rank files: give them as -m a.gguf,b.gguf,...");
+    return run(*o);
+  };
 }
 
 }  // namespace lr::cli

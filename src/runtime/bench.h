@@ -41,6 +41,7 @@ struct BenchOptions {
 };
 
 struct BenchRow {
+  int run = 0;           // which run_bench call (low-rank model) produced it
   std::string model;     // file of the model the mode ran on
   double keep = 1.0;     // lowrank.keep of that file (1 = dense)
   std::string mode;
