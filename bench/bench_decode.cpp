@@ -83,3 +83,25 @@ void BM_pool_dispatch_sleeping(benchmark::State& st) {
 BENCHMARK(BM_pool_dispatch_sleeping)->Arg(0)->Arg(1)->UseRealTime();
 
 }  // namespace
+
+namespace {
+
+// Q8_0 matvec (int8 weights and activations) at the default model's shapes;
+// bytes/s of weights and scales.
+void BM_matvec_q8_0(benchmark::State& st) {
+  const int64_t rows = st.range(0), cols = st.range(1), nb = (cols + 31) / 32;
+  auto w = randn(size_t(rows * cols), 7);
+  std::vector<int8_t> q(size_t(rows * cols));
+  std::vector<float> s(size_t(rows * nb));
+  for (int64_t r = 0; r < rows; ++r) cpu::quantize_q8_row(&w[size_t(r * cols)], &q[size_t(r * cols)], &s[size_t(r * nb)], cols);
+  const auto x = randn(size_t(cols), 8);
+  std::vector<float> y(static_cast<size_t>(rows));
+  for (auto _ : st) {
+    cpu::matvec_q8_0(q.data(), s.data(), x.data(), y.data(), cols, 0, rows);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetBytesProcessed(int64_t(st.iterations()) * (rows * cols + rows * nb * 4));
+}
+BENCHMARK(BM_matvec_q8_0)->Args({1536, 209})->Args({209, 1536})->Args({49152, 576});
+
+}  // namespace

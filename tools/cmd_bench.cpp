@@ -170,7 +170,7 @@ Runner add_bench_command(CLI::App& app) {
   sub->add_option("-t,--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));
   sub->add_option("--reps", o->reps, "repetitions per mode (medians reported)")->capture_default_str()->check(CLI::Range(1, 1000));
   sub->add_option("--modes", o->modes, "all, or a comma-separated list of: dense, naive, legacy, densekv, packed, fused, per-op-spin, per-layer, per-token")->capture_default_str();
-  sub->add_option("--wtype", o->wtype, "weight type: f16, bf16 or f32")->capture_default_str()->check(CLI::IsMember({"f16", "bf16", "f32"}));
+  sub->add_option("--wtype", o->wtype, "weight type: f16, bf16, f32 or q8_0")->capture_default_str()->check(CLI::IsMember({"f16", "bf16", "f32", "q8_0"}));
   sub->add_option("--json", o->json, "also write the results as JSON");
   sub->add_flag("--roofline", o->roofline, "only measure and print this machine's read bandwidth");
   sub->add_option("--plot", o->plot, "write an SVG of decode speedup vs keep and vs generated length");

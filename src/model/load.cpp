@@ -32,11 +32,7 @@ void fill_matrix(Matrix& m, const TensorView& t, bool permute_rope, int head_dim
   for (int64_t r = 0; r < m.rows; ++r) {
     int64_t src_row = permute_rope ? hf_row_for_gguf_row(r, head_dim) : r;
     dequantize(t.dtype, t.data + uint64_t(src_row) * row_bytes_src, row.data(), m.cols);
-    if (m.dtype == DType::F32) {
-      std::copy(row.begin(), row.end(), m.f32_mut() + r * m.cols);
-    } else {
-      quantize(m.dtype, row.data(), m.half_mut() + r * m.cols, m.cols);
-    }
+    m.set_row(r, row.data());
   }
 }
 
@@ -87,8 +83,8 @@ std::string shared_map_key(const WeightSpec& spec) {
 
 std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& src, Naming naming,
                                       DType wtype) {
-  if (wtype != DType::F32 && wtype != DType::F16 && wtype != DType::BF16)
-    fail("unsupported runtime weight type {} (use F32, F16 or BF16)", dtype_name(wtype));
+  if (wtype != DType::F32 && wtype != DType::F16 && wtype != DType::BF16 && wtype != DType::Q8_0)
+    fail("unsupported runtime weight type {} (use F32, F16, BF16 or Q8_0)", dtype_name(wtype));
   auto w = std::make_shared<Weights>();
   w->cfg = cfg_in;
   w->wtype = wtype;

@@ -67,7 +67,10 @@ void pack_group(Weights& w, Matrix Layer::*packed_field,
       for (Linear* p : parts) {
         const Matrix& m = input_matrix(*p);
         std::memcpy(packed.data.get() + uint64_t(r0) * uint64_t(m.cols) * m.elem_bytes(), m.ptr(),
-                    m.bytes());
+                    m.data_bytes());
+        if (m.scales)
+          std::memcpy(packed.scales.get() + r0 * q8_blocks(m.cols), m.scales.get(),
+                      size_t(m.rows * q8_blocks(m.cols)) * sizeof(float));
         views.push_back(packed.rows_view(r0, m.rows));
         r0 += m.rows;
       }
@@ -90,7 +93,7 @@ const Matrix* packed_input(const Matrix& packed, const std::vector<const Linear*
   for (const Linear* p : parts) {
     const Matrix& m = input_matrix(*p);
     if (m.ptr() != at || m.dtype != packed.dtype || m.cols != packed.cols) return nullptr;
-    at += m.bytes();
+    at += m.data_bytes();
     rows += m.rows;
   }
   return rows == packed.rows ? &packed : nullptr;

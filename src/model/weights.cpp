@@ -1,6 +1,7 @@
 #include "model/weights.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -13,7 +14,7 @@
 namespace lr {
 
 Matrix Matrix::allocate(DType dtype, int64_t rows, int64_t cols) {
-  LR_ASSERT(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16);
+  LR_ASSERT(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16 || dtype == DType::Q8_0);
   LR_ASSERT(rows >= 0 && cols >= 0);
   Matrix m;
   m.dtype = dtype;
@@ -25,6 +26,8 @@ Matrix Matrix::allocate(DType dtype, int64_t rows, int64_t cols) {
   if (!p) throw std::bad_alloc();
   std::memset(p, 0, padded == 0 ? 64 : padded);
   m.data = std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
+  if (dtype == DType::Q8_0)
+    m.scales = std::shared_ptr<float[]>(new float[size_t(std::max<int64_t>(rows * q8_blocks(cols), 1))]());
   return m;
 }
 
@@ -40,17 +43,29 @@ float* Matrix::f32_mut() {
   LR_ASSERT(dtype == DType::F32);
   return reinterpret_cast<float*>(data.get());
 }
+const int8_t* Matrix::q8() const {
+  LR_ASSERT(dtype == DType::Q8_0);
+  return reinterpret_cast<const int8_t*>(data.get());
+}
 uint16_t* Matrix::half_mut() {
   LR_ASSERT(dtype == DType::BF16 || dtype == DType::F16);
   return reinterpret_cast<uint16_t*>(data.get());
 }
 
+uint64_t Matrix::data_bytes() const { return uint64_t(rows) * uint64_t(cols) * elem_bytes(); }
+
 uint64_t Matrix::bytes() const {
-  return uint64_t(rows) * uint64_t(cols) * elem_bytes();
+  return data_bytes() + (dtype == DType::Q8_0 ? uint64_t(rows) * uint64_t(q8_blocks(cols)) * 4 : 0);
 }
 
 void Matrix::row_to_f32(int64_t r, float* out) const {
   LR_ASSERT(r >= 0 && r < rows);
+  if (dtype == DType::Q8_0) {
+    const int8_t* q = q8() + r * cols;
+    const float* s = scales.get() + r * q8_blocks(cols);
+    for (int64_t c = 0; c < cols; ++c) out[c] = s[c / 32] * float(q[c]);
+    return;
+  }
   dequantize(dtype, data.get() + uint64_t(r) * uint64_t(cols) * elem_bytes(), out,
              cols);
 }
@@ -61,9 +76,29 @@ Matrix Matrix::rows_view(int64_t r0, int64_t n) const {
   m.dtype = dtype;
   m.rows = n;
   m.cols = cols;
-  // Aliasing constructor: shares ownership of the whole buffer.
+  // Aliasing constructors: share ownership of the whole buffers.
   m.data = std::shared_ptr<uint8_t[]>(data, data.get() + uint64_t(r0) * uint64_t(cols) * elem_bytes());
+  if (scales) m.scales = std::shared_ptr<float[]>(scales, scales.get() + r0 * q8_blocks(cols));
   return m;
+}
+
+void Matrix::set_row(int64_t r, const float* x) {
+  LR_ASSERT(r >= 0 && r < rows);
+  if (dtype != DType::Q8_0) {
+    quantize(dtype, x, data.get() + uint64_t(r) * uint64_t(cols) * elem_bytes(), cols);
+    return;
+  }
+  // Symmetric per block: scale = max |x| / 127, q = round(x / scale).
+  int8_t* q = reinterpret_cast<int8_t*>(data.get()) + r * cols;
+  float* s = scales.get() + r * q8_blocks(cols);
+  for (int64_t b = 0; b * 32 < cols; ++b) {
+    const int64_t c0 = b * 32, c1 = std::min(cols, c0 + 32);
+    float amax = 0;
+    for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(x[c]));
+    s[b] = amax / 127.f;
+    const float inv = amax > 0 ? 127.f / amax : 0.f;
+    for (int64_t c = c0; c < c1; ++c) q[c] = int8_t(std::nearbyint(x[c] * inv));
+  }
 }
 
 std::pair<int64_t, int64_t> slot_shape(const Config& c, Slot s) {

@@ -15,25 +15,39 @@
 namespace lr {
 
 // A row-major [rows, cols] matrix in one of the runtime's weight types (F32,
-// F16 or BF16). Storage is 64-byte aligned and shared (tied embeddings share it).
+// F16, BF16 or Q8_0). Storage is 64-byte aligned and shared (tied embeddings
+// share it).
+//
+// Q8_0 in memory: int8 values [rows, cols] in `data` and one f32 scale per
+// block of 32 values along each row in `scales` [rows, q8_blocks(cols)]
+// (value = scale * q; the last block of a row may be shorter). Unlike GGUF's
+// interleaved Q8_0 the scales are separate, so a row need not be a multiple
+// of 32 (low-rank factors U [out, rank] have any rank).
+inline int64_t q8_blocks(int64_t cols) { return (cols + 31) / 32; }
+
 struct Matrix {
   DType dtype = DType::F32;
   int64_t rows = 0;
   int64_t cols = 0;
   std::shared_ptr<uint8_t[]> data;
+  std::shared_ptr<float[]> scales;  // Q8_0 only
 
   static Matrix allocate(DType dtype, int64_t rows, int64_t cols);
   const float* f32() const;       // asserts dtype == F32
   const uint16_t* half() const;   // F16 or BF16 bit patterns (asserts a 16-bit dtype)
+  const int8_t* q8() const;       // Q8_0 values (asserts Q8_0)
   float* f32_mut();
   uint16_t* half_mut();
-  uint64_t bytes() const;
+  uint64_t bytes() const;       // values and scales
+  uint64_t data_bytes() const;  // values only (the `data` buffer)
   // Row r decoded to f32 (any weight type).
   void row_to_f32(int64_t r, float* out) const;
   // Rows [r0, r0 + n) as a matrix sharing this one's storage (no copy).
   Matrix rows_view(int64_t r0, int64_t n) const;
   const uint8_t* ptr() const { return data.get(); }
-  uint64_t elem_bytes() const { return dtype == DType::F32 ? 4 : 2; }
+  uint64_t elem_bytes() const { return dtype == DType::F32 ? 4 : dtype == DType::Q8_0 ? 1 : 2; }
+  // Row r of x as this matrix's type (the inverse of row_to_f32, rounding).
+  void set_row(int64_t r, const float* x);
 };
 
 // A linear map y = W x, W [out, in], stored either dense or as low-rank

@@ -43,7 +43,8 @@ DType parse_weight_type(const std::string& name) {
   if (name == "f16") return DType::F16;
   if (name == "bf16") return DType::BF16;
   if (name == "f32") return DType::F32;
-  fail("unknown weight type '{}' (expected f16, bf16 or f32)", name);
+  if (name == "q8_0") return DType::Q8_0;
+  fail("unknown weight type '{}' (expected f16, bf16, f32 or q8_0)", name);
 }
 
 KvMode parse_kv_mode(const std::string& name) {

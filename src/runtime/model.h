@@ -31,7 +31,7 @@ Model load_model(const std::string& path, DType wtype);
 // only 8 in BF16, which is enough to flip greedy choices (see README).
 inline constexpr DType kDefaultFastWeightType = DType::F16;
 
-// "f16" | "bf16" | "f32" -> DType; throws lr::Error naming the accepted values.
+// "f16" | "bf16" | "f32" | "q8_0" -> DType; throws lr::Error naming the accepted values.
 DType parse_weight_type(const std::string& name);
 
 // "static" | "dense" | "legacy" and "per-op" | "per-layer" | "per-token";

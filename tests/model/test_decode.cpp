@@ -169,10 +169,13 @@ TEST(Decode, SixteenBitWeightsWithinTolerance) {
   std::string lr = compress_hetero(t, dense, "lr.gguf");
   for (const std::string& path : {dense, lr}) {
     const auto ref = decode_logits(load_model(path, DType::F32), ExecPath::Reference, {}, 1);
-    for (auto [wtype, tol] : {std::pair{DType::F16, 5e-3}, std::pair{DType::BF16, 3e-2}}) {
+    // Q8_0: int8 weights and int8 activations in decode (f32 activations in
+    // prefill), a scale per 32 values.
+    for (auto [wtype, tol] : {std::pair{DType::F16, 5e-3}, std::pair{DType::BF16, 3e-2},
+                              std::pair{DType::Q8_0, 5e-2}}) {
       Model m = load_model(path, wtype);
       for (const ExecOptions& e : all_exec(path == lr)) {
-        SCOPED_TRACE(describe(e, 2) + (wtype == DType::F16 ? " f16" : " bf16"));
+        SCOPED_TRACE(describe(e, 2) + " " + std::string(dtype_name(wtype)));
         EXPECT_LT(rel_err(decode_logits(m, ExecPath::Fast, e, 2), ref), tol);
       }
     }

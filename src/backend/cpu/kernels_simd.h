@@ -160,10 +160,14 @@ inline __m256 exp_ps(__m256 x) {
   return _mm256_blendv_ps(y, _mm256_set1_ps(__builtin_inff()), overflow);
 }
 
+// Blocks of 32 in a row of n (the last may be shorter).
+inline int64_t q8_blocks_of(int64_t n) { return (n + 31) / 32; }
+
 // Per-thread scratch buffer of at least n floats, 64-byte aligned (contents
-// unspecified). `slot` selects one of a few independent buffers.
+// unspecified). `slot` selects one of a few independent buffers: 0 and 1 are
+// used by the matvec and matmul kernels, 2 by matmul_q8_0 around matmul_f32.
 inline float* scratch(int slot, int64_t n) {
-  thread_local std::vector<float> bufs[2];
+  thread_local std::vector<float> bufs[3];
   std::vector<float>& b = bufs[slot];
   if (int64_t(b.size()) < n + 16) b.resize(size_t(n) + 16);
   const uintptr_t p = reinterpret_cast<uintptr_t>(b.data());

@@ -115,6 +115,34 @@ void bf16_to_f32_row(const uint16_t* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_f32(x[i]);
 }
 
+void quantize_q8_row(const float* x, int8_t* xq, float* sx, int64_t n) {
+  for (int64_t b = 0; b * 32 < n; ++b) {
+    const int64_t c0 = b * 32, c1 = std::min(n, c0 + 32);
+    float amax = 0;
+    for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(x[c]));
+    sx[b] = amax / 127.f;
+    const float inv = amax > 0 ? 127.f / amax : 0.f;
+    for (int64_t c = c0; c < c1; ++c) xq[c] = int8_t(std::nearbyint(x[c] * inv));
+  }
+}
+
+void matvec_q8_0(const int8_t* W, const float* scales, const float* x, float* y, int64_t cols,
+                 int64_t r0, int64_t r1) {
+  const int64_t nb = (cols + 31) / 32;
+  std::vector<int8_t> xq(static_cast<size_t>(cols));
+  std::vector<float> sx(static_cast<size_t>(nb));
+  quantize_q8_row(x, xq.data(), sx.data(), cols);
+  for (int64_t r = r0; r < r1; ++r) {
+    double s = 0;
+    for (int64_t b = 0; b < nb; ++b) {
+      int64_t dot = 0;
+      for (int64_t c = b * 32; c < std::min(cols, b * 32 + 32); ++c) dot += int64_t(W[r * cols + c]) * xq[size_t(c)];
+      s += double(scales[r * nb + b]) * double(sx[size_t(b)]) * double(dot);
+    }
+    y[r] = float(s);
+  }
+}
+
 void attend_partial(const float* q, int g, int d, const float* K, const float* V, int64_t stride,
                     int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc) {
   for (int h = 0; h < g; ++h) {

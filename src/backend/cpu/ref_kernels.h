@@ -20,6 +20,10 @@ void matmul_bf16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t
 void matmul_f16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
                 int64_t ldy, int64_t r0, int64_t r1);
 
+void matvec_q8_0(const int8_t* W, const float* scales, const float* x, float* y, int64_t cols,
+                 int64_t r0, int64_t r1);
+void quantize_q8_row(const float* x, int8_t* xq, float* sx, int64_t n);
+
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
 
 float dot(const float* a, const float* b, int64_t n);

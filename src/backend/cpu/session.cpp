@@ -12,6 +12,7 @@ void matvec(const Matrix& W, const float* x, float* y, int64_t r0, int64_t r1) {
   switch (W.dtype) {
     case DType::BF16: return matvec_bf16(W.half(), x, y, W.cols, r0, r1);
     case DType::F16: return matvec_f16(W.half(), x, y, W.cols, r0, r1);
+    case DType::Q8_0: return matvec_q8_0(W.q8(), W.scales.get(), x, y, W.cols, r0, r1);
     default: return matvec_f32(W.f32(), x, y, W.cols, r0, r1);
   }
 }
@@ -22,6 +23,7 @@ void matmul(const Matrix& W, const float* X, float* Y, int64_t n, int64_t ldy, i
   switch (W.dtype) {
     case DType::BF16: return matmul_bf16(W.half(), X, Y, n, W.cols, ldy, r0, r1);
     case DType::F16: return matmul_f16(W.half(), X, Y, n, W.cols, ldy, r0, r1);
+    case DType::Q8_0: return matmul_q8_0(W.q8(), W.scales.get(), X, Y, n, W.cols, ldy, r0, r1);
     default: return matmul_f32(W.f32(), X, Y, n, W.cols, ldy, r0, r1);
   }
 }

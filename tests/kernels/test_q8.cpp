@@ -1,0 +1,109 @@
+// Q8_0 kernels (int8 weights, a scale per 32 along a row) against their scalar
+// twins over awkward column counts (not multiples of 32, a single column,
+// ranks like 209), and against f32 arithmetic within the quantization error.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/ref_kernels.h"
+
+namespace {
+
+namespace cpu = lr::cpu;
+namespace ref = lr::cpu::ref;
+
+const std::vector<int64_t> kCols = {1, 7, 31, 32, 33, 64, 144, 209, 576, 1537};
+
+std::vector<float> rand_f32(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+struct Q8 {
+  std::vector<int8_t> q;
+  std::vector<float> s;
+  int64_t nb;
+};
+
+Q8 quantize(const std::vector<float>& w, int64_t rows, int64_t cols) {
+  Q8 m{std::vector<int8_t>(size_t(rows * cols)), {}, (cols + 31) / 32};
+  m.s.resize(size_t(rows * m.nb));
+  for (int64_t r = 0; r < rows; ++r)
+    ref::quantize_q8_row(&w[size_t(r * cols)], &m.q[size_t(r * cols)], &m.s[size_t(r * m.nb)], cols);
+  return m;
+}
+
+TEST(Q8Kernels, QuantizeRowMatchesReferenceBitExactly) {
+  for (int64_t n : kCols) {
+    auto x = rand_f32(size_t(n), 1);
+    x[0] = 0.f;
+    std::vector<int8_t> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+    std::vector<float> sa(size_t((n + 31) / 32)), sb(sa.size());
+    cpu::quantize_q8_row(x.data(), a.data(), sa.data(), n);
+    ref::quantize_q8_row(x.data(), b.data(), sb.data(), n);
+    EXPECT_EQ(a, b) << n;
+    EXPECT_EQ(sa, sb) << n;
+    // Every value within half a step of its block's scale.
+    for (int64_t c = 0; c < n; ++c)
+      EXPECT_LE(std::fabs(sa[size_t(c / 32)] * a[size_t(c)] - x[size_t(c)]), 0.5f * sa[size_t(c / 32)] * 1.0001f);
+  }
+  std::vector<float> zero(40, 0.f);
+  std::vector<int8_t> q(40, 9);
+  std::vector<float> s(2, 9.f);
+  cpu::quantize_q8_row(zero.data(), q.data(), s.data(), 40);
+  for (int8_t v : q) EXPECT_EQ(v, 0);
+  EXPECT_EQ(s[0], 0.f);
+}
+
+TEST(Q8Kernels, MatvecMatchesReference) {
+  const int64_t rows = 37;
+  for (int64_t cols : kCols) {
+    SCOPED_TRACE(cols);
+    auto w = rand_f32(size_t(rows * cols), 2);
+    auto x = rand_f32(size_t(cols), 3);
+    Q8 m = quantize(w, rows, cols);
+    std::vector<float> y(rows, -1.f), yr(rows, -1.f), yf(rows);
+    cpu::matvec_q8_0(m.q.data(), m.s.data(), x.data(), y.data(), cols, 1, rows);
+    ref::matvec_q8_0(m.q.data(), m.s.data(), x.data(), yr.data(), cols, 1, rows);
+    EXPECT_EQ(y[0], -1.f);  // outside [r0, r1)
+    ref::matvec_f32(w.data(), x.data(), yf.data(), cols, 0, rows);
+    for (int64_t r = 1; r < rows; ++r) {
+      // Same integer sums; only the order of the per-block f32 terms differs.
+      EXPECT_NEAR(y[size_t(r)], yr[size_t(r)], 1e-5 * (1 + std::fabs(yr[size_t(r)])));
+      // Weights and activations each within half a step: the product error of
+      // a row stays well under 3% of sum |w x| for these sizes.
+      double mag = 0;
+      for (int64_t c = 0; c < cols; ++c) mag += std::fabs(w[size_t(r * cols + c)] * x[size_t(c)]);
+      EXPECT_NEAR(y[size_t(r)], yf[size_t(r)], 0.03 * mag + 1e-6);
+    }
+  }
+}
+
+TEST(Q8Kernels, MatmulEqualsDequantizedF32Product) {
+  const int64_t rows = 35, n = 13;
+  for (int64_t cols : {int64_t(1), int64_t(33), int64_t(209), int64_t(576)}) {
+    SCOPED_TRACE(cols);
+    auto w = rand_f32(size_t(rows * cols), 4);
+    auto X = rand_f32(size_t(n * cols), 5);
+    Q8 m = quantize(w, rows, cols);
+    std::vector<float> deq(size_t(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        deq[size_t(r * cols + c)] = m.s[size_t(r * m.nb + c / 32)] * m.q[size_t(r * cols + c)];
+    const int64_t ldy = rows + 3;
+    std::vector<float> Y(size_t(n * ldy), -1.f), Yr(size_t(n * ldy), -1.f);
+    cpu::matmul_q8_0(m.q.data(), m.s.data(), X.data(), Y.data(), n, cols, ldy, 2, rows);
+    ref::matmul_f32(deq.data(), X.data(), Yr.data(), n, cols, ldy, 2, rows);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t r = 0; r < ldy; ++r)
+        EXPECT_NEAR(Y[size_t(t * ldy + r)], Yr[size_t(t * ldy + r)], 1e-4 * (1 + std::fabs(Yr[size_t(t * ldy + r)])));
+  }
+}
+
+}  // namespace
