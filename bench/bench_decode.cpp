@@ -105,3 +105,40 @@ void BM_matvec_q8_0(benchmark::State& st) {
 BENCHMARK(BM_matvec_q8_0)->Args({1536, 209})->Args({209, 1536})->Args({49152, 576});
 
 }  // namespace
+
+// Prefill products of the keep-0.5 factors against OpenBLAS: Y = X W^T for
+// W [rows, cols], X [512, cols] (f32 OpenBLAS sgemm on one thread, against
+// the own f16 kernel on one thread; FLOP/s = 2 * n * rows * cols).
+#include <cblas.h>
+
+namespace {
+
+void BM_prefill_sgemm_openblas(benchmark::State& st) {
+  const int64_t rows = st.range(0), cols = st.range(1), n = 512;
+  openblas_set_num_threads(1);
+  const auto W = randn(size_t(rows * cols), 9), X = randn(size_t(n * cols), 10);
+  std::vector<float> Y(static_cast<size_t>(n * rows));
+  for (auto _ : st) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(rows), int(cols), 1.f, X.data(),
+                int(cols), W.data(), int(cols), 0.f, Y.data(), int(rows));
+    benchmark::DoNotOptimize(Y.data());
+  }
+  st.counters["FLOP/s"] = benchmark::Counter(double(2 * n * rows * cols), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_prefill_sgemm_openblas)->Args({1536, 209})->Args({209, 576})->Args({576, 576})->Unit(benchmark::kMillisecond);
+
+void BM_prefill_matmul_f16(benchmark::State& st) {
+  const int64_t rows = st.range(0), cols = st.range(1), n = 512;
+  const auto w = randn(size_t(rows * cols), 9), X = randn(size_t(n * cols), 10);
+  std::vector<uint16_t> W(w.size());
+  for (size_t i = 0; i < w.size(); ++i) W[i] = lr::f32_to_f16(w[i]);
+  std::vector<float> Y(static_cast<size_t>(n * rows));
+  for (auto _ : st) {
+    cpu::matmul_f16(W.data(), X.data(), Y.data(), n, cols, rows, 0, rows);
+    benchmark::DoNotOptimize(Y.data());
+  }
+  st.counters["FLOP/s"] = benchmark::Counter(double(2 * n * rows * cols), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_prefill_matmul_f16)->Args({1536, 209})->Args({209, 576})->Args({576, 576})->Unit(benchmark::kMillisecond);
+
+}  // namespace

@@ -18,6 +18,7 @@ struct PplOptions {
   int chunks = -1;
   bool score_all = false;
   bool no_progress = false;
+  bool decode = false;
 };
 
 void progress_bar(int done, int total, double ppl, double elapsed) {
@@ -45,6 +46,7 @@ int run(const PplOptions& o) {
   p.ctx = o.model.ctx;
   p.max_chunks = o.chunks;
   p.score_all = o.score_all;
+  p.decode = o.decode;
   p.add_bos = m.tokenizer->add_bos() && m.tokenizer->bos_id() >= 0;
   p.bos = m.tokenizer->bos_id();
   std::vector<int32_t> tokens = m.tokenizer->encode(text, p.add_bos);
@@ -75,6 +77,7 @@ Runner add_perplexity_command(CLI::App& app) {
   sub->add_option("--chunks", o->chunks, "stop after N windows (default: all)");
   sub->add_flag("--score-all", o->score_all, "score every token after the first of each window, not just the second half");
   sub->add_flag("--no-progress", o->no_progress, "no progress bar");
+  sub->add_flag("--decode", o->decode, "feed each window one token at a time through the decode path (--kv, --unit, ... apply)");
   return [o] { return run(*o); };
 }
 

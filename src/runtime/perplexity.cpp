@@ -43,7 +43,11 @@ PerplexityResult perplexity(Backend& backend, const std::vector<int32_t>& tokens
     std::copy(begin, begin + opt.ctx, window.begin());
     if (opt.add_bos) window[0] = opt.bos;
     backend.rewind(0);
-    backend.forward(window.data(), opt.ctx, logits.data(), true);
+    if (opt.decode) {
+      for (int j = 0; j < opt.ctx; ++j) backend.forward(&window[size_t(j)], 1, &logits[size_t(j) * vocab], false);
+    } else {
+      backend.forward(window.data(), opt.ctx, logits.data(), true);
+    }
     for (int j = first; j < opt.ctx - 1; ++j) {
       double v = nll_of(&logits[size_t(j) * vocab], vocab, *(begin + j + 1));
       nll += v;

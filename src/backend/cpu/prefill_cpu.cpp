@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/attention_kernels.h"
 #include "backend/cpu/kernels.h"
 
 namespace lr::cpu {
@@ -23,7 +24,7 @@ Prefill::Prefill(Session& s, ActivationObserver* observer) : s_(s), observer_(ob
   att_.resize(b * c.q_dim());
   g_.resize(b * c.ffn_dim);
   u_.resize(b * c.ffn_dim);
-  scores_.resize(size_t(s.pool.size()) * size_t(s.kv.ctx));
+  scratch_.resize(size_t(s.pool.size()) * size_t(c.n_heads / c.n_kv_heads) * size_t(c.head_dim + 2));
   int64_t max_rank = 0;
   for (const Layer& l : s.w.layers)
     for (const Linear* lin : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
@@ -101,31 +102,28 @@ void Prefill::attention_block(int l, int n) {
   cpu::add(h_.data(), x_.data(), int64_t(n) * c.dim);
 }
 
-// Causal GQA attention for every (token, head) pair, split across threads.
+// Causal GQA attention, blocked: every (token, KV head) item runs the
+// decode kernel's online softmax over keys [0, pos] in blocks of 32, for the
+// query heads of the group at once (each key and value read once for all of
+// them). Items are split across threads.
 void Prefill::attend(int l, int n) {
   const Config& c = s_.c;
   KvCache& kv = s_.kv;
-  const int group = c.n_heads / c.n_kv_heads;
-  const float inv_sqrt = 1.f / std::sqrt(float(c.head_dim));
-  const int64_t items = int64_t(n) * c.n_heads;
+  const int g = c.n_heads / c.n_kv_heads, hd = c.head_dim;
+  const float scale = 1.f / std::sqrt(float(hd));
+  const int64_t items = int64_t(n) * c.n_kv_heads;
   s_.pool.run([&](int tid, int nth) {
-    float* score = &scores_[size_t(tid) * kv.ctx];
-    int64_t begin = items * tid / nth, end = items * (tid + 1) / nth;
-    for (int64_t it = begin; it < end; ++it) {
-      int t = int(it / c.n_heads), h = int(it % c.n_heads), kvh = h / group;
-      int pos = s_.pos + t;
-      const float* q = &q_[size_t(t) * c.q_dim() + size_t(h) * c.head_dim];
-      float mx = -INFINITY;
-      for (int j = 0; j <= pos; ++j) {
-        score[j] = cpu::dot(q, kv.k_at(l, j) + kvh * c.head_dim, c.head_dim) * inv_sqrt;
-        mx = std::max(mx, score[j]);
-      }
-      float sum = 0;
-      for (int j = 0; j <= pos; ++j) sum += (score[j] = std::exp(score[j] - mx));
-      float* out = &att_[size_t(t) * c.q_dim() + size_t(h) * c.head_dim];
-      std::fill_n(out, c.head_dim, 0.f);
-      for (int j = 0; j <= pos; ++j) cpu::axpy(score[j], kv.v_at(l, j) + kvh * c.head_dim, out, c.head_dim);
-      cpu::scale(1.f / sum, out, c.head_dim);
+    float* acc = &scratch_[size_t(tid) * size_t(g) * (size_t(hd) + 2)];
+    float* m = acc + size_t(g) * hd;
+    float* sum = m + g;
+    const Span sp = split(items, tid, nth);
+    for (int64_t it = sp.begin; it < sp.end; ++it) {
+      const int t = int(it / c.n_kv_heads), kvh = int(it % c.n_kv_heads), pos = s_.pos + t;
+      const size_t q0 = size_t(t) * c.q_dim() + size_t(kvh) * g * hd;
+      attend_partial(&q_[q0], g, hd, kv.k_at(l, 0) + kvh * hd, kv.v_at(l, 0) + kvh * hd, c.kv_dim(), 0,
+                     pos + 1, scale, m, sum, acc);
+      for (int h = 0; h < g; ++h)
+        for (int i = 0; i < hd; ++i) att_[q0 + size_t(h) * hd + i] = acc[h * hd + i] / sum[h];
     }
   });
 }

@@ -1,7 +1,7 @@
 // Prompt processing on the fast CPU path: chunks of up to max_batch() tokens
 // run through every block as matrix-matrix products (low-rank maps as
-// U (V X): the factorized prefill), causal attention over the cache, K/V (or,
-// in legacy mode, the latents) written into the cache once.
+// U (V X): the factorized prefill), blocked causal attention over the cache,
+// K/V (or, in legacy mode, the latents) written into the cache once.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +37,7 @@ class Prefill {
   std::vector<float> q_, att_; // [batch, q_dim]
   std::vector<float> k_, v_;   // [batch, kv_dim]
   std::vector<float> g_, u_;   // [batch, ffn_dim]
-  std::vector<float> scores_;  // [n_threads, ctx]
+  std::vector<float> scratch_; // [n_threads, group, head_dim + 2] attention accumulators
   std::vector<float> lr_tmp_;  // [batch, max rank] low-rank intermediate V X
 };
 
