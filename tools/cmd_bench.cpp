@@ -49,13 +49,13 @@ const BenchRow* find_row(const std::vector<BenchRow>& rows, const BenchRow& r, c
 }
 
 void print_table(const std::vector<BenchRow>& rows, double bw) {
-  std::printf("\n| keep | shape | mode | prefill ms | decode ms/tok | tok/s | e2e s | dispatches/tok | barriers/tok | weight MB/tok | KV MB/tok | GB/s | %% of %.1f GB/s | peak RSS MB |\n",
+  std::printf("\n| keep | shape | mode | prefill ms | decode ms/tok | tok/s | e2e s | dispatches/tok | barriers/tok | weight MB/tok | KV MB/tok | GB/s | %% of %.1f GB/s | KV cache MB |\n",
               bw);
   std::printf("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const BenchRow& r : rows)
-    std::printf("| %.2f | %d/%d | %s | %.1f | %.3f | %.1f | %.3f | %.0f | %.0f | %.1f | %.1f | %.1f | %.0f%% | %.0f |\n",
+    std::printf("| %.2f | %d/%d | %s | %.1f | %.3f | %.1f | %.3f | %.0f | %.0f | %.1f | %.1f | %.1f | %.0f%% | %.1f |\n",
                 r.keep, r.prompt, r.gen, r.mode.c_str(), r.prefill_ms, r.decode_ms, r.tok_s, r.e2e_s,
-                r.dispatches, r.barriers, r.weight_mb, r.kv_mb, r.gbs, r.pct_bw, r.peak_rss_mb);
+                r.dispatches, r.barriers, r.weight_mb, r.kv_mb, r.gbs, r.pct_bw, r.cache_mb);
   // Speedups against the baselines measured in the same run.
   std::printf("\n");
   for (const BenchRow& r : rows) {
@@ -101,7 +101,8 @@ nlohmann::json to_json(const std::vector<BenchRow>& rows, double bw, int threads
                          {"tokens_per_s", r.tok_s}, {"e2e_s", r.e2e_s},
                          {"dispatches_per_token", r.dispatches}, {"barriers_per_token", r.barriers},
                          {"weight_mb_per_token", r.weight_mb}, {"kv_mb_per_token", r.kv_mb},
-                         {"gbs", r.gbs}, {"pct_read_bandwidth", r.pct_bw}, {"peak_rss_mb", r.peak_rss_mb}});
+                         {"gbs", r.gbs}, {"pct_read_bandwidth", r.pct_bw}, {"kv_cache_mb", r.cache_mb},
+                         {"peak_rss_mb", r.peak_rss_mb}});
   return j;
 }
 
@@ -149,6 +150,7 @@ int run(const BenchCliOptions& o) {
     std::fprintf(stderr, "\n");
   }
   print_table(rows, bw);
+  if (!rows.empty()) std::printf("peak RSS of the process: %.0f MB\n", rows.back().peak_rss_mb);
   if (!o.plot.empty()) plot(o.plot, rows);
   if (!o.json.empty()) {
     std::ofstream out(o.json);

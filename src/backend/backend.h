@@ -79,6 +79,8 @@ class Backend {
   int ctx() const { return ctx_; }
   const Weights& weights() const { return *weights_; }
   virtual ExecCounters counters() const { return {}; }
+  // Bytes the session's KV cache holds (allocated for the whole context).
+  virtual uint64_t cache_bytes() const { return 0; }
   virtual void reset_counters() {}
 
  protected:

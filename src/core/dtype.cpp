@@ -158,4 +158,15 @@ void quantize(DType t, const float* x, void* dst_v, int64_t n) {
   }
 }
 
+void quantize_q8_blocks(const float* x, int8_t* q, float* scales, int64_t n) {
+  for (int64_t b = 0; b * 32 < n; ++b) {
+    const int64_t c0 = b * 32, c1 = std::min(n, c0 + 32);
+    float amax = 0;
+    for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(x[c]));
+    scales[b] = amax / 127.f;
+    const float inv = amax > 0 ? 127.f / amax : 0.f;
+    for (int64_t c = c0; c < c1; ++c) q[c] = int8_t(std::nearbyint(x[c] * inv));
+  }
+}
+
 }  // namespace lr

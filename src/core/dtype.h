@@ -36,6 +36,11 @@ std::optional<uint64_t> row_bytes(DType t, uint64_t n);
 // the block size (checked with LR_ASSERT: callers validate shapes first).
 void dequantize(DType t, const void* src, float* dst, int64_t n);
 
+// The runtime's Q8_0 layout (model/weights.h): x[0..n) as int8 q with one
+// scale per block of 32 (the last block may be shorter): scale = max |x| /
+// 127 over the block (0 for an all-zero block), q = round-to-even(x / scale).
+void quantize_q8_blocks(const float* x, int8_t* q, float* scales, int64_t n);
+
 // Encode n f32 values as type t (F32, F16, BF16, Q8_0, Q4_0, Q4_1). Used by the
 // GGUF writer and by tests that build quantized fixtures.
 void quantize(DType t, const float* src, void* dst, int64_t n);

@@ -88,17 +88,8 @@ void Matrix::set_row(int64_t r, const float* x) {
     quantize(dtype, x, data.get() + uint64_t(r) * uint64_t(cols) * elem_bytes(), cols);
     return;
   }
-  // Symmetric per block: scale = max |x| / 127, q = round(x / scale).
-  int8_t* q = reinterpret_cast<int8_t*>(data.get()) + r * cols;
-  float* s = scales.get() + r * q8_blocks(cols);
-  for (int64_t b = 0; b * 32 < cols; ++b) {
-    const int64_t c0 = b * 32, c1 = std::min(cols, c0 + 32);
-    float amax = 0;
-    for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(x[c]));
-    s[b] = amax / 127.f;
-    const float inv = amax > 0 ? 127.f / amax : 0.f;
-    for (int64_t c = c0; c < c1; ++c) q[c] = int8_t(std::nearbyint(x[c] * inv));
-  }
+  quantize_q8_blocks(x, reinterpret_cast<int8_t*>(data.get()) + r * cols, scales.get() + r * q8_blocks(cols),
+                     cols);
 }
 
 std::pair<int64_t, int64_t> slot_shape(const Config& c, Slot s) {

@@ -45,7 +45,7 @@ double keep_of(const Model& m) {
 }
 
 struct Sample {
-  double prefill_ms, decode_ms, dispatches, barriers;
+  double prefill_ms, decode_ms, dispatches, barriers, cache_mb;
 };
 
 // One timed run: prefill `prompt` random tokens, then `gen` single-token steps.
@@ -76,6 +76,7 @@ Sample run_once(const Model& m, const BenchMode& mode, const BenchShape& sh, int
   const ExecCounters c = b->counters();
   s.dispatches = double(c.dispatches) / std::max(1, sh.gen);
   s.barriers = double(c.barriers) / std::max(1, sh.gen);
+  s.cache_mb = double(b->cache_bytes()) / 1e6;
   return s;
 }
 
@@ -192,6 +193,7 @@ std::vector<BenchRow> run_bench(const Model& lowrank_model, const Model* dense_m
       r.kv_mb = kv / sh.gen / 1e6;
       r.gbs = (r.weight_mb + r.kv_mb) / r.decode_ms;  // MB per ms = GB/s
       r.pct_bw = opt.read_bw_gbs > 0 ? 100.0 * r.gbs / opt.read_bw_gbs : 0;
+      r.cache_mb = med(&Sample::cache_mb);
       r.peak_rss_mb = rss[m.name];
       rows.push_back(r);
     }

@@ -55,6 +55,7 @@ struct BenchRow {
   double kv_mb = 0;             // cache bytes read per decode token, averaged over the run
   double gbs = 0;               // (weight + cache bytes) per token / decode time
   double pct_bw = 0;            // gbs / the measured read bandwidth, percent
+  double cache_mb = 0;          // KV cache allocated by the session (prompt + gen + 1 positions)
   double peak_rss_mb = 0;       // process peak RSS after this mode's runs (monotone)
 };
 

@@ -148,8 +148,9 @@ TEST(Decode, PartlyLowRankLayersEveryModeMatchesReference) {
   check_all_modes(lr, false);
 }
 
-TEST(Decode, BasisSharingEveryModeMatchesReference) {
-  test::TempDir t;
+// A 3-layer tiny model with basis sharing in groups of 2 (layers 0 and 1
+// share the input bases of q, k, v, gate, up; layer 2 keeps its own).
+std::string compress_shared(const test::TempDir& t) {
   test::TinySpec s = tiny();
   s.n_layers = 3;
   std::string dense = test::write_tiny(t, s, "dense.gguf");
@@ -160,7 +161,12 @@ TEST(Decode, BasisSharingEveryModeMatchesReference) {
   o.calib_samples = 4;
   o.calib_len = 64;
   compress_model(dense, {{0.6, t.file("bs.gguf")}}, o);
-  check_all_modes(t.file("bs.gguf"), true);
+  return t.file("bs.gguf");
+}
+
+TEST(Decode, BasisSharingEveryModeMatchesReference) {
+  test::TempDir t;
+  check_all_modes(compress_shared(t), true);
 }
 
 TEST(Decode, SixteenBitWeightsWithinTolerance) {
@@ -264,16 +270,7 @@ TEST(Decode, PackingStacksInputFactorsWithoutCopies) {
 
 TEST(Decode, SharedBasesStaySharedWhenPacked) {
   test::TempDir t;
-  test::TinySpec s = tiny();
-  s.n_layers = 3;
-  std::string dense = test::write_tiny(t, s, "dense.gguf");
-  CompressOptions o;
-  o.basis_sharing = 2;
-  o.calib_path = test::write_calib(t);
-  o.calib_samples = 4;
-  o.calib_len = 64;
-  compress_model(dense, {{0.6, t.file("bs.gguf")}}, o);
-  Model m = load_model(t.file("bs.gguf"), DType::F32);
+  Model m = load_model(compress_shared(t), DType::F32);
   const auto& L = m.weights->layers;
   ASSERT_NE(packed_input(L[0].qkv_in, {&L[0].q, &L[0].k, &L[0].v}), nullptr);
   EXPECT_EQ(L[0].qkv_in.ptr(), L[1].qkv_in.ptr());  // one packed basis for the group

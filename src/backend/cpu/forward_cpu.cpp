@@ -50,6 +50,7 @@ class CpuBackend final : public Backend {
 
   ExecCounters counters() const override { return {s_.pool.dispatches(), s_.pool.barriers()}; }
   void reset_counters() override { s_.pool.reset_counters(); }
+  uint64_t cache_bytes() const override { return s_.kv.bytes(); }
 
  private:
   cpu::Session s_;

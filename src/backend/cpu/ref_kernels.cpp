@@ -6,6 +6,7 @@
 #include <vector>
 #include <algorithm>
 
+#include "core/dtype.h"
 #include "core/half.h"
 
 namespace lr::cpu::ref {
@@ -115,16 +116,8 @@ void bf16_to_f32_row(const uint16_t* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_f32(x[i]);
 }
 
-void quantize_q8_row(const float* x, int8_t* xq, float* sx, int64_t n) {
-  for (int64_t b = 0; b * 32 < n; ++b) {
-    const int64_t c0 = b * 32, c1 = std::min(n, c0 + 32);
-    float amax = 0;
-    for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(x[c]));
-    sx[b] = amax / 127.f;
-    const float inv = amax > 0 ? 127.f / amax : 0.f;
-    for (int64_t c = c0; c < c1; ++c) xq[c] = int8_t(std::nearbyint(x[c] * inv));
-  }
-}
+// The twin of the AVX2 quantizer is the plain one of the weight layout.
+void quantize_q8_row(const float* x, int8_t* xq, float* sx, int64_t n) { quantize_q8_blocks(x, xq, sx, n); }
 
 void matvec_q8_0(const int8_t* W, const float* scales, const float* x, float* y, int64_t cols,
                  int64_t r0, int64_t r1) {
