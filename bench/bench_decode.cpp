@@ -142,3 +142,31 @@ void BM_prefill_matmul_f16(benchmark::State& st) {
 BENCHMARK(BM_prefill_matmul_f16)->Args({1536, 209})->Args({209, 576})->Args({576, 576})->Unit(benchmark::kMillisecond);
 
 }  // namespace
+
+namespace {
+
+// attend_partial over a cache much larger than L3 (30 layers x 3 KV heads at
+// 2048 positions, f32): rows of one KV head strided by the whole kv_dim (192,
+// position-major cache) or contiguous (64, head-major cache).
+void BM_attend_cold(benchmark::State& st) {
+  const int64_t stride = st.range(0), n = 2048, d = 64, units = 90;
+  const int64_t unit_floats = stride == 64 ? n * 64 : n * 192;  // one unit's K (or V) region
+  const auto q = randn(size_t(3 * d), 3);
+  std::vector<float> K(size_t(units) * size_t(unit_floats) / (stride == 64 ? 1 : 3) + size_t(n * 192)),
+      V(K.size());
+  for (size_t i = 0; i < K.size(); i += 16) K[i] = V[i] = 0.01f * float(i % 7);
+  std::vector<float> m(3), l(3), acc(size_t(3 * d));
+  int64_t u = 0;
+  for (auto _ : st) {
+    // Position-major: unit u is KV head u % 3 of layer u / 3; head-major: a block of its own.
+    const int64_t off = stride == 64 ? u * n * 64 : (u / 3) * n * 192 + (u % 3) * 64;
+    cpu::attend_partial(q.data(), 3, int(d), K.data() + off, V.data() + off, stride, 0, n, 0.125f,
+                        m.data(), l.data(), acc.data());
+    benchmark::DoNotOptimize(acc.data());
+    u = (u + 1) % units;
+  }
+  st.SetBytesProcessed(int64_t(st.iterations()) * n * 2 * d * int64_t(sizeof(float)));
+}
+BENCHMARK(BM_attend_cold)->Arg(192)->Arg(64);
+
+}  // namespace

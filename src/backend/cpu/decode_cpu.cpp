@@ -249,13 +249,14 @@ void Decoder::build_qkv(int l, const In& x_in) {
       for (const Part& pt : parts)
         for (int h = 0; h < pt.n_heads; ++h, ++unit) {
           if (unit < sp.begin || unit >= sp.end) continue;
-          // Dense-KV: k and v go straight into the cache row of this position.
-          float* base = pt.which == 0 ? q_.data()
-                        : !rope_here  ? (pt.which == 1 ? k_.data() : v_.data())
-                        : pt.which == 1 ? s_.kv.k_at(l, pos)
-                                        : s_.kv.v_at(l, pos);
-          matvec(*pt.m, inputs.get(*this, pt.in, tid), base, int64_t(h) * hd, int64_t(h + 1) * hd);
-          if (rope_here && pt.which < 2) s_.rope.apply(base + h * hd, 1, hd, pos);
+          // Dense-KV: k and v go straight into the cache at this position.
+          float* dst = pt.which == 0 ? &q_[size_t(h) * hd]
+                       : !rope_here  ? (pt.which == 1 ? &k_[size_t(h) * hd] : &v_[size_t(h) * hd])
+                       : pt.which == 1 ? s_.kv.key(l, h) + pos * s_.kv.stride()
+                                       : s_.kv.value(l, h) + pos * s_.kv.stride();
+          // matvec writes rows [h*hd, (h+1)*hd) of its output: offset dst to match.
+          matvec(*pt.m, inputs.get(*this, pt.in, tid), dst - h * hd, int64_t(h) * hd, int64_t(h + 1) * hd);
+          if (rope_here && pt.which < 2) s_.rope.apply(dst, 1, hd, pos);
         }
     }, bytes);
   }
@@ -271,8 +272,7 @@ void Decoder::build_qkv(int l, const In& x_in) {
     });
     add(b + "kv_append", [this, l](int tid, int) {
       if (tid != 0) return;
-      std::copy(k_.begin(), k_.end(), s_.kv.k_at(l, s_.pos));
-      std::copy(v_.begin(), v_.end(), s_.kv.v_at(l, s_.pos));
+      s_.kv.append(l, s_.pos, k_.data(), v_.data());
     });
   }
   if (mode == KvMode::Legacy) {
@@ -307,7 +307,7 @@ void Decoder::build_attention(int l) {
         const int kvh = int(h) / (c.n_heads / c.n_kv_heads);
         float* s = &scores_[size_t(h) * s_.kv.ctx];
         for (int j = 0; j <= s_.pos; ++j)
-          s[j] = dot(&q_[size_t(h) * c.head_dim], s_.kv.k_at(l, j) + kvh * c.head_dim, c.head_dim) * scale;
+          s[j] = dot(&q_[size_t(h) * c.head_dim], s_.kv.key(l, kvh) + j * s_.kv.stride(), c.head_dim) * scale;
       }
     });
     add(b + "softmax", [this](int tid, int nth) {
@@ -328,7 +328,7 @@ void Decoder::build_attention(int l) {
         float* out = &att_[size_t(h) * c.head_dim];
         const float* s = &scores_[size_t(h) * s_.kv.ctx];
         std::fill_n(out, c.head_dim, 0.f);
-        for (int j = 0; j <= s_.pos; ++j) axpy(s[j], s_.kv.v_at(l, j) + kvh * c.head_dim, out, c.head_dim);
+        for (int j = 0; j <= s_.pos; ++j) axpy(s[j], s_.kv.value(l, kvh) + j * s_.kv.stride(), out, c.head_dim);
       }
     });
   } else {
@@ -344,8 +344,8 @@ void Decoder::build_attention(int l) {
       for (int64_t unit = sp.begin; unit < sp.end; ++unit) {
         const int kvh = int(unit / nth), chunk = int(unit % nth);
         const size_t at = size_t(chunk) * c.n_heads + size_t(kvh) * g;
-        attend_partial(&q_[size_t(kvh) * g * hd], g, hd, s_.kv.k_at(l, 0) + kvh * hd,
-                       s_.kv.v_at(l, 0) + kvh * hd, c.kv_dim(), n * chunk / nth,
+        attend_partial(&q_[size_t(kvh) * g * hd], g, hd, s_.kv.key(l, kvh), s_.kv.value(l, kvh),
+                       s_.kv.stride(), n * chunk / nth,
                        n * (chunk + 1) / nth, scale, &part_m_[at], &part_l_[at],
                        &part_acc_[at * size_t(hd)]);
       }

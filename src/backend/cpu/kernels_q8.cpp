@@ -74,8 +74,8 @@ namespace {
 
 // sum_b s[b] * sx[b] * dot(w block b, xq block b) for one row, as 8 lanes.
 // The tail block (cols % 32 values) is read with a full 32-byte load when
-// `tail_over` allows reading past the row end (a later row of the same
-// matrix follows); the bytes past the row meet xq's zero padding.
+// `tail_over` allows reading past the row end (enough later rows of the
+// same call follow); the bytes past the row meet xq's zero padding.
 inline __m256 row_dot(const int8_t* w, const float* s, const int8_t* xq, const float* sx,
                       int64_t full, int64_t tail, bool tail_over) {
   __m256 a = _mm256_setzero_ps(), b2 = _mm256_setzero_ps();
@@ -111,15 +111,16 @@ void matvec_q8_0(const int8_t* W, const float* scales, const float* x, float* y,
     const float* s = scales + r * nb;
     // The next 4 rows, a cache line per 32 bytes of this row's blocks.
     for (int64_t c = 0; c < 4 * cols; c += 64) _mm_prefetch(reinterpret_cast<const char*>(w + 4 * cols + c), _MM_HINT_T0);
-    const bool last = r + 4 == r1;
-    const __m256 d0 = row_dot(w, s, xq, sx, full, tail, true);
-    const __m256 d1 = row_dot(w + cols, s + nb, xq, sx, full, tail, true);
-    const __m256 d2 = row_dot(w + 2 * cols, s + 2 * nb, xq, sx, full, tail, true);
-    const __m256 d3 = row_dot(w + 3 * cols, s + 3 * nb, xq, sx, full, tail, !last);
+    // Row r + k may over-read when the rows after it hold the 32 - tail bytes.
+    auto over = [&](int64_t k) { return (r1 - r - k - 1) * cols >= 32 - tail; };
+    const __m256 d0 = row_dot(w, s, xq, sx, full, tail, over(0));
+    const __m256 d1 = row_dot(w + cols, s + nb, xq, sx, full, tail, over(1));
+    const __m256 d2 = row_dot(w + 2 * cols, s + 2 * nb, xq, sx, full, tail, over(2));
+    const __m256 d3 = row_dot(w + 3 * cols, s + 3 * nb, xq, sx, full, tail, over(3));
     _mm_storeu_ps(y + r, hsum4(d0, d1, d2, d3));
   }
   for (; r < r1; ++r)
-    y[r] = hsum(row_dot(W + r * cols, scales + r * nb, xq, sx, full, tail, r + 1 < r1));
+    y[r] = hsum(row_dot(W + r * cols, scales + r * nb, xq, sx, full, tail, (r1 - r - 1) * cols >= 32 - tail));
 }
 
 void matmul_q8_0(const int8_t* W, const float* scales, const float* X, float* Y, int64_t n,

@@ -93,8 +93,7 @@ void Prefill::attention_block(int l, int n) {
     s_.rope.apply(&q_[size_t(t) * c.q_dim()], c.n_heads, c.head_dim, pos);
     if (kv.latent) continue;
     s_.rope.apply(&k_[size_t(t) * c.kv_dim()], c.n_kv_heads, c.head_dim, pos);
-    std::copy_n(&k_[size_t(t) * c.kv_dim()], c.kv_dim(), kv.k_at(l, pos));
-    std::copy_n(&v_[size_t(t) * c.kv_dim()], c.kv_dim(), kv.v_at(l, pos));
+    kv.append(l, pos, &k_[size_t(t) * c.kv_dim()], &v_[size_t(t) * c.kv_dim()]);
   }
   attend(l, n);
   observe(l, Site::AttnOut, att_.data(), n, c.q_dim());
@@ -120,7 +119,7 @@ void Prefill::attend(int l, int n) {
     for (int64_t it = sp.begin; it < sp.end; ++it) {
       const int t = int(it / c.n_kv_heads), kvh = int(it % c.n_kv_heads), pos = s_.pos + t;
       const size_t q0 = size_t(t) * c.q_dim() + size_t(kvh) * g * hd;
-      attend_partial(&q_[q0], g, hd, kv.k_at(l, 0) + kvh * hd, kv.v_at(l, 0) + kvh * hd, c.kv_dim(), 0,
+      attend_partial(&q_[q0], g, hd, kv.key(l, kvh), kv.value(l, kvh), kv.stride(), 0,
                      pos + 1, scale, m, sum, acc);
       for (int h = 0; h < g; ++h)
         for (int i = 0; i < hd; ++i) att_[q0 + size_t(h) * hd + i] = acc[h * hd + i] / sum[h];

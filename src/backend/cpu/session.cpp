@@ -66,6 +66,8 @@ Session::Session(const Weights& w_, const BackendOptions& opt)
   pool.set_spin(exec.spin);
   kv.ctx = opt.ctx;
   kv.kv_dim = c.kv_dim();
+  kv.head_dim = c.head_dim;
+  kv.n_kv_heads = c.n_kv_heads;
   size_t cache = size_t(opt.ctx) * size_t(c.kv_dim()) * size_t(c.n_layers);
   if (exec.kv == KvMode::Legacy) {
     kv.latent = true;
@@ -94,9 +96,11 @@ void reconstruct_history(Session& s, int l, int64_t j0, int64_t j1) {
   const Config& c = s.c;
   // The latent rows of one layer are contiguous with stride rk (rv): a matrix
   // of j1 - j0 tokens for the matrix-matrix kernel.
-  matmul(L.k.u, s.kv.pk_at(l, int(j0)), s.kv.k_at(l, int(j0)), j1 - j0, c.kv_dim(), 0, L.k.u.rows);
-  matmul(L.v.u, s.kv.pv_at(l, int(j0)), s.kv.v_at(l, int(j0)), j1 - j0, c.kv_dim(), 0, L.v.u.rows);
-  for (int64_t j = j0; j < j1; ++j) s.rope.apply(s.kv.k_at(l, int(j)), c.n_kv_heads, c.head_dim, int(j));
+  float* K = s.kv.k.data() + j0 * c.kv_dim();  // position-major scratch rows
+  float* V = s.kv.v.data() + j0 * c.kv_dim();
+  matmul(L.k.u, s.kv.pk_at(l, int(j0)), K, j1 - j0, c.kv_dim(), 0, L.k.u.rows);
+  matmul(L.v.u, s.kv.pv_at(l, int(j0)), V, j1 - j0, c.kv_dim(), 0, L.v.u.rows);
+  for (int64_t j = j0; j < j1; ++j) s.rope.apply(K + (j - j0) * c.kv_dim(), c.n_kv_heads, c.head_dim, int(j));
 }
 
 }  // namespace lr::cpu

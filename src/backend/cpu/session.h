@@ -4,6 +4,7 @@
 // shared between sessions; everything here belongs to one session.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -35,21 +36,36 @@ struct RopeTable {
   void apply(float* x, int n_heads, int head_dim, int pos) const;
 };
 
-// Dense post-RoPE keys and values, preallocated for ctx positions. In legacy
+// Dense post-RoPE keys and values, preallocated for ctx positions, head-major:
+// the keys of one KV head of one layer are contiguous [ctx, head_dim], so
+// attention streams them (key(l, h) + j * stride() is position j). In legacy
 // mode the cache instead holds the low-rank latents V_k x and V_v x of every
-// position, and k, v are one layer of scratch that each step reconstructs the
-// history into (reconstruct_history).
+// position, and k, v are one layer of position-major scratch [ctx, kv_dim]
+// that each step rebuilds the history into (reconstruct_history); key(l, h)
+// then points into that scratch with stride kv_dim.
 struct KvCache {
-  int ctx = 0, kv_dim = 0;
+  int ctx = 0, kv_dim = 0, head_dim = 0, n_kv_heads = 0;
   bool latent = false;             // legacy mode
-  std::vector<float> k, v;         // [n_layers, ctx, kv_dim]; legacy: [1, ctx, kv_dim]
+  std::vector<float> k, v;         // [n_layers, n_kv_heads, ctx, head_dim]; legacy: [ctx, kv_dim]
   std::vector<float> pk, pv;       // legacy: per layer l [ctx, rank of k (v) in layer l]
   std::vector<size_t> pk_off, pv_off;  // legacy: where layer l starts in pk (pv)
   std::vector<int64_t> rk, rv;         // legacy: latent width of layer l
-  float* k_at(int l, int pos) { return &k[(size_t(latent ? 0 : l) * ctx + size_t(pos)) * size_t(kv_dim)]; }
-  float* v_at(int l, int pos) { return &v[(size_t(latent ? 0 : l) * ctx + size_t(pos)) * size_t(kv_dim)]; }
+  int64_t stride() const { return latent ? kv_dim : head_dim; }
+  size_t head_offset(int l, int h) const {
+    return latent ? size_t(h) * size_t(head_dim)
+                  : (size_t(l) * size_t(n_kv_heads) + size_t(h)) * size_t(ctx) * size_t(head_dim);
+  }
+  float* key(int l, int h) { return &k[head_offset(l, h)]; }
+  float* value(int l, int h) { return &v[head_offset(l, h)]; }
   float* pk_at(int l, int pos) { return &pk[pk_off[size_t(l)] + size_t(pos) * size_t(rk[size_t(l)])]; }
   float* pv_at(int l, int pos) { return &pv[pv_off[size_t(l)] + size_t(pos) * size_t(rv[size_t(l)])]; }
+  // Writes one position's keys and values, each [kv_dim] with heads consecutive.
+  void append(int l, int pos, const float* kr, const float* vr) {
+    for (int h = 0; h < n_kv_heads; ++h) {
+      std::copy_n(kr + h * head_dim, head_dim, key(l, h) + pos * stride());
+      std::copy_n(vr + h * head_dim, head_dim, value(l, h) + pos * stride());
+    }
+  }
   uint64_t bytes() const { return (k.size() + v.size() + pk.size() + pv.size()) * sizeof(float); }
 };
 
@@ -66,7 +82,7 @@ struct Session {
 
 // Legacy mode: keys and values of positions [j0, j1) of layer l rebuilt from
 // the latents (K = U_k P_k, RoPE at each position; V = U_v P_v) into the
-// scratch k_at(l, j) / v_at(l, j).
+// position-major scratch (rows j of k and v).
 void reconstruct_history(Session& s, int l, int64_t j0, int64_t j1);
 
 }  // namespace lr::cpu
