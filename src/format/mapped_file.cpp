@@ -1,0 +1,52 @@
+#include "format/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace lr {
+
+std::unique_ptr<MappedFile> MappedFile::open(const std::string& path) {
+  std::unique_ptr<MappedFile> f(new MappedFile);
+  f->path_ = path;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    ::close(fd);
+    fail("{}: not a regular file", path);
+  }
+  f->size_ = uint64_t(sb.st_size);
+  if (f->size_ == 0) {
+    ::close(fd);
+    fail("{}: the file is empty", path);
+  }
+  void* m = mmap(nullptr, size_t(f->size_), PROT_READ, MAP_PRIVATE, fd, 0);
+  int e = errno;
+  ::close(fd);
+  if (m == MAP_FAILED) fail("{}: cannot mmap {} bytes: {}", path, f->size_, std::strerror(e));
+  f->map_ = m;
+  f->base_ = static_cast<const uint8_t*>(m);
+  return f;
+}
+
+std::unique_ptr<MappedFile> MappedFile::from_bytes(std::vector<uint8_t> bytes, std::string name) {
+  std::unique_ptr<MappedFile> f(new MappedFile);
+  f->path_ = std::move(name);
+  f->owned_ = std::move(bytes);
+  f->base_ = f->owned_.data();
+  f->size_ = f->owned_.size();
+  return f;
+}
+
+MappedFile::~MappedFile() {
+  if (map_) munmap(map_, size_t(size_));
+}
+
+}  // namespace lr

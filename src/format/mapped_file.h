@@ -1,0 +1,33 @@
+// A read-only file image: mmap'd from a path, or an owned byte vector (tests,
+// fuzzing). Errors name the path.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace lr {
+
+class MappedFile {
+ public:
+  static std::unique_ptr<MappedFile> open(const std::string& path);
+  static std::unique_ptr<MappedFile> from_bytes(std::vector<uint8_t> bytes, std::string name);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  const uint8_t* data() const { return base_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  MappedFile() = default;
+  std::string path_;
+  const uint8_t* base_ = nullptr;
+  uint64_t size_ = 0;
+  void* map_ = nullptr;
+  std::vector<uint8_t> owned_;
+};
+
+}  // namespace lr

@@ -1,0 +1,55 @@
+// PyTorch checkpoints read without PyTorch: the zip container torch.save
+// writes (`<prefix>/data.pkl` plus one raw record per storage) decoded with
+// the restricted unpickler (format/pickle.h). Only the functions that rebuild
+// tensors and plain containers are "called"; any other call in the pickle is
+// refused with a message naming it, so a malicious checkpoint cannot run code.
+//
+// Tensors are found in a state dict (a dict of name -> tensor, nested dicts
+// joined with dots) and in whole-module pickles (nn.Module objects: their
+// _parameters, persistent _buffers and _modules, named like state_dict()).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "format/pickle.h"
+#include "format/tensor_source.h"
+#include "format/zip.h"
+
+namespace lr {
+
+class TorchCheckpoint final : public TensorSource {
+ public:
+  static std::unique_ptr<TorchCheckpoint> open(const std::string& path);
+  static std::unique_ptr<TorchCheckpoint> from_bytes(std::vector<uint8_t> bytes, std::string name);
+
+  const std::string& path() const override { return zip_->path(); }
+  // F32, F16 and BF16 tensors (shape in GGML order, data in the file);
+  // another dtype is an lr::Error naming it. nullopt when absent.
+  std::optional<TensorView> find(const std::string& name) const override;
+  std::vector<std::string> names() const;
+  // Storage class of a tensor ("FloatStorage", "LongStorage", ...).
+  std::optional<std::string> storage_type(const std::string& name) const;
+  // Every class or function name the pickle referenced ("module.Name"),
+  // for telling checkpoint families apart.
+  const std::set<std::string>& globals() const { return globals_; }
+
+ private:
+  struct Storage;
+  struct Tensor;
+  explicit TorchCheckpoint(std::unique_ptr<ZipArchive> z);
+  void load();
+  void walk(const pickle::Value* v, const std::string& prefix, int depth);
+  void walk_module(const pickle::Value* m, const std::string& prefix, int depth);
+
+  std::unique_ptr<ZipArchive> zip_;
+  std::string prefix_;  // "archive/" or whatever top folder the writer used
+  std::unique_ptr<pickle::Document> doc_;
+  std::map<std::string, std::shared_ptr<const Tensor>> tensors_;
+  std::set<std::string> globals_;
+};
+
+}  // namespace lr
