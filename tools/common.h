@@ -32,5 +32,6 @@ Runner add_perplexity_command(CLI::App& app);
 Runner add_inspect_command(CLI::App& app);
 Runner add_compress_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
+Runner add_import_command(CLI::App& app);
 
 }  // namespace lr::cli

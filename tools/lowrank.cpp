@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
   reg(lr::cli::add_inspect_command);
   reg(lr::cli::add_compress_command);
   reg(lr::cli::add_bench_command);
+  reg(lr::cli::add_import_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

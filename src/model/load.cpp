@@ -17,14 +17,6 @@ std::string tensor_name(const WeightSpec& spec, Naming naming, int layer) {
   return fmt::format(fmt::runtime(pattern), layer);
 }
 
-// HuggingFace stores q/k rows per head as [two halves][head_dim/2] (rotate_half
-// RoPE); GGUF interleaves them as [head_dim/2][two]. Row i*2+j of a GGUF head is
-// row j*hd/2+i of the HF head.
-int64_t hf_row_for_gguf_row(int64_t r, int head_dim) {
-  int64_t head = r / head_dim, within = r % head_dim;
-  int64_t i = within / 2, j = within % 2;
-  return head * head_dim + j * (head_dim / 2) + i;
-}
 
 void fill_matrix(Matrix& m, const TensorView& t, bool permute_rope, int head_dim) {
   std::vector<float> row(size_t(m.cols));
@@ -58,13 +50,23 @@ TensorView require_matrix(const TensorSource& src, const std::string& name, int6
   return *t;
 }
 
+
+}  // namespace
+
+// HuggingFace stores q/k rows per head as [two halves][head_dim/2] (rotate_half
+// RoPE); GGUF interleaves them as [head_dim/2][two]. Row i*2+j of a GGUF head is
+// row j*hd/2+i of the HF head.
+int64_t hf_row_for_gguf_row(int64_t r, int head_dim) {
+  int64_t head = r / head_dim, within = r % head_dim;
+  int64_t i = within / 2, j = within % 2;
+  return head * head_dim + j * (head_dim / 2) + i;
+}
+
 Matrix read_matrix(const TensorView& t, DType wtype, bool permute_rope, int head_dim) {
   Matrix m = Matrix::allocate(wtype, int64_t(t.shape[1]), int64_t(t.shape[0]));
   fill_matrix(m, t, permute_rope, head_dim);
   return m;
 }
-
-}  // namespace
 
 std::string lowrank_in_name(const WeightSpec& spec, int layer) {
   return spec.per_layer ? fmt::format("blk.{}.{}.lr_in", layer, spec.kind)

@@ -18,6 +18,15 @@ enum class Naming { Gguf, HuggingFace };
 std::shared_ptr<Weights> load_weights(const Config& cfg, const TensorSource& src, Naming naming,
                                       DType wtype);
 
+// HuggingFace stores q/k rows per head as [two halves][head_dim/2] (rotate-half
+// RoPE); GGUF interleaves them. The HF row that GGUF row r comes from.
+int64_t hf_row_for_gguf_row(int64_t r, int head_dim);
+
+// A 2-D tensor (GGML shape {cols, rows}) as a matrix of type `wtype`; with
+// permute_rope, rows are reordered from HuggingFace's rotate-half q/k layout
+// into GGUF's interleaved one.
+Matrix read_matrix(const TensorView& t, DType wtype, bool permute_rope, int head_dim);
+
 // GGUF names of low-rank tensors (docs/lowrank-gguf.md): blk.N.<kind>.lr_in
 // [rank, in], blk.N.<kind>.lr_out [out, rank]; a shared input basis is
 // shared.G.<kind>.lr_in, and metadata lowrank.shared.<kind> (one int per layer,

@@ -1,0 +1,334 @@
+#include "runtime/import_model.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <cstring>
+#include <set>
+
+#include "core/error.h"
+#include "format/gguf_source.h"
+#include "format/safetensors.h"
+#include "format/torch_checkpoint.h"
+#include "model/config.h"
+#include "model/load.h"
+#include "model/save.h"
+
+namespace lr {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+// The tensors of a checkpoint: one file or a directory of shards.
+struct Checkpoint {
+  std::string path;
+  std::vector<std::unique_ptr<TensorSource>> parts;
+  std::set<std::string> names;
+  std::set<std::string> globals;  // classes named in pickles (family hints)
+  json config;                    // config.json of a directory; null otherwise
+
+  std::optional<TensorView> find(const std::string& name) const {
+    if (!names.count(name)) return std::nullopt;
+    for (const auto& p : parts)
+      if (auto t = p->find(name)) return t;
+    return std::nullopt;
+  }
+  bool has(const std::string& name) const { return names.count(name) > 0; }
+
+  void add_torch(const std::string& file) {
+    auto c = TorchCheckpoint::open(file);
+    for (const std::string& n : c->names()) names.insert(n);
+    globals.insert(c->globals().begin(), c->globals().end());
+    parts.push_back(std::move(c));
+  }
+  void add_safetensors(std::unique_ptr<SafetensorsSource> s) {
+    for (const std::string& n : s->names()) names.insert(n);
+    parts.push_back(std::move(s));
+  }
+
+  static Checkpoint open(const std::string& path) {
+    Checkpoint c;
+    c.path = path;
+    std::error_code ec;
+    if (!fs::exists(path, ec)) fail("{}: no such file or directory", path);
+    if (!fs::is_directory(path, ec)) {
+      if (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0)
+        c.add_safetensors(SafetensorsSource::open_file(path));
+      else
+        c.add_torch(path);
+      return c;
+    }
+    const fs::path dir(path);
+    if (fs::exists(dir / "config.json")) {
+      std::ifstream in(dir / "config.json");
+      try {
+        c.config = json::parse(in);
+      } catch (const json::exception& e) {
+        fail("{}/config.json: not valid JSON: {}", path, e.what());
+      }
+    }
+    if (fs::exists(dir / "model.safetensors") || fs::exists(dir / "model.safetensors.index.json")) {
+      c.add_safetensors(SafetensorsSource::open_dir(path));
+    } else if (fs::exists(dir / "pytorch_model.bin.index.json")) {
+      std::ifstream in(dir / "pytorch_model.bin.index.json");
+      json idx;
+      try {
+        idx = json::parse(in);
+      } catch (const json::exception& e) {
+        fail("{}/pytorch_model.bin.index.json: not valid JSON: {}", path, e.what());
+      }
+      if (!idx.contains("weight_map") || !idx["weight_map"].is_object())
+        fail("{}/pytorch_model.bin.index.json: no \"weight_map\" object", path);
+      std::set<std::string> files;
+      for (auto& [k, v] : idx["weight_map"].items()) {
+        if (!v.is_string() || v.get<std::string>().find('/') != std::string::npos)
+          fail("{}/pytorch_model.bin.index.json: weight_map entry '{}' is not a file name", path, k);
+        files.insert(v.get<std::string>());
+      }
+      for (const std::string& f : files) c.add_torch((dir / f).string());
+    } else if (fs::exists(dir / "pytorch_model.bin")) {
+      c.add_torch((dir / "pytorch_model.bin").string());
+    } else {
+      fail("{}: no model.safetensors, pytorch_model.bin or pytorch_model.bin.index.json in the directory", path);
+    }
+    return c;
+  }
+};
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string detect(const Checkpoint& c, std::string* why) {
+  bool basis = false, ab = false, uv = false, palu = false;
+  for (const std::string& n : c.names) {
+    basis |= ends_with(n, "_basis.weight");
+    ab |= ends_with(n, ".BLinear.weight") || ends_with(n, ".ALinear.weight");
+    uv |= ends_with(n, "_u_proj.weight") || ends_with(n, ".u_proj.weight");
+    palu |= ends_with(n, ".VT.weight");
+  }
+  if (palu) fail("{}: a Palu checkpoint (k/v factors per head group): not supported yet", c.path);
+  if (basis) {
+    *why = "tensors named *_basis.weight";
+    return "basis-sharing";
+  }
+  if (ab) {
+    const bool dobi = c.config.is_object() && c.config.contains("dobi_target_modules");
+    const bool dobi_pickle = c.globals.count("modules.module.SVDTransformLayer") > 0;
+    *why = dobi ? "ALinear/BLinear tensors and dobi_target_modules in config.json"
+           : dobi_pickle ? "ALinear/BLinear tensors in modules.module.SVDTransformLayer objects"
+                         : "ALinear/BLinear tensors (ASVD naming; shapes decide the sides)";
+    return dobi || dobi_pickle ? "dobi" : "asvd";
+  }
+  if (uv) {
+    *why = "tensors named *_u_proj.weight / *.u_proj.weight";
+    return "svdllm";
+  }
+  std::string some;
+  int k = 0;
+  for (const std::string& n : c.names)
+    if (k++ < 4) some += (some.empty() ? "" : ", ") + n;
+  fail("{}: no factor tensors of a known family (svdllm, asvd, dobi, basis-sharing); tensors include {}",
+       c.path, some);
+}
+
+std::string dims(const TensorView& t) {
+  std::string s;
+  for (size_t i = t.shape.size(); i-- > 0;) s += fmt::format("{}{}", t.shape[i], i ? ", " : "");
+  return "[" + s + "]";
+}
+
+// rows, cols of a 2-D tensor (GGML shape {cols, rows}); 0, 0 otherwise.
+std::pair<uint64_t, uint64_t> rc(const TensorView& t) {
+  return t.shape.size() == 2 ? std::pair{t.shape[1], t.shape[0]} : std::pair{uint64_t(0), uint64_t(0)};
+}
+
+// GGUF-named non-linear tensors (embedding, norms, output head) for the
+// writer: from the checkpoint under their HuggingFace names, else from --base.
+class ImportSource final : public TensorSource {
+ public:
+  ImportSource(const Checkpoint& ck, const TensorSource& base, const Config& c) : ck_(ck), base_(base) {
+    for (const WeightSpec& spec : kWeightTable) {
+      if (spec.is_linear() && spec.slot != Slot::Output) continue;
+      const int n = spec.per_layer ? c.n_layers : 1;
+      for (int l = 0; l < n; ++l) {
+        auto name = [&](const char* pat) { return spec.per_layer ? fmt::format(fmt::runtime(pat), l) : std::string(pat); };
+        hf_[name(spec.gguf)] = {name(spec.hf), slot_shape(c, spec.slot), spec.is_norm};
+      }
+    }
+  }
+  const std::string& path() const override { return ck_.path; }
+  std::optional<TensorView> find(const std::string& name) const override {
+    auto it = hf_.find(name);
+    if (it == hf_.end()) return std::nullopt;  // linear maps are written from the weights
+    const Entry& e = it->second;
+    if (auto t = ck_.find(e.hf)) {
+      const bool ok = e.norm ? t->shape == std::vector<uint64_t>{uint64_t(e.shape.second)}
+                             : rc(*t) == std::pair{uint64_t(e.shape.first), uint64_t(e.shape.second)};
+      if (!ok) fail("{}: tensor '{}' has shape {}, expected [{}, {}]", ck_.path, e.hf, dims(*t), e.shape.first, e.shape.second);
+      return t;
+    }
+    from_base_.insert(name);
+    return base_.find(name);
+  }
+  const std::set<std::string>& from_base() const { return from_base_; }
+  bool has_output() const { return ck_.has("lm_head.weight"); }
+
+ private:
+  struct Entry {
+    std::string hf;
+    std::pair<int64_t, int64_t> shape;
+    bool norm;
+  };
+  const Checkpoint& ck_;
+  const TensorSource& base_;
+  std::map<std::string, Entry> hf_;
+  mutable std::set<std::string> from_base_;
+};
+
+}  // namespace
+
+ImportReport import_checkpoint(const std::string& in, const std::string& out, const ImportOptions& opt) {
+  if (opt.base.empty())
+    fail("import needs --base: the dense GGUF model the checkpoint was compressed from (config, tokenizer, and "
+         "any embedding, norm or output weights the checkpoint omits)");
+  const std::set<std::string> families = {"auto", "svdllm", "asvd", "dobi", "basis-sharing"};
+  if (!families.count(opt.from))
+    fail("unknown family '{}' for --from (expected auto, svdllm, asvd, dobi or basis-sharing)", opt.from);
+  auto base = gguf::File::open(opt.base);
+  GgufSource base_src(base);
+  Weights w;
+  w.cfg = config_from_gguf(*base);
+  const Config& c = w.cfg;
+  w.layers.resize(size_t(c.n_layers));
+  Checkpoint ck = Checkpoint::open(in);
+
+  ImportReport rep;
+  rep.family = opt.from;
+  if (opt.from == "auto") rep.family = detect(ck, &rep.detected_by);
+  const std::string& fam = rep.family;
+  rep.params_before = parameter_count(c);
+
+  std::map<const uint8_t*, Matrix> bases;  // a shared basis is one matrix (by checkpoint storage)
+  for (int l = 0; l < c.n_layers; ++l) {
+    for (const WeightSpec& spec : kWeightTable) {
+      if (!spec.is_linear() || !spec.per_layer) continue;
+      const auto [out_dim, in_dim] = slot_shape(c, spec.slot);
+      const std::string hf = fmt::format(fmt::runtime(spec.hf), l);  // ...self_attn.q_proj.weight
+      const std::string M = hf.substr(0, hf.size() - 7);              // ...self_attn.q_proj
+      const std::string P = M.substr(0, M.rfind('.'));               // ...self_attn
+      const std::string x = M.substr(M.rfind('.') + 1, M.size() - M.rfind('.') - 6);  // "q"
+      std::vector<std::pair<std::string, std::string>> pairs;  // (first, second) by the family's names
+      if (fam == "svdllm") {
+        pairs = {{P + "." + x + "_v_proj.weight", P + "." + x + "_u_proj.weight"},
+                 {M + ".v_proj.weight", M + ".u_proj.weight"}};
+      } else if (fam == "asvd") {
+        pairs = {{M + ".BLinear.weight", M + ".ALinear.weight"}};
+      } else if (fam == "dobi") {
+        pairs = {{M + ".ALinear.weight", M + ".BLinear.weight"}};
+      } else {
+        pairs = {{P + "." + x + "_basis.weight", M + ".weight"},
+                 {fmt::format("model.{}_basis.{}.weight", x, l), M + ".weight"}};
+      }
+      Linear& lin = slot_linear(w, spec.slot, l);
+      const bool permute = spec.slot == Slot::Q || spec.slot == Slot::K;
+      MatrixReport mr{fmt::format("blk.{}.{}", l, spec.kind), out_dim, in_dim, 0, false, ""};
+      bool done = false;
+      for (const auto& [fa, fb] : pairs) {
+        auto ta = ck.find(fa), tb = ck.find(fb);
+        if (!ta || !tb) continue;
+        // Orientation by shape: first = [r, in] and second = [out, r], or the other way round.
+        auto [ar, ac] = rc(*ta);
+        auto [br, bc] = rc(*tb);
+        const bool as_named = ac == uint64_t(in_dim) && br == uint64_t(out_dim) && bc == ar && ar > 0;
+        const bool swapped = bc == uint64_t(in_dim) && ar == uint64_t(out_dim) && ac == br && br > 0;
+        if (!as_named && !swapped)
+          fail("{}: '{}' {} and '{}' {} are not the two factors of a [{}, {}] matrix ({} of layer {})", ck.path, fa,
+               dims(*ta), fb, dims(*tb), out_dim, in_dim, spec.kind, l);
+        if (as_named && swapped) mr.note = "square factors: sides taken from the family's names";
+        const TensorView& A = as_named ? *ta : *tb;  // [r, in], applied first
+        const TensorView& B = as_named ? *tb : *ta;  // [out, r]
+        auto it = bases.find(A.data);
+        if (it == bases.end()) it = bases.emplace(A.data, read_matrix(A, DType::F32, false, c.head_dim)).first;
+        lin.v = it->second;
+        lin.u = read_matrix(B, DType::F32, permute, c.head_dim);
+        mr.rank = lin.v.rows;
+        done = true;
+        break;
+      }
+      if (!done) {
+        auto t = ck.find(hf);
+        if (!t) fail("{}: no factors and no dense weight for {} of layer {} (looked for '{}' / '{}' and '{}')", ck.path,
+                     spec.kind, l, pairs[0].first, pairs[0].second, hf);
+        if (rc(*t) != std::pair{uint64_t(out_dim), uint64_t(in_dim)})
+          fail("{}: dense tensor '{}' has shape {}, expected [{}, {}]", ck.path, hf, dims(*t), out_dim, in_dim);
+        lin.w = read_matrix(*t, DType::F32, permute, c.head_dim);
+      }
+      rep.matrices.push_back(mr);
+    }
+  }
+  // Shared bases: layers whose config says they share must hold identical bases.
+  if (fam == "basis-sharing" && ck.config.is_object())
+    for (const WeightSpec& spec : kWeightTable) {
+      if (!spec.is_linear() || !spec.per_layer) continue;
+      const std::string hf = spec.hf;
+      const std::string leaf = hf.substr(hf.rfind(".{}.") + 4);
+      const std::string x = leaf.substr(leaf.find('.') + 1, leaf.find("_proj") - leaf.find('.') - 1);
+      auto g = ck.config.find(x + "_groups");
+      if (g == ck.config.end() || !g->is_array()) continue;
+      for (const auto& group : *g) {
+        if (!group.is_array() || group.empty()) fail("{}: config.json {}_groups has an empty or non-list group", ck.path, x);
+        const int first = group[0].get<int>();
+        for (const auto& m : group) {
+          const int l = m.get<int>();
+          if (l < 0 || l >= c.n_layers || first < 0 || first >= c.n_layers)
+            fail("{}: config.json {}_groups names layer {}, the model has {}", ck.path, x, l, c.n_layers);
+          const Linear& a = slot_linear(w, spec.slot, first);
+          const Linear& b = slot_linear(w, spec.slot, l);
+          if (!a.low_rank() || !b.low_rank()) continue;
+          if (a.v.ptr() == b.v.ptr()) continue;
+          if (a.v.rows != b.v.rows || std::memcmp(a.v.ptr(), b.v.ptr(), size_t(a.v.bytes())) != 0)
+            fail("{}: layers {} and {} claim to share the {} basis ({}_groups) but their bases differ", ck.path, first,
+                 l, x, x);
+          slot_linear(w, spec.slot, l).v = a.v;  // identical: stored once
+        }
+      }
+    }
+  {
+    std::map<const uint8_t*, int> uses;
+    for (const Layer& L : w.layers)
+      for (const Linear* lin : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down})
+        if (lin->low_rank()) ++uses[lin->v.ptr()];
+    size_t i = 0;
+    for (const Layer& L : w.layers)
+      for (const Linear* lin : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) {
+        rep.matrices[i].shared = lin->low_rank() && uses[lin->v.ptr()] > 1;
+        ++i;
+      }
+  }
+  ImportSource src(ck, base_src, c);
+  w.cfg.tied_output = !src.has_output() && !base_src.find("output.weight");
+  SaveOptions so;
+  so.factor_type = opt.factor_type;
+  gguf::Value method;
+  method.type = gguf::ValueType::STRING;
+  method.s = "import:" + fam;
+  so.metadata.push_back({"lowrank.method", method});
+  save_gguf(w, *base, src, out, so);
+  rep.from_base.assign(src.from_base().begin(), src.from_base().end());
+  // Parameters: the linear maps as imported (a shared basis once) plus the
+  // embedding, norms and head of the dense model.
+  uint64_t dense_linear = 0;
+  for (const WeightSpec& spec : kWeightTable)
+    if (spec.is_linear() && spec.per_layer) {
+      auto [r, cc] = slot_shape(c, spec.slot);
+      dense_linear += uint64_t(r) * uint64_t(cc) * uint64_t(c.n_layers);
+    }
+  rep.params_after = w.parameters() + rep.params_before - dense_linear;
+  return rep;
+}
+
+}  // namespace lr

@@ -1,0 +1,46 @@
+// `lowrank import`: checkpoints of published SVD-compression methods turned
+// into lowrank's low-rank GGUF. Every family's factor pair is read into the
+// one representation (V [rank, in] applied first, U [out, rank]); which
+// tensor is which is decided by shape against the base model's config, never
+// by name alone.
+//
+// Families read now (names below are per projection module M, e.g.
+// model.layers.3.self_attn.q_proj, and its parent P):
+//   svdllm        SVD-LLM v1 whole-model pickle: P.q_v_proj.weight / P.q_u_proj.weight;
+//                 HF-style export (v1/v2): M.v_proj.weight / M.u_proj.weight
+//   asvd, dobi    M.BLinear.weight / M.ALinear.weight (the two families name the
+//                 sides oppositely; shapes decide), dense M.weight elsewhere
+//   basis-sharing M's basis model.layers.N.<attn|mlp>.x_basis.weight (shared by a
+//                 group of layers; checked identical), coefficients M.weight
+// Not yet: Palu (block-diagonal per-head-group factors), Dobi-SVD's 8-bit
+// remapped factors.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "runtime/compress_model.h"
+
+namespace lr {
+
+struct ImportOptions {
+  std::string from = "auto";  // svdllm, asvd, dobi, basis-sharing or auto
+  std::string base;           // dense GGUF model: config, tokenizer, and the weights the checkpoint omits
+  DType factor_type = DType::F16;
+};
+
+struct ImportReport {
+  std::string family;                 // what was read
+  std::string detected_by;            // why (auto)
+  std::vector<MatrixReport> matrices; // per layer and projection (rank 0: dense)
+  std::vector<std::string> from_base; // non-linear tensors taken from --base
+  uint64_t params_before = 0, params_after = 0;
+};
+
+// Reads the checkpoint at `in` (a .pt/.bin/.safetensors file or a directory of
+// shards) and writes `out`. Throws lr::Error naming the tensor on any
+// mismatch.
+ImportReport import_checkpoint(const std::string& in, const std::string& out, const ImportOptions& opt);
+
+}  // namespace lr

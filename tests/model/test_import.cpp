@@ -1,0 +1,315 @@
+// `lowrank import`: a tiny model compressed by lowrank is written out in each
+// family's checkpoint layout (HuggingFace names and q/k row order, the
+// family's factor names), imported back, and must give the same logits.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "format/safetensors.h"
+#include "model/load.h"
+#include "runtime/compress_model.h"
+#include "runtime/import_model.h"
+#include "runtime/model.h"
+#include "model_test_util.h"
+#include "torch_writer.h"
+
+namespace lr {
+namespace {
+
+using test::rel_err;
+
+const std::vector<int32_t> kToks = {1, 80, 120, 33, 201, 7, 99, 150, 3, 42};
+
+std::vector<float> logits_of(const std::string& path) {
+  Model m = load_model(path, DType::F32);
+  auto b = make_backend(m, ExecPath::Reference, {32, 1});
+  std::vector<float> out(kToks.size() * size_t(m.weights->cfg.vocab));
+  b->forward(kToks.data(), int(kToks.size()), out.data(), true);
+  return out;
+}
+
+// Row-major values of a matrix; q/k output rows back in HuggingFace order.
+std::vector<float> values(const Matrix& m, bool hf_rows, int head_dim) {
+  std::vector<float> v(size_t(m.rows * m.cols));
+  for (int64_t r = 0; r < m.rows; ++r)
+    m.row_to_f32(r, &v[size_t((hf_rows ? hf_row_for_gguf_row(r, head_dim) : r) * m.cols)]);
+  return v;
+}
+
+struct Layout {
+  std::string family;
+  // (first, second) tensor names for module M (…self_attn.q_proj) of parent P and leaf x ("q"), layer l.
+  std::function<std::pair<std::string, std::string>(const std::string& M, const std::string& P,
+                                                    const std::string& x, int l)> names;
+  bool a_first = true;  // the first name holds V [r, in]
+};
+
+// All tensors of `w` under HuggingFace names, factors named by `lay`.
+std::vector<test::TorchTensor> hf_tensors(const Weights& w, const Layout& lay) {
+  const Config& c = w.cfg;
+  std::vector<test::TorchTensor> ts;
+  std::map<const uint8_t*, std::string> storage_of;  // shared bases alias one storage
+  auto add = [&](const std::string& name, const Matrix& m, bool hf_rows) {
+    const std::string key = storage_of.count(m.ptr()) ? storage_of[m.ptr()] : std::to_string(storage_of.size());
+    storage_of[m.ptr()] = key;
+    ts.push_back({name, m.rows == 1 ? std::vector<int64_t>{m.cols} : std::vector<int64_t>{m.rows, m.cols},
+                  values(m, hf_rows, c.head_dim), key});
+  };
+  add("model.embed_tokens.weight", w.tok_embd, false);
+  add("model.norm.weight", w.out_norm, false);
+  if (!c.tied_output) add("lm_head.weight", w.output.w, false);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const Layer& L = w.layers[size_t(l)];
+    add(fmt::format("model.layers.{}.input_layernorm.weight", l), L.attn_norm, false);
+    add(fmt::format("model.layers.{}.post_attention_layernorm.weight", l), L.ffn_norm, false);
+    for (const WeightSpec& spec : kWeightTable) {
+      if (!spec.is_linear() || !spec.per_layer) continue;
+      const std::string hf = fmt::format(fmt::runtime(spec.hf), l);
+      const std::string M = hf.substr(0, hf.size() - 7), P = M.substr(0, M.rfind('.'));
+      const std::string x = M.substr(M.rfind('.') + 1, M.size() - M.rfind('.') - 6);
+      const Linear& lin = slot_linear(w, spec.slot, l);
+      const bool qk = spec.slot == Slot::Q || spec.slot == Slot::K;
+      if (!lin.low_rank()) {
+        add(hf, lin.w, qk);
+        continue;
+      }
+      auto [first, second] = lay.names(M, P, x, l);
+      add(lay.a_first ? first : second, lin.v, false);
+      add(lay.a_first ? second : first, lin.u, qk);
+    }
+  }
+  return ts;
+}
+
+void write_safetensors_dir(const std::string& dir, const std::vector<test::TorchTensor>& ts, const nlohmann::json& cfg) {
+  std::filesystem::create_directories(dir);
+  std::vector<SafetensorsTensor> st;
+  for (const auto& t : ts) {
+    SafetensorsTensor s{t.name, DType::F32, t.shape, std::vector<uint8_t>(t.data.size() * 4)};
+    std::memcpy(s.bytes.data(), t.data.data(), s.bytes.size());
+    st.push_back(std::move(s));
+  }
+  write_safetensors(dir + "/model.safetensors", st);
+  std::ofstream(dir + "/config.json") << cfg.dump();
+}
+
+struct Fixture {
+  test::TempDir t;
+  std::string dense, lr;
+  Fixture(int n_layers = 2, int basis_sharing = 0) {
+    test::TinySpec s;
+    s.tokenizer = true;
+    s.n_layers = n_layers;
+    dense = test::write_tiny(t, s, "dense.gguf");
+    CompressOptions o;
+    o.factor_type = DType::F32;
+    if (basis_sharing) {
+      o.basis_sharing = basis_sharing;
+      o.calib_path = test::write_calib(t);
+      o.calib_samples = 4;
+      o.calib_len = 64;
+    } else {
+      o.method = CompressMethod::Svd;
+      // Ranks that differ per matrix; the MLP's down projection stays dense.
+      o.ranks = {{"attn_q", 7}, {"attn_k", 5}, {"attn_v", 3}, {"attn_output", 9}, {"ffn_gate", 11}, {"ffn_up", 6}};
+      o.kinds = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up"};
+    }
+    compress_model(dense, {{0.5, t.file("lr.gguf")}}, o);
+    lr = t.file("lr.gguf");
+  }
+  ImportReport import(const std::string& in, const std::string& from = "auto") {
+    ImportOptions o;
+    o.base = dense;
+    o.from = from;
+    o.factor_type = DType::F32;
+    return import_checkpoint(in, t.file("imported.gguf"), o);
+  }
+};
+
+const Layout kSvdLlmExport{"svdllm", [](auto& M, auto&, auto&, int) {
+                             return std::pair{M + ".v_proj.weight", M + ".u_proj.weight"};
+                           }};
+const Layout kSvdLlmPickle{"svdllm", [](auto&, auto& P, auto& x, int) {
+                             return std::pair{P + "." + x + "_v_proj.weight", P + "." + x + "_u_proj.weight"};
+                           }};
+const Layout kAsvd{"asvd", [](auto& M, auto&, auto&, int) {
+                     return std::pair{M + ".BLinear.weight", M + ".ALinear.weight"};
+                   }};
+const Layout kDobi{"dobi", [](auto& M, auto&, auto&, int) {
+                     return std::pair{M + ".ALinear.weight", M + ".BLinear.weight"};
+                   }};
+
+TEST(Import, EveryFamilyRoundTripsToTheSameLogits) {
+  Fixture f;
+  const auto want = logits_of(f.lr);
+  Model m = load_model(f.lr, DType::F32);
+  struct Case {
+    Layout lay;
+    bool torch;
+    nlohmann::json cfg;
+  };
+  for (const Case& cs : {Case{kSvdLlmExport, true, {{"model_type", "svdllm-llama"}}},
+                         Case{kSvdLlmPickle, true, nullptr}, Case{kAsvd, false, {{"truncation_ranks", {}}}},
+                         Case{kDobi, false, {{"dobi_target_modules", {}}}}}) {
+    SCOPED_TRACE(cs.lay.family);
+    auto ts = hf_tensors(*m.weights, cs.lay);
+    const std::string dir = f.t.file(cs.lay.family + (cs.torch ? "-bin" : "-st"));
+    std::string in = dir;
+    if (cs.torch && cs.cfg.is_null()) {
+      in = f.t.file("svdllm.pt");  // a single file, as the SVD-LLM pickle
+      test::write_torch_state_dict(in, ts);
+    } else if (cs.torch) {
+      std::filesystem::create_directories(dir);
+      test::write_torch_state_dict(dir + "/pytorch_model.bin", ts);
+      std::ofstream(dir + "/config.json") << cs.cfg.dump();
+    } else {
+      write_safetensors_dir(dir, ts, cs.cfg);
+    }
+    ImportReport r = f.import(in);
+    EXPECT_EQ(r.family, cs.lay.family);
+    ASSERT_EQ(r.matrices.size(), 14u);
+    EXPECT_EQ(r.matrices[0].rank, 7);   // blk.0.attn_q
+    EXPECT_EQ(r.matrices[2].rank, 3);   // blk.0.attn_v
+    EXPECT_EQ(r.matrices[6].rank, 0);   // blk.0.ffn_down: dense
+    EXPECT_TRUE(r.from_base.empty());
+    EXPECT_LT(rel_err(logits_of(f.t.file("imported.gguf")), want), 1e-5);
+  }
+}
+
+TEST(Import, BasisSharingKeepsOneBasisPerGroup) {
+  Fixture f(3, 2);
+  Model m = load_model(f.lr, DType::F32);
+  const Layout bs{"basis-sharing", [](auto& M, auto& P, auto& x, int) {
+                    return std::pair{P + "." + x + "_basis.weight", M + ".weight"};
+                  }};
+  auto ts = hf_tensors(*m.weights, bs);
+  const std::string dir = f.t.file("bs");
+  std::filesystem::create_directories(dir);
+  test::write_torch_state_dict(dir + "/pytorch_model.bin", ts);
+  nlohmann::json cfg = {{"architectures", {"ShareLlamaForCausalLM"}}, {"q_groups", {{0, 1}, {2}}}};
+  std::ofstream(dir + "/config.json") << cfg.dump();
+  ImportReport r = f.import(dir);
+  EXPECT_EQ(r.family, "basis-sharing");
+  EXPECT_TRUE(r.matrices[0].shared);   // blk.0.attn_q
+  EXPECT_FALSE(r.matrices[3].shared);  // blk.0.attn_output is private
+  Model im = load_model(f.t.file("imported.gguf"), DType::F32);
+  EXPECT_EQ(im.weights->layers[0].q.v.ptr(), im.weights->layers[1].q.v.ptr());
+  EXPECT_NE(im.weights->layers[0].q.v.ptr(), im.weights->layers[2].q.v.ptr());
+  EXPECT_LT(rel_err(logits_of(f.t.file("imported.gguf")), logits_of(f.lr)), 1e-5);
+
+  // Bases that the config says are shared but differ: an error.
+  for (auto& t : ts)
+    if (t.name == "model.layers.1.self_attn.q_basis.weight") {
+      t.storage = "private";
+      t.data[0] += 1.f;
+    }
+  test::write_torch_state_dict(dir + "/pytorch_model.bin", ts);
+  try {
+    f.import(dir);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layers 0 and 1 claim to share the q basis"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Import, MissingWeightsComeFromBase) {
+  Fixture f;
+  Model m = load_model(f.lr, DType::F32);
+  auto ts = hf_tensors(*m.weights, kAsvd);
+  std::erase_if(ts, [](const test::TorchTensor& t) { return t.name == "model.embed_tokens.weight" || t.name == "lm_head.weight"; });
+  write_safetensors_dir(f.t.file("asvd"), ts, {});
+  ImportReport r = f.import(f.t.file("asvd"));
+  EXPECT_EQ(r.from_base, (std::vector<std::string>{"output.weight", "token_embd.weight"}));
+  EXPECT_LT(rel_err(logits_of(f.t.file("imported.gguf")), logits_of(f.lr)), 1e-5);
+}
+
+TEST(Import, BadInputIsAClearError) {
+  Fixture f;
+  Model m = load_model(f.lr, DType::F32);
+  auto err = [&](const std::string& in, const std::string& from = "auto") {
+    try {
+      f.import(in, from);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  // A factor pair whose shapes do not multiply to the matrix.
+  auto ts = hf_tensors(*m.weights, kAsvd);
+  for (auto& t : ts)
+    if (t.name == "model.layers.1.self_attn.k_proj.ALinear.weight") {
+      t.shape = {32, 4};
+      t.data.resize(32 * 4);
+    }
+  write_safetensors_dir(f.t.file("bad"), ts, {});
+  EXPECT_NE(err(f.t.file("bad")).find("'model.layers.1.self_attn.k_proj.BLinear.weight' [5, 64] and "
+                                      "'model.layers.1.self_attn.k_proj.ALinear.weight' [32, 4] are not the two factors"),
+            std::string::npos)
+      << err(f.t.file("bad"));
+  // A checkpoint that asks to run code.
+  EXPECT_NE(err(LOWRANK_SOURCE_DIR "/tests/fixtures/torch/calls_system.pt").find("refusing to call posix.system"),
+            std::string::npos);
+  // Unknown family, missing files, no factors.
+  EXPECT_NE(err(f.t.file("bad"), "palu").find("unknown family 'palu'"), std::string::npos);
+  EXPECT_NE(err(f.t.file("nothing")).find("no such file or directory"), std::string::npos);
+  EXPECT_NE(err(LOWRANK_SOURCE_DIR "/tests/fixtures/torch/state_dict.pt").find("no factor tensors of a known family"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace lr
+
+namespace lr {
+namespace {
+
+// The default model compressed by lowrank (whitened SVD, and whitened basis
+// sharing), written in the SVD-LLM v1 and Basis Sharing layouts, imported
+// back: the same logits. Skipped when the model is not cached.
+TEST(DefaultModel, ImportRoundTripsSvdLlmAndBasisSharing) {
+  if (!std::filesystem::exists(default_model_path())) GTEST_SKIP() << "default model not cached";
+  test::TempDir t;
+  std::ofstream(t.file("calib.txt")) << std::ifstream(LOWRANK_SHARED_DIR "/data/wiki.calib.raw").rdbuf();
+  for (int g : {0, 2}) {
+    SCOPED_TRACE(g ? "basis sharing" : "svd-llm");
+    CompressOptions o;
+    o.factor_type = DType::F32;
+    o.calib_path = t.file("calib.txt");
+    o.calib_samples = 4;
+    o.calib_len = 128;
+    o.basis_sharing = g;
+    compress_model(default_model_path(), {{0.6, t.file("lr.gguf")}}, o);
+    Model m = load_model(t.file("lr.gguf"), DType::F32);
+    const Layout lay = g ? Layout{"basis-sharing", [](auto& M, auto& P, auto& x, int) {
+                                    return std::pair{P + "." + x + "_basis.weight", M + ".weight"};
+                                  }}
+                         : kSvdLlmPickle;
+    auto ts = hf_tensors(*m.weights, lay);
+    // The tied embedding is left out: it comes from --base.
+    std::erase_if(ts, [](const test::TorchTensor& x) { return x.name == "model.embed_tokens.weight"; });
+    test::write_torch_state_dict(t.file("ckpt.pt"), ts);
+    ImportOptions io;
+    io.base = default_model_path();
+    io.factor_type = DType::F32;
+    ImportReport r = import_checkpoint(t.file("ckpt.pt"), t.file("imported.gguf"), io);
+    EXPECT_EQ(r.family, lay.family);
+    EXPECT_EQ(r.from_base, std::vector<std::string>{"token_embd.weight"});
+    Model a = load_model(t.file("lr.gguf"), DType::F32), b = load_model(t.file("imported.gguf"), DType::F32);
+    auto run = [&](const Model& mm) {
+      auto be = make_backend(mm, ExecPath::Fast, {32, 2});
+      std::vector<int32_t> toks = mm.tokenizer->encode("The capital of France is", true);
+      std::vector<float> out(toks.size() * size_t(mm.weights->cfg.vocab));
+      be->forward(toks.data(), int(toks.size()), out.data(), true);
+      return out;
+    };
+    EXPECT_LT(rel_err(run(b), run(a)), 1e-5);
+    if (g) {
+      EXPECT_EQ(b.weights->layers[0].q.v.ptr(), b.weights->layers[1].q.v.ptr());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lr
