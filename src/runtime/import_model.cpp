@@ -270,6 +270,41 @@ ImportReport import_checkpoint(const std::string& in, const std::string& out, co
       rep.matrices.push_back(mr);
     }
   }
+  // Rank maps in config.json must agree with the tensors.
+  if (ck.config.is_object()) {
+    for (const char* key : {"svd_ranks", "truncation_ranks", "dobi_target_modules"}) {
+      auto m = ck.config.find(key);
+      if (m == ck.config.end() || !m->is_object()) continue;
+      for (int l = 0; l < c.n_layers; ++l)
+        for (const WeightSpec& spec : kWeightTable) {
+          if (!spec.is_linear() || !spec.per_layer) continue;
+          const std::string hf = fmt::format(fmt::runtime(spec.hf), l);
+          const std::string module = hf.substr(0, hf.size() - 7);
+          auto r = m->find(module);
+          if (r == m->end()) continue;
+          if (!r->is_number_integer())
+            fail("{}: config.json {} entry '{}' is not an integer rank", ck.path, key, module);
+          const int64_t have = slot_linear(w, spec.slot, l).rank();
+          if (r->get<int64_t>() != have)
+            fail("{}: config.json {} says {} has rank {}, its tensors have rank {}", ck.path, key, module,
+                 r->get<int64_t>(), have);
+        }
+    }
+    for (const WeightSpec& spec : kWeightTable) {  // Basis Sharing: num_basis_<x>
+      if (!spec.is_linear() || !spec.per_layer || fam != "basis-sharing") continue;
+      const std::string hf = spec.hf;
+      const std::string leaf = hf.substr(hf.rfind(".{}.") + 4);
+      const std::string x = leaf.substr(leaf.find('.') + 1, leaf.find("_proj") - leaf.find('.') - 1);
+      auto n = ck.config.find("num_basis_" + x);
+      if (n == ck.config.end() || !n->is_number_integer()) continue;
+      for (int l = 0; l < c.n_layers; ++l) {
+        const int64_t have = slot_linear(w, spec.slot, l).rank();
+        if (have != n->get<int64_t>())
+          fail("{}: config.json num_basis_{} is {}, layer {} has a {} basis of {} vectors", ck.path, x,
+               n->get<int64_t>(), l, x, have);
+      }
+    }
+  }
   // Shared bases: layers whose config says they share must hold identical bases.
   if (fam == "basis-sharing" && ck.config.is_object())
     for (const WeightSpec& spec : kWeightTable) {

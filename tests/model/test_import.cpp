@@ -152,7 +152,7 @@ TEST(Import, EveryFamilyRoundTripsToTheSameLogits) {
     nlohmann::json cfg;
   };
   for (const Case& cs : {Case{kSvdLlmExport, true, {{"model_type", "svdllm-llama"}}},
-                         Case{kSvdLlmPickle, true, nullptr}, Case{kAsvd, false, {{"truncation_ranks", {}}}},
+                         Case{kSvdLlmPickle, true, nullptr}, Case{kAsvd, false, {{"truncation_ranks", {{"model.layers.1.mlp.up_proj", 6}}}}},
                          Case{kDobi, false, {{"dobi_target_modules", {}}}}}) {
     SCOPED_TRACE(cs.lay.family);
     auto ts = hf_tensors(*m.weights, cs.lay);
@@ -199,6 +199,17 @@ TEST(Import, BasisSharingKeepsOneBasisPerGroup) {
   EXPECT_EQ(im.weights->layers[0].q.v.ptr(), im.weights->layers[1].q.v.ptr());
   EXPECT_NE(im.weights->layers[0].q.v.ptr(), im.weights->layers[2].q.v.ptr());
   EXPECT_LT(rel_err(logits_of(f.t.file("imported.gguf")), logits_of(f.lr)), 1e-5);
+
+  // A basis count in config.json that disagrees with the tensors.
+  std::ofstream(dir + "/config.json") << nlohmann::json{{"num_basis_q", 999}}.dump();
+  try {
+    f.import(dir);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("num_basis_q is 999, layer 0 has a q basis of 21 vectors"), std::string::npos)
+        << e.what();
+  }
+  std::ofstream(dir + "/config.json") << cfg.dump();
 
   // Bases that the config says are shared but differ: an error.
   for (auto& t : ts)
@@ -252,6 +263,13 @@ TEST(Import, BadInputIsAClearError) {
   // A checkpoint that asks to run code.
   EXPECT_NE(err(LOWRANK_SOURCE_DIR "/tests/fixtures/torch/calls_system.pt").find("refusing to call posix.system"),
             std::string::npos);
+  // A rank map in config.json that disagrees with the tensors.
+  write_safetensors_dir(f.t.file("asvd-ranks"), hf_tensors(*m.weights, kAsvd),
+                        {{"truncation_ranks", {{"model.layers.0.self_attn.q_proj", 8}}}});
+  EXPECT_NE(err(f.t.file("asvd-ranks")).find("truncation_ranks says model.layers.0.self_attn.q_proj has rank 8, its "
+                                             "tensors have rank 7"),
+            std::string::npos)
+      << err(f.t.file("asvd-ranks"));
   // Unknown family, missing files, no factors.
   EXPECT_NE(err(f.t.file("bad"), "palu").find("unknown family 'palu'"), std::string::npos);
   EXPECT_NE(err(f.t.file("nothing")).find("no such file or directory"), std::string::npos);
