@@ -18,22 +18,6 @@
 
 namespace lr::cpu {
 
-ExecCounters DecodePlan::per_token(ExecUnit unit) const {
-  const uint64_t n = steps.size();
-  switch (unit) {
-    case ExecUnit::PerOp: return {n, 0};
-    case ExecUnit::PerLayer: return {region_begin.size(), n - region_begin.size()};
-    case ExecUnit::PerToken: return {1, n - 1};
-  }
-  return {};
-}
-
-uint64_t DecodePlan::weight_bytes() const {
-  uint64_t b = 0;
-  for (const Step& s : steps) b += s.weight_bytes;
-  return b;
-}
-
 namespace {
 constexpr int64_t kRowAlign = 8;  // rows of a matrix-vector step per unit of work
 
@@ -146,8 +130,8 @@ const float* Decoder::resolve(const In& in, int tid) {
   return in.v;
 }
 
-void Decoder::add(std::string name, std::function<void(int, int)> fn, uint64_t bytes) {
-  plan_.steps.push_back({std::move(name), std::move(fn), bytes});
+void Decoder::add(std::string name, std::function<void(int, int)> fn) {
+  plan_.steps.push_back({std::move(name), std::move(fn)});
 }
 
 // out[r] = M[r, :] in for every job, rows split across threads (the jobs of a
@@ -155,11 +139,7 @@ void Decoder::add(std::string name, std::function<void(int, int)> fn, uint64_t b
 // A null job output means the caller's logits.
 void Decoder::rows_step(std::string name, std::vector<Job> jobs, Post post) {
   const int64_t rows = jobs[0].m->rows;
-  uint64_t bytes = 0;
-  for (const Job& j : jobs) {
-    LR_ASSERT(j.m->rows == rows);
-    bytes += j.m->bytes();
-  }
+  for (const Job& j : jobs) LR_ASSERT(j.m->rows == rows);
   add(std::move(name), [this, jobs, post, rows](int tid, int nth) {
     const Span sp = split(rows, tid, nth, kRowAlign);
     if (sp.begin >= sp.end) return;
@@ -168,7 +148,7 @@ void Decoder::rows_step(std::string name, std::vector<Job> jobs, Post post) {
     const int64_t n = sp.end - sp.begin;
     if (post == Post::SiluMul) silu_mul(g_.data() + sp.begin, u_.data() + sp.begin, n);
     if (post == Post::Residual) cpu::add(jobs[0].out + sp.begin, x_.data() + sp.begin, n);
-  }, bytes);
+  });
 }
 
 // Unfused RMSNorm: one operation on one thread, as an eager framework runs it.
@@ -232,11 +212,9 @@ void Decoder::build_qkv(int l, const In& x_in) {
   const bool rope_here = mode != KvMode::Static;
   for (const std::vector<Part>& parts : groups) {
     int heads = 0;
-    uint64_t bytes = 0;
     std::string name = b;
     for (const Part& pt : parts) {
       heads += pt.n_heads;
-      bytes += pt.m->bytes();
       name += names[pt.which];
     }
     name += lin[parts[0].which]->low_rank() ? "_out" : "";
@@ -258,7 +236,7 @@ void Decoder::build_qkv(int l, const In& x_in) {
           matvec(*pt.m, inputs.get(*this, pt.in, tid), dst - h * hd, int64_t(h) * hd, int64_t(h + 1) * hd);
           if (rope_here && pt.which < 2) s_.rope.apply(dst, 1, hd, pos);
         }
-    }, bytes);
+    });
   }
 
   if (mode == KvMode::Static) {
@@ -286,7 +264,7 @@ void Decoder::build_qkv(int l, const In& x_in) {
         std::copy_n(pv, s_.kv.rv[size_t(l)], s_.kv.pv_at(l, pos));
       }
       reconstruct_history(s_, l, sp.begin, sp.end);
-    }, L.k.u.bytes() + L.v.u.bytes());
+    });
   }
 }
 

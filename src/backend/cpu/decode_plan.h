@@ -9,8 +9,8 @@
 //              between consecutive steps inside it
 //   per-token  one dispatch for the whole token, steps - 1 barriers
 // A barrier separates two steps because the later one reads what all threads
-// of the earlier one wrote; the counts are derived from the plan
-// (DecodePlan::per_token) and checked against the thread pool's counters.
+// of the earlier one wrote. tests/model/test_decode.cpp checks the thread
+// pool's counters against the counts these rules give.
 #pragma once
 
 #include <cstdint>
@@ -26,16 +26,11 @@ namespace lr::cpu {
 struct Step {
   std::string name;                       // "blk.3.qkv_in", "output", ...
   std::function<void(int tid, int nth)> run;
-  uint64_t weight_bytes = 0;              // weight bytes the step reads
 };
 
 struct DecodePlan {
   std::vector<Step> steps;
   std::vector<size_t> region_begin;  // first step of each per-layer region (layers, then output)
-
-  // Dispatches and barriers one token costs under `unit`.
-  ExecCounters per_token(ExecUnit unit) const;
-  uint64_t weight_bytes() const;
 };
 
 class Decoder {
@@ -75,7 +70,7 @@ class Decoder {
       return value;
     }
   };
-  void add(std::string name, std::function<void(int, int)> fn, uint64_t bytes = 0);
+  void add(std::string name, std::function<void(int, int)> fn);
   void rows_step(std::string name, std::vector<Job> jobs, Post post = Post::None);
   void norm_step(std::string name, const Matrix& w, float* out);
 
