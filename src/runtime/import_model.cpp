@@ -135,6 +135,27 @@ std::string detect(const Checkpoint& c, std::string* why) {
        c.path, some);
 }
 
+// The HuggingFace names of one projection of layer l: its weight
+// ("model.layers.3.self_attn.q_proj.weight"), module M (without ".weight"),
+// parent P ("model.layers.3.self_attn") and short name x ("q").
+struct Names {
+  std::string hf, M, P, x;
+};
+Names names_of(const WeightSpec& spec, int l) {
+  Names n;
+  n.hf = fmt::format(fmt::runtime(spec.hf), l);
+  n.M = n.hf.substr(0, n.hf.size() - 7);
+  n.P = n.M.substr(0, n.M.rfind('.'));
+  n.x = n.M.substr(n.P.size() + 1, n.M.size() - n.P.size() - 6);
+  return n;
+}
+
+// An integer of config.json, or a message naming where it was.
+int64_t config_int(const std::string& path, const json& v, const std::string& where) {
+  if (!v.is_number_integer()) fail("{}: config.json {}: expected an integer, found {}", path, where, v.dump());
+  return v.get<int64_t>();
+}
+
 std::string dims(const TensorView& t) {
   std::string s;
   for (size_t i = t.shape.size(); i-- > 0;) s += fmt::format("{}{}", t.shape[i], i ? ", " : "");
@@ -217,10 +238,7 @@ ImportReport import_checkpoint(const std::string& in, const std::string& out, co
     for (const WeightSpec& spec : kWeightTable) {
       if (!spec.is_linear() || !spec.per_layer) continue;
       const auto [out_dim, in_dim] = slot_shape(c, spec.slot);
-      const std::string hf = fmt::format(fmt::runtime(spec.hf), l);  // ...self_attn.q_proj.weight
-      const std::string M = hf.substr(0, hf.size() - 7);              // ...self_attn.q_proj
-      const std::string P = M.substr(0, M.rfind('.'));               // ...self_attn
-      const std::string x = M.substr(M.rfind('.') + 1, M.size() - M.rfind('.') - 6);  // "q"
+      const auto [hf, M, P, x] = names_of(spec, l);
       std::vector<std::pair<std::string, std::string>> pairs;  // (first, second) by the family's names
       if (fam == "svdllm") {
         pairs = {{P + "." + x + "_v_proj.weight", P + "." + x + "_u_proj.weight"},
@@ -278,30 +296,26 @@ ImportReport import_checkpoint(const std::string& in, const std::string& out, co
       for (int l = 0; l < c.n_layers; ++l)
         for (const WeightSpec& spec : kWeightTable) {
           if (!spec.is_linear() || !spec.per_layer) continue;
-          const std::string hf = fmt::format(fmt::runtime(spec.hf), l);
-          const std::string module = hf.substr(0, hf.size() - 7);
+          const std::string module = names_of(spec, l).M;
           auto r = m->find(module);
           if (r == m->end()) continue;
-          if (!r->is_number_integer())
-            fail("{}: config.json {} entry '{}' is not an integer rank", ck.path, key, module);
+          const int64_t want = config_int(ck.path, *r, std::string(key) + "." + module);
           const int64_t have = slot_linear(w, spec.slot, l).rank();
-          if (r->get<int64_t>() != have)
-            fail("{}: config.json {} says {} has rank {}, its tensors have rank {}", ck.path, key, module,
-                 r->get<int64_t>(), have);
+          if (want != have)
+            fail("{}: config.json {} says {} has rank {}, its tensors have rank {}", ck.path, key, module, want, have);
         }
     }
     for (const WeightSpec& spec : kWeightTable) {  // Basis Sharing: num_basis_<x>
       if (!spec.is_linear() || !spec.per_layer || fam != "basis-sharing") continue;
-      const std::string hf = spec.hf;
-      const std::string leaf = hf.substr(hf.rfind(".{}.") + 4);
-      const std::string x = leaf.substr(leaf.find('.') + 1, leaf.find("_proj") - leaf.find('.') - 1);
+      const std::string x = names_of(spec, 0).x;
       auto n = ck.config.find("num_basis_" + x);
-      if (n == ck.config.end() || !n->is_number_integer()) continue;
+      if (n == ck.config.end()) continue;
+      const int64_t want = config_int(ck.path, *n, "num_basis_" + x);
       for (int l = 0; l < c.n_layers; ++l) {
         const int64_t have = slot_linear(w, spec.slot, l).rank();
-        if (have != n->get<int64_t>())
-          fail("{}: config.json num_basis_{} is {}, layer {} has a {} basis of {} vectors", ck.path, x,
-               n->get<int64_t>(), l, x, have);
+        if (have != want)
+          fail("{}: config.json num_basis_{} is {}, layer {} has a {} basis of {} vectors", ck.path, x, want, l, x,
+               have);
       }
     }
   }
@@ -309,16 +323,14 @@ ImportReport import_checkpoint(const std::string& in, const std::string& out, co
   if (fam == "basis-sharing" && ck.config.is_object())
     for (const WeightSpec& spec : kWeightTable) {
       if (!spec.is_linear() || !spec.per_layer) continue;
-      const std::string hf = spec.hf;
-      const std::string leaf = hf.substr(hf.rfind(".{}.") + 4);
-      const std::string x = leaf.substr(leaf.find('.') + 1, leaf.find("_proj") - leaf.find('.') - 1);
+      const std::string x = names_of(spec, 0).x;
       auto g = ck.config.find(x + "_groups");
       if (g == ck.config.end() || !g->is_array()) continue;
       for (const auto& group : *g) {
         if (!group.is_array() || group.empty()) fail("{}: config.json {}_groups has an empty or non-list group", ck.path, x);
-        const int first = group[0].get<int>();
+        const int64_t first = config_int(ck.path, group[0], x + "_groups");
         for (const auto& m : group) {
-          const int l = m.get<int>();
+          const int64_t l = config_int(ck.path, m, x + "_groups");
           if (l < 0 || l >= c.n_layers || first < 0 || first >= c.n_layers)
             fail("{}: config.json {}_groups names layer {}, the model has {}", ck.path, x, l, c.n_layers);
           const Linear& a = slot_linear(w, spec.slot, first);
