@@ -75,24 +75,21 @@ std::string latin1(const std::string& p, const std::string& utf8) {
 
 TorchCheckpoint::TorchCheckpoint(std::unique_ptr<ZipArchive> z) : zip_(std::move(z)) {}
 
-std::unique_ptr<TorchCheckpoint> TorchCheckpoint::open(const std::string& path) {
-  auto f = MappedFile::open(path);
+std::unique_ptr<TorchCheckpoint> TorchCheckpoint::from_file(std::unique_ptr<MappedFile> f) {
   if (f->size() < 2 || f->data()[0] != 'P' || f->data()[1] != 'K')
     fail("{}: not a zip-format PyTorch checkpoint (the legacy pre-1.6 torch.save format and other "
-         "files are not read)", path);
-  f.reset();
-  std::unique_ptr<TorchCheckpoint> c(new TorchCheckpoint(ZipArchive::open(path)));
+         "files are not read)", f->path());
+  std::unique_ptr<TorchCheckpoint> c(new TorchCheckpoint(ZipArchive::from_file(std::move(f))));
   c->load();
   return c;
 }
 
+std::unique_ptr<TorchCheckpoint> TorchCheckpoint::open(const std::string& path) {
+  return from_file(MappedFile::open(path));
+}
+
 std::unique_ptr<TorchCheckpoint> TorchCheckpoint::from_bytes(std::vector<uint8_t> bytes, std::string name) {
-  if (bytes.size() < 2 || bytes[0] != 'P' || bytes[1] != 'K')
-    fail("{}: not a zip-format PyTorch checkpoint (the legacy pre-1.6 torch.save format and other "
-         "files are not read)", name);
-  std::unique_ptr<TorchCheckpoint> c(new TorchCheckpoint(ZipArchive::from_bytes(std::move(bytes), std::move(name))));
-  c->load();
-  return c;
+  return from_file(MappedFile::from_bytes(std::move(bytes), std::move(name)));
 }
 
 void TorchCheckpoint::load() {
@@ -142,7 +139,6 @@ void TorchCheckpoint::load() {
   };
   std::function<ValuePtr(pickle::Document&, const std::string&, ValuePtr)> call;
   call = [&](pickle::Document& doc, const std::string& fn, ValuePtr args) -> ValuePtr {
-    globals_.insert(fn);
     if (fn == "torch._utils._rebuild_tensor_v2") {
       const Value* sv = arg(p, args, 0, Kind::Opaque, "_rebuild_tensor_v2");
       if (sv->tag != kTagStorage) fail("{}: _rebuild_tensor_v2 of something that is not a storage", p);

@@ -40,6 +40,8 @@ class TorchCheckpoint final : public TensorSource {
  private:
   struct Storage;
   struct Tensor;
+  // Checks the zip magic (a legacy torch file gets its own message), then reads.
+  static std::unique_ptr<TorchCheckpoint> from_file(std::unique_ptr<MappedFile> f);
   explicit TorchCheckpoint(std::unique_ptr<ZipArchive> z);
   void load();
   void walk(const pickle::Value* v, const std::string& prefix, int depth);

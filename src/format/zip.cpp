@@ -31,16 +31,16 @@ struct Reader {
 
 ZipArchive::ZipArchive(std::unique_ptr<MappedFile> f) : file_(std::move(f)) {}
 
-std::unique_ptr<ZipArchive> ZipArchive::open(const std::string& path) {
-  std::unique_ptr<ZipArchive> z(new ZipArchive(MappedFile::open(path)));
+std::unique_ptr<ZipArchive> ZipArchive::from_file(std::unique_ptr<MappedFile> file) {
+  std::unique_ptr<ZipArchive> z(new ZipArchive(std::move(file)));
   z->parse();
   return z;
 }
 
+std::unique_ptr<ZipArchive> ZipArchive::open(const std::string& path) { return from_file(MappedFile::open(path)); }
+
 std::unique_ptr<ZipArchive> ZipArchive::from_bytes(std::vector<uint8_t> bytes, std::string name) {
-  std::unique_ptr<ZipArchive> z(new ZipArchive(MappedFile::from_bytes(std::move(bytes), std::move(name))));
-  z->parse();
-  return z;
+  return from_file(MappedFile::from_bytes(std::move(bytes), std::move(name)));
 }
 
 const ZipArchive::Entry* ZipArchive::find(std::string_view name) const {

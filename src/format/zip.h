@@ -24,11 +24,13 @@ class ZipArchive {
 
   static std::unique_ptr<ZipArchive> open(const std::string& path);
   static std::unique_ptr<ZipArchive> from_bytes(std::vector<uint8_t> bytes, std::string name);
+  static std::unique_ptr<ZipArchive> from_file(std::unique_ptr<MappedFile> file);
 
   const std::string& path() const { return file_->path(); }
   const std::vector<Entry>& entries() const { return entries_; }
   const Entry* find(std::string_view name) const;
   const uint8_t* data(const Entry& e) const { return file_->data() + e.offset; }
+  const MappedFile& file() const { return *file_; }
 
  private:
   explicit ZipArchive(std::unique_ptr<MappedFile> f);
