@@ -2,11 +2,7 @@
 // anything else looks at it. See gguf.h for the checks and the message format.
 #include "format/gguf.h"
 
-#include <fcntl.h>
 #include <fmt/ranges.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -278,49 +274,22 @@ void read_array(Cursor& c, const std::string& path, Value& v, int depth) {
 
 }  // namespace
 
-File::~File() {
-  if (map_) munmap(map_, size_t(size_));
-}
+File::~File() = default;
 
-std::shared_ptr<File> File::open(const std::string& path) {
+std::shared_ptr<File> File::from_file(std::unique_ptr<MappedFile> image) {
   std::shared_ptr<File> f(new File());
-  f->path_ = path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    fail("{}: cannot stat: {}", path, std::strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail("{}: not a regular file", path);
-  }
-  f->size_ = uint64_t(st.st_size);
-  if (f->size_ > 0) {
-    void* m = mmap(nullptr, size_t(f->size_), PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-      int e = errno;
-      ::close(fd);
-      fail("{}: cannot mmap {} bytes: {}", path, f->size_, std::strerror(e));
-    }
-    f->map_ = m;
-    f->base_ = static_cast<const uint8_t*>(m);
-  }
-  ::close(fd);
+  f->path_ = image->path();
+  f->base_ = image->data();
+  f->size_ = image->size();
+  f->image_ = std::move(image);
   f->parse();
   return f;
 }
+
+std::shared_ptr<File> File::open(const std::string& path) { return from_file(MappedFile::open(path)); }
 
 std::shared_ptr<File> File::from_bytes(std::vector<uint8_t> bytes, std::string name) {
-  std::shared_ptr<File> f(new File());
-  f->path_ = std::move(name);
-  f->owned_ = std::move(bytes);
-  f->base_ = f->owned_.data();
-  f->size_ = f->owned_.size();
-  f->parse();
-  return f;
+  return from_file(MappedFile::from_bytes(std::move(bytes), std::move(name)));
 }
 
 void File::parse() {

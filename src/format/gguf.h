@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "format/mapped_file.h"
 
 namespace lr::gguf {
 
@@ -113,16 +114,16 @@ class File {
 
  private:
   File() = default;
+  static std::shared_ptr<File> from_file(std::unique_ptr<MappedFile> image);
   void parse();
 
   std::string path_;
   uint32_t version_ = 0;
   uint64_t alignment_ = kDefaultAlignment;
   uint64_t data_offset_ = 0;
-  const uint8_t* base_ = nullptr;
-  uint64_t size_ = 0;
-  void* map_ = nullptr;            // mmap'd region (open) ...
-  std::vector<uint8_t> owned_;     // ... or owned bytes (from_bytes)
+  std::unique_ptr<MappedFile> image_;
+  const uint8_t* base_ = nullptr;  // image_->data()
+  uint64_t size_ = 0;              // image_->size()
   std::vector<std::pair<std::string, Value>> kv_;
   std::vector<TensorInfo> tensors_;
   // Name -> index; the views point into the file image (stable while mapped).

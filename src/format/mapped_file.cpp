@@ -18,14 +18,19 @@ std::unique_ptr<MappedFile> MappedFile::open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
   struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+  if (fstat(fd, &sb) != 0) {
+    const int e = errno;
+    ::close(fd);
+    fail("{}: cannot stat: {}", path, std::strerror(e));
+  }
+  if (!S_ISREG(sb.st_mode)) {
     ::close(fd);
     fail("{}: not a regular file", path);
   }
   f->size_ = uint64_t(sb.st_size);
-  if (f->size_ == 0) {
+  if (f->size_ == 0) {  // nothing to map; readers say why an empty file is not theirs
     ::close(fd);
-    fail("{}: the file is empty", path);
+    return f;
   }
   void* m = mmap(nullptr, size_t(f->size_), PROT_READ, MAP_PRIVATE, fd, 0);
   int e = errno;

@@ -1,5 +1,6 @@
 // A read-only file image: mmap'd from a path, or an owned byte vector (tests,
-// fuzzing). Errors name the path.
+// fuzzing). Errors name the path. An empty file is an empty image (size 0):
+// the format readers say why that is not their format.
 #pragma once
 
 #include <cstdint>

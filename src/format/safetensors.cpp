@@ -3,10 +3,8 @@
 // safetensors.h for the checks and the message format.
 #include "format/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include "format/mapped_file.h"
+
 
 #include <algorithm>
 #include <cerrno>
@@ -18,6 +16,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "format/mapped_file.h"
 
 namespace lr {
 
@@ -140,43 +139,19 @@ bool plain_file_name(const std::string& s) {
 struct SafetensorsSource::Shard {
   std::string path;  // for messages
   std::string file;  // name within the model directory (sharded sources)
-  const uint8_t* base = nullptr;
-  uint64_t size = 0;
-  void* map = nullptr;
-  std::vector<uint8_t> owned;
+  std::unique_ptr<MappedFile> image;
+  const uint8_t* base = nullptr;  // image->data()
+  uint64_t size = 0;              // image->size()
 
-  ~Shard() {
-    if (map) munmap(map, size_t(size));
-  }
-
-  static std::unique_ptr<Shard> map_file(const std::string& path) {
+  static std::unique_ptr<Shard> of(std::unique_ptr<MappedFile> image) {
     auto sh = std::make_unique<Shard>();
-    sh->path = path;
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-      int e = errno;
-      ::close(fd);
-      fail("{}: cannot stat: {}", path, std::strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-      ::close(fd);
-      fail("{}: not a regular file", path);
-    }
-    sh->size = uint64_t(sb.st_size);
-    if (sh->size < 8) {
-      ::close(fd);
-      fail("{}: file is {} bytes, too short for the 8-byte header length", path, sh->size);
-    }
-    void* m = mmap(nullptr, size_t(sh->size), PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    ::close(fd);
-    if (m == MAP_FAILED) fail("{}: cannot mmap {} bytes: {}", path, sh->size, std::strerror(e));
-    sh->map = m;
-    sh->base = static_cast<const uint8_t*>(m);
+    sh->path = image->path();
+    sh->base = image->data();
+    sh->size = image->size();
+    sh->image = std::move(image);
     return sh;
   }
+  static std::unique_ptr<Shard> map_file(const std::string& path) { return of(MappedFile::open(path)); }
 };
 
 SafetensorsSource::~SafetensorsSource() = default;
@@ -323,12 +298,7 @@ std::unique_ptr<SafetensorsSource> SafetensorsSource::from_bytes(std::vector<uin
                                                                  std::string name) {
   std::unique_ptr<SafetensorsSource> s(new SafetensorsSource());
   s->path_ = name;
-  auto sh = std::make_unique<Shard>();
-  sh->path = std::move(name);
-  sh->owned = std::move(bytes);
-  sh->base = sh->owned.data();
-  sh->size = sh->owned.size();
-  s->shards_.push_back(std::move(sh));
+  s->shards_.push_back(Shard::of(MappedFile::from_bytes(std::move(bytes), std::move(name))));
   s->parse_shard(0);
   return s;
 }
