@@ -29,6 +29,7 @@ struct BenchCliOptions {
   std::string plot;
   std::string sweep;
   bool roofline = false;
+  ModelOptions::KeyCacheCli keys;  // settings of the k-* modes
 };
 
 std::vector<BenchShape> shapes_of(const std::vector<int>& p, const std::vector<int>& g) {
@@ -49,19 +50,20 @@ const BenchRow* find_row(const std::vector<BenchRow>& rows, const BenchRow& r, c
 }
 
 void print_table(const std::vector<BenchRow>& rows, double bw) {
-  std::printf("\n| keep | shape | mode | prefill ms | decode ms/tok | tok/s | e2e s | dispatches/tok | barriers/tok | weight MB/tok | KV MB/tok | GB/s | %% of %.1f GB/s | KV cache MB |\n",
+  std::printf("\n| keep | shape | mode | prefill ms | decode ms/tok | tok/s | e2e s | dispatches/tok | barriers/tok | weight MB/tok | KV MB/tok | GB/s | %% of %.1f GB/s | KV cache MB | keys MB | key bits |\n",
               bw);
-  std::printf("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const BenchRow& r : rows)
-    std::printf("| %.2f | %d/%d | %s | %.1f | %.3f | %.1f | %.3f | %.0f | %.0f | %.1f | %.1f | %.1f | %.0f%% | %.1f |\n",
+    std::printf("| %.2f | %d/%d | %s | %.1f | %.3f | %.1f | %.3f | %.0f | %.0f | %.1f | %.1f | %.1f | %.0f%% | %.1f | %.2f | %.2f |\n",
                 r.keep, r.prompt, r.gen, r.mode.c_str(), r.prefill_ms, r.decode_ms, r.tok_s, r.e2e_s,
-                r.dispatches, r.barriers, r.weight_mb, r.kv_mb, r.gbs, r.pct_bw, r.cache_mb);
+                r.dispatches, r.barriers, r.weight_mb, r.kv_mb, r.gbs, r.pct_bw, r.cache_mb, r.key_mb,
+                r.key_bits);
   // Speedups against the baselines measured in the same run.
   std::printf("\n");
   for (const BenchRow& r : rows) {
     if (r.mode == "naive" || r.mode == "dense") continue;
     std::printf("keep %.2f %d/%d %-11s decode", r.keep, r.prompt, r.gen, r.mode.c_str());
-    for (const char* base : {"naive", "dense"})
+    for (const char* base : {"naive", "dense", "k-f16"})
       if (const BenchRow* b = find_row(rows, r, base))
         std::printf("  %.2fx %s", b->decode_ms / r.decode_ms, base);
     std::printf("\n");
@@ -102,6 +104,7 @@ nlohmann::json to_json(const std::vector<BenchRow>& rows, double bw, int threads
                          {"dispatches_per_token", r.dispatches}, {"barriers_per_token", r.barriers},
                          {"weight_mb_per_token", r.weight_mb}, {"kv_mb_per_token", r.kv_mb},
                          {"gbs", r.gbs}, {"pct_read_bandwidth", r.pct_bw}, {"kv_cache_mb", r.cache_mb},
+                         {"key_cache_mb", r.key_mb}, {"key_bits_per_element", r.key_bits},
                          {"peak_rss_mb", r.peak_rss_mb}});
   return j;
 }
@@ -113,6 +116,7 @@ int run(const BenchCliOptions& o) {
   b.reps = o.reps;
   b.shapes = shapes_of(o.prompt, o.gen);
   b.modes = parse_bench_modes(o.modes);
+  b.keys = o.keys.config();
   std::fprintf(stderr, "bench: measuring read bandwidth (%d threads)...\n", threads);
   const double bw = measure_read_bandwidth(threads);
   std::printf("read bandwidth: %.1f GB/s (%d threads, 1 GiB buffer, best of 5)\n", bw, threads);
@@ -171,10 +175,11 @@ Runner add_bench_command(CLI::App& app) {
   sub->add_option("--gen", o->gen, "generated lengths, comma-separated (paired with --prompt)")->delimiter(',')->capture_default_str();
   sub->add_option("-t,--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));
   sub->add_option("--reps", o->reps, "repetitions per mode (medians reported)")->capture_default_str()->check(CLI::Range(1, 1000));
-  sub->add_option("--modes", o->modes, "all, or a comma-separated list of: dense, naive, legacy, densekv, packed, fused, per-op-spin, per-layer, per-token")->capture_default_str();
+  sub->add_option("--modes", o->modes, "all (the ablation: dense, naive, legacy, densekv, packed, fused, per-op-spin, per-layer, per-token), or a comma-separated list of those and the key-cache modes k-f16, k-q8_0, k-q4_0, k-kivi2, k-svdq")->capture_default_str();
   sub->add_option("--wtype", o->wtype, "weight type: f16, bf16, f32 or q8_0")->capture_default_str()->check(CLI::IsMember({"f16", "bf16", "f32", "q8_0"}));
   sub->add_option("--json", o->json, "also write the results as JSON");
   sub->add_flag("--roofline", o->roofline, "only measure and print this machine's read bandwidth");
+  o->keys.add_to(*sub, false);
   sub->add_option("--plot", o->plot, "write an SVG of decode speedup vs keep and vs generated length");
   sub->add_option("--sweep", o->sweep, "gen: generated lengths 32,128,512,1024,2048 at the (single) --prompt; keep: give several -m files")
       ->check(CLI::IsMember({"gen", "keep"}));

@@ -64,6 +64,7 @@ int run(const PplOptions& o) {
   double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("ppl = %.4f +/- %.4f  (%d windows of %d, %lld tokens scored, %s path, %.1f s)\n",
               r.ppl, r.ppl_err, r.chunks, p.ctx, (long long)r.scored, backend->name(), el);
+  print_key_cache(*backend, stdout);
   return 0;
 }
 
@@ -77,7 +78,7 @@ Runner add_perplexity_command(CLI::App& app) {
   sub->add_option("--chunks", o->chunks, "stop after N windows (default: all)");
   sub->add_flag("--score-all", o->score_all, "score every token after the first of each window, not just the second half");
   sub->add_flag("--no-progress", o->no_progress, "no progress bar");
-  sub->add_flag("--decode", o->decode, "feed each window one token at a time through the decode path (--kv, --unit, ... apply)");
+  sub->add_flag("--decode", o->decode, "run the unscored first half of each window as a prompt, then feed the scored tokens one at a time through the decode path (--kv, --unit, --cache-type-k, ... apply)");
   return [o] { return run(*o); };
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <string>
 
 #include "runtime/model.h"
@@ -17,6 +18,16 @@ struct ModelOptions {
   std::string kv = "dense";       // --kv: decode KV mode
   std::string unit = "per-token"; // --unit: decode execution unit
   bool no_pack = false, no_fuse = false;
+  struct KeyCacheCli {
+    std::string type = "f32";
+    int svdq_rank = 0;
+    double svdq_energy = 0.95;
+    std::string svdq_energy_mode = "sigma", svdq_schedule = "8,4,2,1,1,0,0,0", svdq_basis = "sequence";
+    int svdq_group = 32, svdq_min_fit = 64, kivi_window = 128;
+    // --svdq-* and --kivi-window; --cache-type-k too when with_type.
+    void add_to(CLI::App& app, bool with_type);
+    kv::KeyCacheConfig config() const;
+  } keys;
 
   void add_to(CLI::App& app, int default_ctx);
   std::string model_path() const;
@@ -24,6 +35,9 @@ struct ModelOptions {
   BackendOptions backend_options() const;
   DType weight_type() const { return reference ? DType::F32 : parse_weight_type(wtype); }
 };
+
+// Prints what a compressed key cache holds (nothing for the f32 cache) to `f`.
+void print_key_cache(const Backend& b, FILE* f);
 
 // Each subcommand registers itself and returns the function that runs it.
 using Runner = std::function<int()>;
@@ -33,5 +47,6 @@ Runner add_inspect_command(CLI::App& app);
 Runner add_compress_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
 Runner add_import_command(CLI::App& app);
+Runner add_calibrate_kv_command(CLI::App& app);
 
 }  // namespace lr::cli

@@ -21,6 +21,35 @@ void ModelOptions::add_to(CLI::App& app, int default_ctx) {
   app.add_option("--unit", unit, "decode execution unit: per-op, per-layer or per-token")->capture_default_str()->check(CLI::IsMember({"per-op", "per-layer", "per-token"}));
   app.add_flag("--no-pack", no_pack, "decode: separate products for q, k, v and gate, up (no packed input factors)");
   app.add_flag("--no-fuse", no_fuse, "decode: RMSNorm, SiLU*mul, residual adds as operations of their own");
+  keys.add_to(app, true);
+}
+
+void ModelOptions::KeyCacheCli::add_to(CLI::App& app, bool with_type) {
+  if (with_type)
+    app.add_option("--cache-type-k", type, "key cache: f32 (the dense f32 K/V cache), f16, q8_0, q4_0, kivi2 or svdq (all but f32 keep values as f16; docs/kv-cache.md)")->capture_default_str()->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0", "kivi2", "svdq"}));
+  app.add_option("--svdq-rank", svdq_rank, "svdq: latent rank per KV head (0: smallest rank reaching --svdq-energy)")->capture_default_str()->check(CLI::Range(0, 4096));
+  app.add_option("--svdq-energy", svdq_energy, "svdq: energy the automatic rank keeps, in (0, 1]")->capture_default_str();
+  app.add_option("--svdq-energy-mode", svdq_energy_mode, "svdq: energy over singular values (sigma, the SVDq rule) or their squares (sigma2, variance)")->capture_default_str()->check(CLI::IsMember({"sigma", "sigma2"}));
+  app.add_option("--svdq-schedule", svdq_schedule, "svdq: bit widths of the latent channel groups, most significant first (0 drops a group)")->capture_default_str();
+  app.add_option("--svdq-group", svdq_group, "svdq: tokens per quantization block")->capture_default_str();
+  app.add_option("--svdq-min-fit", svdq_min_fit, "svdq: keys cached before a sequence basis is fitted")->capture_default_str();
+  app.add_option("--svdq-basis", svdq_basis, "svdq: basis fitted on each sequence's prefill (sequence) or offline by lowrank calibrate-kv (calibrated)")->capture_default_str()->check(CLI::IsMember({"sequence", "calibrated"}));
+  app.add_option("--kivi-window", kivi_window, "kivi2: f16 tokens gathered before they are quantized (a multiple of 32)")->capture_default_str();
+}
+
+kv::KeyCacheConfig ModelOptions::KeyCacheCli::config() const {
+  kv::KeyCacheConfig k;
+  k.type = kv::parse_key_type(type);
+  k.svdq.rank = svdq_rank;
+  k.svdq.energy = svdq_energy;
+  k.svdq.energy_mode = svdq_energy_mode == "sigma2" ? kv::EnergyMode::Sigma2 : kv::EnergyMode::Sigma;
+  k.svdq.schedule = kv::parse_schedule(svdq_schedule);
+  k.svdq.group_size = svdq_group;
+  k.svdq.min_fit_tokens = svdq_min_fit;
+  k.svdq.basis = svdq_basis == "calibrated" ? kv::BasisSource::Calibrated : kv::BasisSource::Sequence;
+  k.kivi_window = kivi_window;
+  k.validate(64);  // the head_dim-free checks before the model loads; the session checks the rest
+  return k;
 }
 
 std::string ModelOptions::model_path() const { return model.empty() ? default_model_path() : model; }
@@ -33,7 +62,25 @@ BackendOptions ModelOptions::backend_options() const {
   o.exec.unit = parse_exec_unit(unit);
   o.exec.packed = !no_pack;
   o.exec.fused = !no_fuse;
+  o.keys = keys.config();
   return o;
+}
+
+void print_key_cache(const Backend& b, FILE* f) {
+  const KeyCacheStats st = b.key_stats();
+  if (st.type == kv::KeyType::F32 || st.tokens == 0) return;
+  const double mb = 1.0 / (1 << 20);
+  std::fprintf(f,
+               "key cache %s: %lld tokens x %d streams, %.3f bits per key element (codes %.2f MB, "
+               "scales %.2f MB, window %.2f MB, basis %.2f MB; %.2f MB reserved for the context), "
+               "values f16 %.2f MB",
+               kv::key_type_name(st.type), (long long)st.tokens, st.streams, st.true_bits(),
+               double(st.held.codes) * mb, double(st.held.scales) * mb, double(st.held.window) * mb,
+               double(st.held.basis) * mb, double(st.allocated.total()) * mb, double(st.value_bytes) * mb);
+  if (st.type == kv::KeyType::Svdq)
+    std::fprintf(f, "; svdq: %d/%d streams fitted, mean rank %.1f, %.1f stored channels, nominal %.3f bits, %d degraded",
+                 st.fitted, st.streams, st.mean_rank, st.mean_channels, st.nominal_bits, st.degraded);
+  std::fprintf(f, "\n");
 }
 
 }  // namespace lr::cli
@@ -60,6 +107,7 @@ int main(int argc, char** argv) {
   reg(lr::cli::add_compress_command);
   reg(lr::cli::add_bench_command);
   reg(lr::cli::add_import_command);
+  reg(lr::cli::add_calibrate_kv_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -10,6 +10,7 @@ Backend::Backend(std::shared_ptr<const Weights> w, int ctx) : weights_(std::move
 
 void Backend::rewind(int n) {
   LR_ASSERT(n >= 0 && n <= n_past_);
+  on_rewind(n);
   n_past_ = n;
 }
 

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "kv/key_config.h"
+#include "kv/key_stream.h"
 #include "model/weights.h"
 
 namespace lr {
@@ -17,6 +19,7 @@ enum class Site {
   AttnOut,  // attention output before o        [n, q_dim]
   MlpIn,    // rms_norm(x) before gate, up      [n, dim]
   MlpMid,   // silu(gate) * up before down      [n, ffn_dim]
+  Keys,     // post-RoPE keys (not a linear input) [n, kv_dim]
 };
 
 class ActivationObserver {
@@ -55,6 +58,26 @@ struct BackendOptions {
   int n_threads = 1;  // CPU threads (fast CPU backend only)
   ActivationObserver* observer = nullptr;  // fast CPU backend: sees every linear input
   ExecOptions exec{};  // fast CPU backend: decode execution
+  kv::KeyCacheConfig keys{};  // fast CPU backend: what the cache stores for keys (--cache-type-k)
+};
+
+// What a session's key cache holds (fast CPU backend with a compressed key type).
+struct KeyCacheStats {
+  kv::KeyType type = kv::KeyType::F32;
+  int64_t tokens = 0;          // cached positions
+  int head_dim = 0;
+  int streams = 0;             // layers x KV heads
+  kv::KeyBytes held;           // bytes held for the cached positions
+  kv::KeyBytes allocated;      // bytes reserved for the whole context
+  uint64_t value_bytes = 0;    // f16 values, whole context
+  double mean_rank = 0;        // SVDq: mean rank and stored channels over fitted streams
+  double mean_channels = 0;
+  double nominal_bits = 0;     // SVDq: mean over streams of mean(schedule) x rank / head_dim
+  int fitted = 0, degraded = 0;
+  // Bits per key element of what is held: all key bytes x 8 / (tokens x head_dim x streams).
+  double true_bits() const {
+    return tokens > 0 ? double(held.total()) * 8.0 / (double(tokens) * head_dim * streams) : 0;
+  }
 };
 
 // Thread-pool work of the forward passes since the last reset.
@@ -76,6 +99,8 @@ class Backend {
   int n_past() const { return n_past_; }
   // Forget every cached position at or after `n` (n <= n_past()).
   void rewind(int n);
+  // Key cache contents (zeros when keys are the plain f32 cache).
+  virtual KeyCacheStats key_stats() const { return {}; }
   int ctx() const { return ctx_; }
   const Weights& weights() const { return *weights_; }
   virtual ExecCounters counters() const { return {}; }
@@ -86,6 +111,7 @@ class Backend {
  protected:
   Backend(std::shared_ptr<const Weights> w, int ctx);
   void check_forward_args(const int32_t* tokens, int n) const;
+  virtual void on_rewind(int /*n*/) {}
 
   std::shared_ptr<const Weights> weights_;
   int ctx_;

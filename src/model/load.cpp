@@ -1,4 +1,5 @@
 #include "model/load.h"
+#include "model/key_calibration.h"
 
 #include <cstdlib>
 #include <map>
@@ -162,6 +163,7 @@ std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& 
       }
     }
   }
+  if (naming == Naming::Gguf) read_key_calibration(src, *w);
   pack_projections(*w);
   return w;
 }

@@ -1,4 +1,5 @@
 #include "model/save.h"
+#include "model/key_calibration.h"
 
 #include <map>
 
@@ -87,6 +88,7 @@ void save_gguf(const Weights& w, const gguf::File& meta, const TensorSource& src
     out.set_i32s(fmt::format("lowrank.rank.{}", spec.kind), ranks);
     if (any_shared) out.set_i32s(shared_map_key(spec), groups);
   }
+  write_key_calibration(out, w);
   out.write(path);
 }
 

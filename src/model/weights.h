@@ -90,6 +90,15 @@ struct Weights {
   Matrix out_norm;           // [1, dim] f32
   Linear output;             // [vocab, dim]; output.w shares tok_embd's storage when cfg.tied_output
   std::vector<Layer> layers;
+  // Optional: key bases fitted offline per (layer, KV head) by `lowrank
+  // calibrate-kv` (kv/svdq.h KeyEigen), for --svdq-basis calibrated.
+  struct KeyCalibration {
+    int64_t n_keys = 0;         // keys each fit saw
+    std::vector<float> mean;    // [n_layers, n_kv_heads, head_dim]
+    std::vector<float> vectors; // [n_layers, n_kv_heads, head_dim, head_dim] row c = direction c
+    std::vector<float> sigma;   // [n_layers, n_kv_heads, head_dim] descending
+    bool empty() const { return mean.empty(); }
+  } key_calibration;
 
   // Bytes of all distinct allocations (shared bases and tied embeddings once).
   uint64_t bytes() const;

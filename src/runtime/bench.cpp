@@ -45,16 +45,18 @@ double keep_of(const Model& m) {
 }
 
 struct Sample {
-  double prefill_ms, decode_ms, dispatches, barriers, cache_mb;
+  double prefill_ms, decode_ms, dispatches, barriers, cache_mb, key_mb, key_bits, kv_read_mb;
 };
 
 // One timed run: prefill `prompt` random tokens, then `gen` single-token steps.
 Sample run_once(const Model& m, const BenchMode& mode, const BenchShape& sh, int threads,
-                uint64_t seed) {
+                uint64_t seed, const kv::KeyCacheConfig& keys) {
   BackendOptions o;
   o.ctx = sh.prompt + sh.gen + 1;
   o.n_threads = threads;
   o.exec = mode.exec;
+  o.keys = keys;
+  o.keys.type = mode.keys;
   auto b = make_backend(m, ExecPath::Fast, o);
   const int vocab = m.weights->cfg.vocab;
   std::mt19937_64 rng(seed);
@@ -77,6 +79,18 @@ Sample run_once(const Model& m, const BenchMode& mode, const BenchShape& sh, int
   s.dispatches = double(c.dispatches) / std::max(1, sh.gen);
   s.barriers = double(c.barriers) / std::max(1, sh.gen);
   s.cache_mb = double(b->cache_bytes()) / 1e6;
+  const KeyCacheStats ks = b->key_stats();
+  const Config& cfg = m.weights->cfg;
+  if (mode.keys == kv::KeyType::F32) {
+    s.key_mb = s.cache_mb / 2;
+    s.key_bits = 32;
+  } else {
+    s.key_mb = double(ks.allocated.total()) / 1e6;
+    s.key_bits = ks.true_bits();
+    // Bytes the last step read: the keys held and the f16 values of every position.
+    s.kv_read_mb = (double(ks.held.total()) +
+                    double(ks.tokens) * cfg.kv_dim() * cfg.n_layers * 2.0) / 1e6;
+  }
   return s;
 }
 
@@ -104,12 +118,22 @@ const std::vector<BenchMode>& bench_modes() {
        "fused, op-by-op dispatch to spinning workers (no sleep between ops)"},
       {"per-layer", false, {K::Dense, true, true, U::PerLayer, true}, "fused, one parallel region per layer"},
       {"per-token", false, {K::Dense, true, true, U::PerToken, true}, "fused, one parallel region per token"},
+      {"k-f16", false, {K::Dense, true, true, U::PerToken, true}, "per-token, f16 keys and values", kv::KeyType::F16},
+      {"k-q8_0", false, {K::Dense, true, true, U::PerToken, true}, "per-token, q8_0 keys, f16 values", kv::KeyType::Q8_0},
+      {"k-q4_0", false, {K::Dense, true, true, U::PerToken, true}, "per-token, q4_0 keys, f16 values", kv::KeyType::Q4_0},
+      {"k-kivi2", false, {K::Dense, true, true, U::PerToken, true}, "per-token, KIVI-2 keys, f16 values", kv::KeyType::Kivi2},
+      {"k-svdq", false, {K::Dense, true, true, U::PerToken, true}, "per-token, SVDq keys, f16 values", kv::KeyType::Svdq},
   };
   return modes;
 }
 
 std::vector<BenchMode> parse_bench_modes(const std::string& list) {
-  if (list == "all") return bench_modes();
+  if (list == "all") {  // the ablation ladder; the key-cache modes are asked for by name
+    std::vector<BenchMode> out;
+    for (const BenchMode& m : bench_modes())
+      if (m.keys == kv::KeyType::F32) out.push_back(m);
+    return out;
+  }
   std::vector<BenchMode> out;
   size_t at = 0;
   while (at <= list.size()) {
@@ -154,7 +178,7 @@ std::vector<BenchRow> run_bench(const Model& lowrank_model, const Model* dense_m
   // Warm-up: every mode once on a short run (pages in weights, spins up threads).
   for (const BenchMode& m : opt.modes) {
     if (progress) progress("warm-up " + m.name);
-    run_once(model_of(m), m, {16, 4}, opt.threads, opt.seed);
+    run_once(model_of(m), m, {std::max(16, opt.keys.svdq.min_fit_tokens), 4}, opt.threads, opt.seed, opt.keys);
   }
   std::vector<BenchRow> rows;
   for (const BenchShape& sh : opt.shapes) {
@@ -164,7 +188,7 @@ std::vector<BenchRow> run_bench(const Model& lowrank_model, const Model* dense_m
       for (const BenchMode& m : opt.modes) {  // interleaved: noise hits every mode alike
         if (progress)
           progress(fmt::format("{}/{} rep {}/{} {}", sh.prompt, sh.gen, rep + 1, opt.reps, m.name));
-        samples[m.name].push_back(run_once(model_of(m), m, sh, opt.threads, opt.seed + uint64_t(rep)));
+        samples[m.name].push_back(run_once(model_of(m), m, sh, opt.threads, opt.seed + uint64_t(rep), opt.keys));
         rss[m.name] = peak_rss_mb();
       }
     for (const BenchMode& m : opt.modes) {
@@ -190,10 +214,12 @@ std::vector<BenchRow> run_bench(const Model& lowrank_model, const Model* dense_m
       r.weight_mb = double(model.weights->bytes_per_token()) / 1e6;
       double kv = 0;
       for (int i = 0; i < sh.gen; ++i) kv += double(decode_cache_bytes(*model.weights, m.exec.kv, sh.prompt + i));
-      r.kv_mb = kv / sh.gen / 1e6;
+      r.kv_mb = m.keys == kv::KeyType::F32 ? kv / sh.gen / 1e6 : med(&Sample::kv_read_mb);
       r.gbs = (r.weight_mb + r.kv_mb) / r.decode_ms;  // MB per ms = GB/s
       r.pct_bw = opt.read_bw_gbs > 0 ? 100.0 * r.gbs / opt.read_bw_gbs : 0;
       r.cache_mb = med(&Sample::cache_mb);
+      r.key_mb = med(&Sample::key_mb);
+      r.key_bits = med(&Sample::key_bits);
       r.peak_rss_mb = rss[m.name];
       rows.push_back(r);
     }

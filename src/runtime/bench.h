@@ -18,9 +18,12 @@ struct BenchMode {
   bool dense_model = false;
   ExecOptions exec;
   const char* what = "";
+  kv::KeyType keys = kv::KeyType::F32;  // the k-* modes: fastest execution with this key cache
 };
 
-// dense, naive, legacy, densekv, packed, fused, per-layer, per-token.
+// dense, naive, legacy, densekv, packed, fused, per-layer, per-token, and
+// k-f16, k-q8_0, k-q4_0, k-kivi2, k-svdq (per-token with that key cache;
+// not part of "all").
 const std::vector<BenchMode>& bench_modes();
 // "all" or a comma-separated list of mode names; throws lr::Error naming an
 // unknown one and the accepted names.
@@ -38,6 +41,7 @@ struct BenchOptions {
   std::vector<BenchMode> modes;
   uint64_t seed = 1234;
   double read_bw_gbs = 0;  // the machine's measured read bandwidth (for % of it), 0: unknown
+  kv::KeyCacheConfig keys;  // SVDq / KIVI settings of the k-* modes
 };
 
 struct BenchRow {
@@ -56,6 +60,8 @@ struct BenchRow {
   double gbs = 0;               // (weight + cache bytes) per token / decode time
   double pct_bw = 0;            // gbs / the measured read bandwidth, percent
   double cache_mb = 0;          // KV cache allocated by the session (prompt + gen + 1 positions)
+  double key_mb = 0;            // of which keys (the k-* modes: codes, scales, window, basis)
+  double key_bits = 0;          // k-* modes: true bits per key element held at the end
   double peak_rss_mb = 0;       // process peak RSS after this mode's runs (monotone)
 };
 

@@ -44,7 +44,11 @@ PerplexityResult perplexity(Backend& backend, const std::vector<int32_t>& tokens
     if (opt.add_bos) window[0] = opt.bos;
     backend.rewind(0);
     if (opt.decode) {
-      for (int j = 0; j < opt.ctx; ++j) backend.forward(&window[size_t(j)], 1, &logits[size_t(j) * vocab], false);
+      // The unscored prefix as one prompt, then every scored position one
+      // token at a time: what a chat turn does after its prompt.
+      backend.forward(window.data(), first + 1, &logits[size_t(first) * vocab], false);
+      for (int j = first + 1; j < opt.ctx - 1; ++j)
+        backend.forward(&window[size_t(j)], 1, &logits[size_t(j) * vocab], false);
     } else {
       backend.forward(window.data(), opt.ctx, logits.data(), true);
     }

@@ -21,7 +21,7 @@ struct PerplexityOptions {
   bool score_all = false;
   bool add_bos = true;
   int32_t bos = -1;
-  bool decode = false;     // run each window one token per forward (the decode path)
+  bool decode = false;     // prompt = the unscored prefix, then one token per forward (the decode path)
 };
 
 struct PerplexityResult {

@@ -61,6 +61,46 @@ inline void accumulate_block_any(float* acc, int d, float c, const float* p, con
 
 }  // namespace
 
+void scores_tile(const float* q, int g, int d, const float* K, int64_t stride, int nb, float scale,
+                 float* s, int64_t lds) {
+  for (int h = 0; h < g; ++h) {
+    const float* qh = q + int64_t(h) * d;
+    float* sh = s + h * lds;
+    if (d % 8 == 0) {
+      scores_block(qh, d, K, stride, 0, nb, scale, sh);
+    } else {
+      for (int b = 0; b < nb; ++b) sh[b] = dot(qh, K + b * stride, d) * scale;
+    }
+  }
+}
+
+void softmax_update(int g, int d, float* s, int64_t lds, int nb, const float* V, int64_t stride,
+                    float* m, float* l, float* acc) {
+  for (int h = 0; h < g; ++h) {
+    float* sh = s + h * lds;
+    float* ah = acc + int64_t(h) * d;
+    float bm = -INFINITY;
+    for (int b = 0; b < nb; ++b) bm = std::max(bm, sh[b]);
+    float c = 1.f;  // rescale of what was accumulated under the old maximum
+    if (bm > m[h]) {
+      if (l[h] > 0.f) c = std::exp(m[h] - bm);
+      l[h] *= c;
+      m[h] = bm;
+    }
+    const __m256 mh = _mm256_set1_ps(m[h]);
+    int b = 0;
+    for (; b + 8 <= nb; b += 8)
+      _mm256_storeu_ps(sh + b, exp_ps(_mm256_sub_ps(_mm256_loadu_ps(sh + b), mh)));
+    for (; b < nb; ++b) sh[b] = std::exp(sh[b] - m[h]);
+    float sum = 0.f;
+    for (b = 0; b < nb; ++b) sum += sh[b];
+    l[h] += sum;
+    if (d == 64) accumulate_block<64>(ah, c, sh, V, stride, 0, nb);
+    else if (d == 128) accumulate_block<128>(ah, c, sh, V, stride, 0, nb);
+    else accumulate_block_any(ah, d, c, sh, V, stride, 0, nb);
+  }
+}
+
 void attend_partial(const float* q, int g, int d, const float* K, const float* V, int64_t stride,
                     int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc) {
   for (int h = 0; h < g; ++h) {
@@ -70,38 +110,17 @@ void attend_partial(const float* q, int g, int d, const float* K, const float* V
   }
   // Keys in blocks of kB: scores of a block, one rescale of the running sum
   // per block (not per key), exponentials 8 at a time, the weighted values
-  // summed in registers (head_dim 64 and 128).
-  constexpr int kB = 32;
-  alignas(32) float s[kB];
-  for (int64_t jb = j0; jb < j1; jb += kB) {
-    const int nb = int(std::min<int64_t>(kB, j1 - jb));
-    for (int h = 0; h < g; ++h) {
-      const float* qh = q + int64_t(h) * d;
-      float* ah = acc + int64_t(h) * d;
-      if (d % 8 == 0) {
-        scores_block(qh, d, K, stride, jb, nb, scale, s);
-      } else {
-        for (int b = 0; b < nb; ++b) s[b] = dot(qh, K + (jb + b) * stride, d) * scale;
-      }
-      float bm = -INFINITY;
-      for (int b = 0; b < nb; ++b) bm = std::max(bm, s[b]);
-      float c = 1.f;  // rescale of what was accumulated under the old maximum
-      if (bm > m[h]) {
-        if (l[h] > 0.f) c = std::exp(m[h] - bm);
-        l[h] *= c;
-        m[h] = bm;
-      }
-      const __m256 mh = _mm256_set1_ps(m[h]);
-      int b = 0;
-      for (; b + 8 <= nb; b += 8)
-        _mm256_store_ps(s + b, exp_ps(_mm256_sub_ps(_mm256_load_ps(s + b), mh)));
-      for (; b < nb; ++b) s[b] = std::exp(s[b] - m[h]);
-      float sum = 0.f;
-      for (b = 0; b < nb; ++b) sum += s[b];
-      l[h] += sum;
-      if (d == 64) accumulate_block<64>(ah, c, s, V, stride, jb, nb);
-      else if (d == 128) accumulate_block<128>(ah, c, s, V, stride, jb, nb);
-      else accumulate_block_any(ah, d, c, s, V, stride, jb, nb);
+  // summed in registers (head_dim 64 and 128). The group's heads share each
+  // block of keys and values while it is in cache.
+  constexpr int kB = 32, kMaxG = 16;
+  alignas(32) float s[kMaxG * kB];
+  for (int h0 = 0; h0 < g; h0 += kMaxG) {
+    const int gg = std::min(kMaxG, g - h0);
+    const float* qg = q + int64_t(h0) * d;
+    for (int64_t jb = j0; jb < j1; jb += kB) {
+      const int nb = int(std::min<int64_t>(kB, j1 - jb));
+      scores_tile(qg, gg, d, K + jb * stride, stride, nb, scale, s, kB);
+      softmax_update(gg, d, s, kB, nb, V + jb * stride, stride, m + h0, l + h0, acc + int64_t(h0) * d);
     }
   }
 }

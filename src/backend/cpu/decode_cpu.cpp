@@ -11,6 +11,8 @@
 #include <map>
 
 #include "backend/cpu/attention_kernels.h"
+#include "core/half.h"
+#include "kv/attend_keys.h"
 #include "backend/cpu/decode_plan.h"
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
@@ -228,8 +230,10 @@ void Decoder::build_qkv(int l, const In& x_in) {
         for (int h = 0; h < pt.n_heads; ++h, ++unit) {
           if (unit < sp.begin || unit >= sp.end) continue;
           // Dense-KV: k and v go straight into the cache at this position.
+          // A compressed key cache takes them in its own step (kv_append).
           float* dst = pt.which == 0 ? &q_[size_t(h) * hd]
-                       : !rope_here  ? (pt.which == 1 ? &k_[size_t(h) * hd] : &v_[size_t(h) * hd])
+                       : !rope_here || s_.kv.streamed
+                           ? (pt.which == 1 ? &k_[size_t(h) * hd] : &v_[size_t(h) * hd])
                        : pt.which == 1 ? s_.kv.key(l, h) + pos * s_.kv.stride()
                                        : s_.kv.value(l, h) + pos * s_.kv.stride();
           // matvec writes rows [h*hd, (h+1)*hd) of its output: offset dst to match.
@@ -239,6 +243,20 @@ void Decoder::build_qkv(int l, const In& x_in) {
     });
   }
 
+  if (s_.kv.streamed) {
+    // The key stream encodes the roped key (a full block is quantized when
+    // the window fills); the value is stored as f16. One KV head per unit.
+    add(b + "kv_append", [this, l](int tid, int nth) {
+      const Config& c = s_.c;
+      const int hd = c.head_dim;
+      const Span sp = split(c.n_kv_heads, tid, nth);
+      for (int64_t h = sp.begin; h < sp.end; ++h) {
+        s_.kv.stream(l, int(h)).append(&k_[size_t(h) * hd], 1, hd);
+        uint16_t* dst = s_.kv.value16(l, int(h)) + size_t(s_.pos) * size_t(hd);
+        for (int i = 0; i < hd; ++i) dst[i] = f32_to_f16(v_[size_t(h) * hd + size_t(i)]);
+      }
+    });
+  }
   if (mode == KvMode::Static) {
     add(b + "rope", [this](int tid, int nth) {
       const Config& c = s_.c;
@@ -322,6 +340,13 @@ void Decoder::build_attention(int l) {
       for (int64_t unit = sp.begin; unit < sp.end; ++unit) {
         const int kvh = int(unit / nth), chunk = int(unit % nth);
         const size_t at = size_t(chunk) * c.n_heads + size_t(kvh) * g;
+        if (s_.kv.streamed) {  // chunks of whole blocks of the compressed keys
+          const kv::KeyStream& ks = s_.kv.stream(l, kvh);
+          const Span r = split(n, chunk, nth, ks.block_tokens());
+          kv::attend_keys_partial(ks, s_.kv.value16(l, kvh), &q_[size_t(kvh) * g * hd], g, r.begin,
+                                  r.end, scale, &part_m_[at], &part_l_[at], &part_acc_[at * size_t(hd)]);
+          continue;
+        }
         attend_partial(&q_[size_t(kvh) * g * hd], g, hd, s_.kv.key(l, kvh), s_.kv.value(l, kvh),
                        s_.kv.stride(), n * chunk / nth,
                        n * (chunk + 1) / nth, scale, &part_m_[at], &part_l_[at],

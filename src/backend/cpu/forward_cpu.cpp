@@ -35,6 +35,7 @@ class CpuBackend final : public Backend {
       ++n_past_;
       return;
     }
+    s_.begin_call(n_past_, n);
     for (int done = 0; done < n; done += prefill_.max_batch()) {
       int m = std::min(prefill_.max_batch(), n - done);
       s_.pos = n_past_;
@@ -46,13 +47,17 @@ class CpuBackend final : public Backend {
       }
       n_past_ += m;
     }
+    s_.end_call();
   }
 
   ExecCounters counters() const override { return {s_.pool.dispatches(), s_.pool.barriers()}; }
   void reset_counters() override { s_.pool.reset_counters(); }
   uint64_t cache_bytes() const override { return s_.kv.bytes(); }
+  KeyCacheStats key_stats() const override { return s_.key_stats(); }
 
  private:
+  void on_rewind(int n) override { s_.truncate(n); }
+
   cpu::Session s_;
   cpu::Prefill prefill_;
   cpu::Decoder decoder_;

@@ -5,6 +5,7 @@
 
 #include "backend/cpu/attention_kernels.h"
 #include "backend/cpu/kernels.h"
+#include "kv/attend_keys.h"
 
 namespace lr::cpu {
 
@@ -24,7 +25,7 @@ Prefill::Prefill(Session& s, ActivationObserver* observer) : s_(s), observer_(ob
   att_.resize(b * c.q_dim());
   g_.resize(b * c.ffn_dim);
   u_.resize(b * c.ffn_dim);
-  scratch_.resize(size_t(s.pool.size()) * size_t(c.n_heads / c.n_kv_heads) * size_t(c.head_dim + 2));
+  scratch_.resize(2 * size_t(s.pool.size()) * size_t(c.n_heads / c.n_kv_heads) * size_t(c.head_dim + 2));
   int64_t max_rank = 0;
   for (const Layer& l : s.w.layers)
     for (const Linear* lin : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
@@ -95,6 +96,7 @@ void Prefill::attention_block(int l, int n) {
     s_.rope.apply(&k_[size_t(t) * c.kv_dim()], c.n_kv_heads, c.head_dim, pos);
     kv.append(l, pos, &k_[size_t(t) * c.kv_dim()], &v_[size_t(t) * c.kv_dim()]);
   }
+  if (!kv.latent) observe(l, Site::Keys, k_.data(), n, c.kv_dim());
   attend(l, n);
   observe(l, Site::AttnOut, att_.data(), n, c.q_dim());
   linear(L.o, att_.data(), h_.data(), n);
@@ -111,18 +113,31 @@ void Prefill::attend(int l, int n) {
   const int g = c.n_heads / c.n_kv_heads, hd = c.head_dim;
   const float scale = 1.f / std::sqrt(float(hd));
   const int64_t items = int64_t(n) * c.n_kv_heads;
+  // Streamed caches: positions before this call come from the compressed
+  // stream, the call's own from the exact staging; the two partial results
+  // are merged.
+  const int hist = kv.streamed ? kv.stage_begin : 0;
   s_.pool.run([&](int tid, int nth) {
-    float* acc = &scratch_[size_t(tid) * size_t(g) * (size_t(hd) + 2)];
-    float* m = acc + size_t(g) * hd;
-    float* sum = m + g;
+    float* acc = &scratch_[size_t(tid) * 2 * size_t(g) * (size_t(hd) + 2)];
+    float* m = acc + 2 * size_t(g) * hd;
+    float* sum = m + 2 * g;
     const Span sp = split(items, tid, nth);
     for (int64_t it = sp.begin; it < sp.end; ++it) {
       const int t = int(it / c.n_kv_heads), kvh = int(it % c.n_kv_heads), pos = s_.pos + t;
       const size_t q0 = size_t(t) * c.q_dim() + size_t(kvh) * g * hd;
       attend_partial(&q_[q0], g, hd, kv.key(l, kvh), kv.value(l, kvh), kv.stride(), 0,
-                     pos + 1, scale, m, sum, acc);
+                     pos + 1 - hist, scale, m, sum, acc);
+      float* out = &att_[q0];
+      if (hist == 0) {
+        for (int h = 0; h < g; ++h)
+          for (int i = 0; i < hd; ++i) out[size_t(h) * hd + i] = acc[h * hd + i] / sum[h];
+        continue;
+      }
+      kv::attend_keys_partial(kv.stream(l, kvh), kv.value16(l, kvh), &q_[q0], g, 0, hist, scale,
+                              m + g, sum + g, acc + size_t(g) * hd);
       for (int h = 0; h < g; ++h)
-        for (int i = 0; i < hd; ++i) att_[q0 + size_t(h) * hd + i] = acc[h * hd + i] / sum[h];
+        attend_merge(2, m + h, sum + h, g, acc + size_t(h) * hd, int64_t(g) * hd, hd,
+                     out + size_t(h) * hd);
     }
   });
 }

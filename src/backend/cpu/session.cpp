@@ -5,6 +5,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
+#include "core/half.h"
 
 namespace lr::cpu {
 
@@ -86,8 +87,108 @@ Session::Session(const Weights& w_, const BackendOptions& opt)
       kv.pv.resize(kv.pv.size() + size_t(opt.ctx) * size_t(L.v.rank()));
     }
   }
+  if (opt.keys.type != kv::KeyType::F32) {
+    if (exec.kv != KvMode::Dense)
+      fail("--cache-type-k {} runs with --kv dense (the compressed key cache replaces the f32 one)",
+           kv::key_type_name(opt.keys.type));
+    opt.keys.validate(c.head_dim);
+    kv.streamed = true;
+    cache = 0;  // staging only, sized per forward call
+    const Weights::KeyCalibration& cal = w.key_calibration;
+    const bool calibrated = opt.keys.type == kv::KeyType::Svdq &&
+                            opt.keys.svdq.basis == kv::BasisSource::Calibrated;
+    if (calibrated && cal.empty())
+      fail("--svdq-basis calibrated: the model has no calibrated key basis (run lowrank calibrate-kv on it)");
+    const size_t d = size_t(c.head_dim);
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int h = 0; h < c.n_kv_heads; ++h) {
+        std::shared_ptr<const kv::SvdqBasis> basis;
+        if (calibrated) {
+          const size_t i = size_t(l) * size_t(c.n_kv_heads) + size_t(h);
+          kv::KeyEigen e;
+          e.d = c.head_dim;
+          e.n_keys = cal.n_keys;
+          e.mean.assign(cal.mean.begin() + ptrdiff_t(i * d), cal.mean.begin() + ptrdiff_t((i + 1) * d));
+          e.vectors.assign(cal.vectors.begin() + ptrdiff_t(i * d * d),
+                           cal.vectors.begin() + ptrdiff_t((i + 1) * d * d));
+          e.sigma.assign(cal.sigma.begin() + ptrdiff_t(i * d), cal.sigma.begin() + ptrdiff_t((i + 1) * d));
+          basis = std::make_shared<const kv::SvdqBasis>(kv::make_basis(e, opt.keys.svdq));
+        }
+        kv.ks.emplace_back(opt.keys, c.head_dim, opt.ctx, basis);
+      }
+    kv.v16.assign(size_t(opt.ctx) * size_t(c.kv_dim()) * size_t(c.n_layers), 0);
+  }
   kv.k.assign(cache, 0.f);
   kv.v.assign(cache, 0.f);
+}
+
+uint64_t KvCache::bytes() const {
+  uint64_t b = (k.size() + v.size() + pk.size() + pv.size()) * sizeof(float);
+  if (!streamed) return b;
+  for (const kv::KeyStream& s : ks) b += s.allocated().total();
+  return b + v16.size() * sizeof(uint16_t);
+}
+
+void Session::begin_call(int p, int n) {
+  if (!kv.streamed) return;
+  kv.stage_begin = p;
+  kv.stage_cap = n;
+  const size_t size = size_t(n) * size_t(c.kv_dim()) * size_t(c.n_layers);
+  kv.k.assign(size, 0.f);
+  kv.v.assign(size, 0.f);
+}
+
+void Session::end_call() {
+  if (!kv.streamed || kv.stage_cap == 0) return;
+  const int n = kv.stage_cap, d = c.head_dim;
+  pool.parallel_for(int64_t(c.n_layers) * c.n_kv_heads, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int l = int(i / c.n_kv_heads), h = int(i % c.n_kv_heads);
+      kv.stream(l, h).append(kv.key(l, h), n, d);
+      const float* v = kv.value(l, h);
+      uint16_t* dst = kv.value16(l, h) + size_t(kv.stage_begin) * size_t(d);
+      for (size_t j = 0; j < size_t(n) * size_t(d); ++j) dst[j] = f32_to_f16(v[j]);
+    }
+  });
+  kv.stage_cap = 0;
+  kv.k.clear();
+  kv.k.shrink_to_fit();
+  kv.v.clear();
+  kv.v.shrink_to_fit();
+}
+
+void Session::truncate(int n) {
+  for (kv::KeyStream& s : kv.ks)
+    if (s.size() > n) s.truncate(n);
+}
+
+KeyCacheStats Session::key_stats() const {
+  KeyCacheStats st;
+  if (!kv.streamed) return st;
+  st.type = kv.ks.front().type();
+  st.tokens = kv.ks.front().size();
+  st.head_dim = c.head_dim;
+  st.streams = int(kv.ks.size());
+  st.value_bytes = kv.v16.size() * sizeof(uint16_t);
+  for (const kv::KeyStream& s : kv.ks) {
+    st.held += s.held();
+    st.allocated += s.allocated();
+    if (const kv::SvdqBasis* b = s.basis()) {
+      ++st.fitted;
+      st.degraded += b->degraded ? 1 : 0;
+      st.mean_rank += b->rank;
+      st.mean_channels += s.channels();
+      double bits = 0;
+      for (const kv::ChannelGroup& g : b->groups) bits += g.bits;
+      st.nominal_bits += bits / double(b->groups.size()) * b->rank / c.head_dim;
+    }
+  }
+  if (st.fitted > 0) {
+    st.mean_rank /= st.fitted;
+    st.mean_channels /= st.fitted;
+    st.nominal_bits /= st.fitted;
+  }
+  return st;
 }
 
 void reconstruct_history(Session& s, int l, int64_t j0, int64_t j1) {

@@ -1,0 +1,99 @@
+// Decode attention over the compressed key caches (kv/attend_keys.h) at the
+// SmolLM2-135M shape: one KV head, its 3 query heads, head_dim 64, f16
+// values, n cached positions of keys with a decaying spectrum. "cold" runs
+// over 90 separate streams in turn (a whole token's layers x KV heads), so
+// the keys and values come from memory, not cache. Counters: key bytes held
+// per position and bytes of K and V read per second.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "core/half.h"
+#include "kv/attend_keys.h"
+
+namespace {
+
+using namespace lr;
+
+std::vector<float> decaying_keys(int64_t n, int d, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> N(0.f, 1.f);
+  std::vector<float> k(size_t(n) * size_t(d));
+  for (int64_t t = 0; t < n; ++t)
+    for (int i = 0; i < d; ++i) k[size_t(t) * size_t(d) + size_t(i)] = N(rng) * std::exp(-0.05f * float(i)) * 4.f;
+  return k;
+}
+
+struct Streams {
+  std::vector<std::unique_ptr<kv::KeyStream>> ks;
+  std::vector<std::vector<uint16_t>> v;
+};
+
+Streams make(kv::KeyType t, int64_t n, int count) {
+  Streams s;
+  const int d = 64;
+  kv::KeyCacheConfig c;
+  c.type = t;
+  const auto k = decaying_keys(n, d, 1);
+  std::vector<uint16_t> v(size_t(n) * d);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> N(0.f, 1.f);
+  for (auto& x : v) x = f32_to_f16(N(rng));
+  for (int i = 0; i < count; ++i) {
+    s.ks.push_back(std::make_unique<kv::KeyStream>(c, d, n));
+    s.ks.back()->append(k.data(), n, d);
+    s.v.push_back(v);
+  }
+  return s;
+}
+
+void run(benchmark::State& st, kv::KeyType t, int count) {
+  const int64_t n = st.range(0);
+  const int d = 64, g = 3;
+  Streams s = make(t, n, count);
+  std::vector<float> q(size_t(g) * d), m(g), l(g), acc(size_t(g) * d);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(float(i));
+  int at = 0;
+  for (auto _ : st) {
+    kv::attend_keys_partial(*s.ks[size_t(at)], s.v[size_t(at)].data(), q.data(), g, 0, n, 0.125f,
+                            m.data(), l.data(), acc.data());
+    benchmark::DoNotOptimize(acc.data());
+    at = (at + 1) % count;
+  }
+  const double key_bytes = double(s.ks[0]->held().codes + s.ks[0]->held().scales);
+  st.counters["key_B_per_pos"] = key_bytes / double(n);
+  st.SetBytesProcessed(int64_t(st.iterations()) * int64_t(key_bytes + double(n) * d * 2));
+}
+
+// The scoring half alone (prepare + scores over all positions), hot.
+void BM_key_scores_hot(benchmark::State& st) {
+  const int64_t n = st.range(0);
+  const int g = 3;
+  Streams s = make(kv::KeyType(st.range(1)), n, 1);
+  const kv::KeyStream& ks = *s.ks[0];
+  std::vector<float> q(size_t(g) * 64), prep(size_t(g) * size_t(ks.prep_floats())), sc(size_t(g) * size_t(n));
+  for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(float(i));
+  for (auto _ : st) {
+    ks.prepare(q.data(), g, 0.125f, prep.data());
+    if (ks.type() == kv::KeyType::Svdq || ks.type() == kv::KeyType::Kivi2) {
+      ks.scores(prep.data(), g, 0, n, sc.data(), n);
+    } else {  // decoded tile by tile, as attend_keys_partial does
+      std::vector<float> kt(32 * 64);
+      for (int64_t j = 0; j < n; j += 32) ks.decode_rows(j, j + 32, kt.data());
+    }
+    benchmark::DoNotOptimize(sc.data());
+  }
+}
+BENCHMARK(BM_key_scores_hot)->ArgsProduct({{8192}, {1, 5}});
+
+void BM_attend_keys_hot(benchmark::State& st) { run(st, kv::KeyType(st.range(1)), 1); }
+void BM_attend_keys_cold(benchmark::State& st) { run(st, kv::KeyType(st.range(1)), 90); }
+
+// range(1): 1 f16, 2 q8_0, 3 q4_0, 4 kivi2, 5 svdq (kv::KeyType)
+BENCHMARK(BM_attend_keys_hot)->ArgsProduct({{8192}, {1, 4, 5}});
+BENCHMARK(BM_attend_keys_cold)->ArgsProduct({{4096, 8192}, {1, 2, 3, 4, 5}});
+
+}  // namespace

@@ -1,0 +1,66 @@
+// What the KV cache stores for keys (--cache-type-k) and the SVDq settings.
+//
+//   f32    the dense f32 K/V cache of the decode runtime (backend/cpu/session.h)
+//   f16    keys as f16                                     16 bits / element
+//   q8_0   blocks of 32 along head_dim: f16 scale, int8     8.5
+//   q4_0   blocks of 32 along head_dim: f16 scale, 4-bit    4.5
+//   kivi2  KIVI: per channel over blocks of 32 tokens, 2-bit codes, f16 scale and
+//          min; the newest tokens (up to `kivi_window`) stay f16   3 (+ window)
+//   svdq   keys projected on a per-(layer, KV head) basis, latent channels
+//          quantized with a mixed-bit schedule (kv/svdq.h)  ~1-1.5 (+ window, basis)
+// Every type but f32 keeps the values as f16. docs/kv-cache.md has the details.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace lr::kv {
+
+enum class KeyType { F32, F16, Q8_0, Q4_0, Kivi2, Svdq };
+
+// "f32" | "f16" | "q8_0" | "q4_0" | "kivi2" | "svdq"; throws lr::Error naming them.
+KeyType parse_key_type(const std::string& name);
+const char* key_type_name(KeyType t);
+
+// Rank by energy: the smallest r whose leading singular values reach `energy`
+// of the total, measured on sigma (VeloxQuant's rule, the default) or sigma^2
+// (variance, the usual PCA rule; keeps far fewer channels).
+enum class EnergyMode { Sigma, Sigma2 };
+enum class BasisSource {
+  Sequence,    // fitted on the first keys of each sequence (its prefill)
+  Calibrated,  // fitted offline (lowrank calibrate-kv), stored in the model file
+};
+
+struct SvdqConfig {
+  int rank = 0;         // > 0: this rank; 0: by energy
+  double energy = 0.95;
+  EnergyMode energy_mode = EnergyMode::Sigma;
+  // Bit widths of the latent channel groups, most significant first; 0 drops
+  // the group. The rank's channels are split into schedule.size() contiguous
+  // groups (svdq.h: group_slices).
+  std::vector<int> schedule = {8, 4, 2, 1, 1, 0, 0, 0};
+  int group_size = 32;       // tokens per quantization block (one scale and min per channel)
+  int min_fit_tokens = 64;   // a sequence basis is fitted once this many keys are cached
+  BasisSource basis = BasisSource::Sequence;
+
+  // Below this rank a schedule with 0-bit groups drops channels that still
+  // carry signal (each group is only a few channels wide).
+  int min_safe_rank() const { return 4 * int(schedule.size()); }
+  // Throws lr::Error for an empty schedule, a width outside [0, 8], a
+  // group_size <= 0, an energy outside (0, 1], a negative rank, or an explicit
+  // rank below min_safe_rank() with 0-bit groups in the schedule.
+  void validate() const;
+};
+
+struct KeyCacheConfig {
+  KeyType type = KeyType::F32;
+  SvdqConfig svdq;
+  int kivi_group = 32;    // KIVI token block
+  int kivi_window = 128;  // KIVI: the f16 window is quantized when it holds this many tokens
+  void validate(int head_dim) const;
+};
+
+// "8,4,2,1,1,0,0,0" -> widths; throws lr::Error on anything but integers.
+std::vector<int> parse_schedule(const std::string& s);
+
+}  // namespace lr::kv

@@ -1,0 +1,514 @@
+#include "kv/key_stream.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/half.h"
+
+namespace lr::kv {
+
+namespace {
+
+constexpr float kF16Max = 65504.f;
+
+inline void f16_row(const uint16_t* h, float* out, int d) {
+  int i = 0;
+  for (; i + 8 <= d; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+  for (; i < d; ++i) out[i] = f16_to_f32(h[i]);
+}
+
+inline float hsum(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+
+inline float dot_f32(const float* a, const float* b, int n) {
+  __m256 acc = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  float s = hsum(acc);
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// An f16 row (the stored basis) dotted with an f32 vector.
+inline float dot_f16(const uint16_t* h, const float* b, int n) {
+  __m256 acc = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))),
+                          _mm256_loadu_ps(b + i), acc);
+  float s = hsum(acc);
+  for (; i < n; ++i) s += f16_to_f32(h[i]) * b[i];
+  return s;
+}
+
+}  // namespace
+
+KeyStream::KeyStream(const KeyCacheConfig& cfg, int head_dim, int64_t capacity,
+                     std::shared_ptr<const SvdqBasis> calibrated)
+    : cfg_(cfg), d_(head_dim), cap_(capacity) {
+  cfg_.validate(head_dim);
+  LR_ASSERT(cfg_.type != KeyType::F32);
+  switch (cfg_.type) {
+    case KeyType::Kivi2:
+      bt_ = cfg_.kivi_group;
+      flush_ = cfg_.kivi_window;
+      layout_ = BlockLayout(bt_, std::vector<int>(size_t(d_), 2));
+      blocks_.assign(size_t(cap_ / bt_) * block_bytes(), 0);
+      window_.assign(size_t(flush_) * size_t(d_), 0);
+      break;
+    case KeyType::Svdq:
+      bt_ = flush_ = cfg_.svdq.group_size;
+      if (cfg_.svdq.basis == BasisSource::Calibrated) {
+        if (!calibrated) fail("--svdq-basis calibrated: the model has no calibrated key basis (run lowrank calibrate-kv)");
+        if (calibrated->d != d_) fail("calibrated key basis has dimension {}, the model's head_dim is {}", calibrated->d, d_);
+        set_basis(std::move(calibrated));
+      }
+      break;
+    default:
+      blocks_.assign(size_t(cap_) * block_bytes(), 0);
+      break;
+  }
+}
+
+uint64_t KeyStream::block_bytes() const {
+  switch (cfg_.type) {
+    case KeyType::F16: return uint64_t(d_) * 2;
+    case KeyType::Q8_0: return uint64_t(d_ / 32) * 34;
+    case KeyType::Q4_0: return uint64_t(d_ / 32) * 18;
+    default: return layout_.bytes();
+  }
+}
+
+int64_t KeyStream::fit_at() const {
+  return std::max<int64_t>({cfg_.svdq.min_fit_tokens, int64_t(cfg_.svdq.rank) + 1, 2});
+}
+
+void KeyStream::set_basis(std::shared_ptr<const SvdqBasis> b) {
+  basis_ = std::move(b);
+  std::vector<int> bits;
+  vt_.clear();
+  for (const ChannelGroup& g : basis_->groups) {
+    if (g.bits == 0) continue;
+    for (int c = g.begin; c < g.begin + g.count; ++c) {
+      bits.push_back(g.bits);
+      for (int i = 0; i < d_; ++i) vt_.push_back(f32_to_f16(basis_->v[size_t(c) * size_t(d_) + size_t(i)]));
+    }
+  }
+  mean_ = basis_->mean;
+  layout_ = BlockLayout(bt_, std::move(bits));
+  blocks_.assign(size_t(cap_ / bt_) * block_bytes(), 0);
+  window_.resize(std::max<size_t>(size_t(flush_), size_t(n_window_)) * size_t(d_));
+}
+
+void KeyStream::project(const float* k, float* l) const {
+  alignas(32) float c[512];
+  LR_ASSERT(d_ <= 512);
+  for (int i = 0; i < d_; ++i) c[i] = k[i] - (mean_.empty() ? 0.f : mean_[size_t(i)]);
+  for (int ch = 0; ch < layout_.channels(); ++ch) l[ch] = dot_f16(&vt_[size_t(ch) * size_t(d_)], c, d_);
+}
+
+void KeyStream::window_push(const float* k) {
+  if (window_.size() < size_t(n_window_ + 1) * size_t(d_)) window_.resize(size_t(n_window_ + 1) * size_t(d_));
+  uint16_t* dst = &window_[size_t(n_window_) * size_t(d_)];
+  for (int i = 0; i < d_; ++i) dst[i] = f32_to_f16(k[i]);
+  ++n_window_;
+}
+
+void KeyStream::window_row(int64_t i, float* out) const {
+  f16_row(&window_[size_t(i) * size_t(d_)], out, d_);
+}
+
+void KeyStream::fit(const float* k, int64_t n, int64_t stride) {
+  KeyMoments m(d_);
+  std::vector<float> row(static_cast<size_t>(d_));
+  for (int64_t i = 0; i < n_window_; ++i) {
+    window_row(i, row.data());
+    m.add(row.data(), 1, d_);
+  }
+  m.add(k, n, stride);
+  set_basis(std::make_shared<const SvdqBasis>(fit_basis(m, cfg_.svdq)));
+}
+
+void KeyStream::append(const float* k_in, int64_t n, int64_t stride) {
+  if (n <= 0) return;
+  if (n_ + n > cap_) fail("key cache: {} cached + {} new keys exceed the capacity {}", n_, n, cap_);
+  // Keys enter as f16 values, wherever they go next (window, fit, blocks):
+  // the result does not depend on how the positions were chunked.
+  std::vector<float> in(size_t(n) * size_t(d_));
+  for (int64_t t = 0; t < n; ++t)
+    for (int i = 0; i < d_; ++i) {
+      const float x = k_in[t * stride + i];
+      if (!std::isfinite(x) || std::fabs(x) > kF16Max)
+        fail("key cache: key {} channel {} is {} (the key cache holds finite f16-range values only)",
+             n_ + t, i, x);
+      in[size_t(t) * size_t(d_) + size_t(i)] = f16_to_f32(f32_to_f16(x));
+    }
+  const float* k = in.data();
+  if (!fitted()) {
+    if (n_window_ + n < fit_at()) {
+      for (int64_t t = 0; t < n; ++t) window_push(k + t * d_);
+      n_ += n;
+      return;
+    }
+    fit(k, n, d_);
+  }
+  const int64_t total = n_window_ + n;
+  if (total < flush_) {
+    for (int64_t t = 0; t < n; ++t) window_push(k + t * d_);
+    n_ += n;
+    return;
+  }
+  // Window rows, then the new rows: whole blocks are encoded, the rest is the new window.
+  std::vector<float> rows(size_t(total) * size_t(d_));
+  for (int64_t i = 0; i < n_window_; ++i) window_row(i, &rows[size_t(i) * size_t(d_)]);
+  std::copy(in.begin(), in.end(), rows.begin() + ptrdiff_t(n_window_) * d_);
+  const int64_t nb = total / bt_;
+  encode_blocks(rows.data(), nb);
+  n_window_ = 0;
+  for (int64_t i = nb * bt_; i < total; ++i) window_push(&rows[size_t(i) * size_t(d_)]);
+  if (basis_) window_.resize(size_t(std::max<int64_t>(flush_, n_window_)) * size_t(d_));
+  n_ += n;
+}
+
+void KeyStream::encode_blocks(const float* rows, int64_t nb) {
+  const uint64_t bb = block_bytes();
+  LR_ASSERT(uint64_t(n_blocks_ + nb) * bb <= blocks_.size());
+  std::vector<float> L;
+  if (latent()) L.resize(size_t(bt_) * size_t(layout_.channels()));
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* dst = &blocks_[size_t(n_blocks_ + b) * bb];
+    const float* X = rows + b * bt_ * d_;
+    if (!latent()) {
+      encode_token(X, dst);
+      continue;
+    }
+    const int C = layout_.channels();
+    if (cfg_.type == KeyType::Svdq) {
+      for (int t = 0; t < bt_; ++t) project(X + t * d_, &L[size_t(t) * size_t(C)]);
+    } else {
+      std::copy_n(X, size_t(bt_) * size_t(d_), L.data());
+    }
+    quantize_block(layout_, L.data(), C, reinterpret_cast<uint16_t*>(dst),
+                   reinterpret_cast<uint32_t*>(dst + 4 * C));
+  }
+  n_blocks_ += nb;
+}
+
+// q8_0: per 32 values an f16 scale d = amax / 127 and int8 round(x / d).
+// q4_0: per 32 values an f16 scale d = (the value of largest magnitude) / -8
+// and nibbles min(15, trunc(x / d + 8.5)) (value i in the low nibble of byte
+// i, value i + 16 in its high nibble); x = (q - 8) d. llama.cpp's layouts.
+void KeyStream::encode_token(const float* k, uint8_t* dst) const {
+  if (cfg_.type == KeyType::F16) {
+    uint16_t* h = reinterpret_cast<uint16_t*>(dst);
+    for (int i = 0; i < d_; ++i) h[i] = f32_to_f16(k[i]);
+    return;
+  }
+  for (int b = 0; b < d_ / 32; ++b) {
+    const float* x = k + 32 * b;
+    if (cfg_.type == KeyType::Q8_0) {
+      uint8_t* blk = dst + 34 * b;
+      float amax = 0;
+      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+      const float dd = amax / 127.f, id = dd > 0 ? 1.f / dd : 0.f;
+      const uint16_t dh = f32_to_f16(dd);
+      std::memcpy(blk, &dh, 2);
+      for (int i = 0; i < 32; ++i) blk[2 + i] = uint8_t(int8_t(std::nearbyint(x[i] * id)));
+    } else {
+      uint8_t* blk = dst + 18 * b;
+      float amax = 0, mx = 0;
+      for (int i = 0; i < 32; ++i)
+        if (std::fabs(x[i]) > amax) amax = std::fabs(x[i]), mx = x[i];
+      const float dd = mx / -8.f, id = dd != 0 ? 1.f / dd : 0.f;
+      const uint16_t dh = f32_to_f16(dd);
+      std::memcpy(blk, &dh, 2);
+      for (int i = 0; i < 16; ++i) {
+        const int a = std::min(15, int(x[i] * id + 8.5f)), c = std::min(15, int(x[i + 16] * id + 8.5f));
+        blk[2 + i] = uint8_t(a | (c << 4));
+      }
+    }
+  }
+}
+
+void KeyStream::decode_token(const uint8_t* src, float* out) const {
+  if (cfg_.type == KeyType::F16) return f16_row(reinterpret_cast<const uint16_t*>(src), out, d_);
+  for (int b = 0; b < d_ / 32; ++b) {
+    float* y = out + 32 * b;
+    uint16_t dh;
+    if (cfg_.type == KeyType::Q8_0) {
+      const uint8_t* blk = src + 34 * b;
+      std::memcpy(&dh, blk, 2);
+      const float dd = f16_to_f32(dh);
+      for (int i = 0; i < 32; ++i) y[i] = float(int8_t(blk[2 + i])) * dd;
+    } else {
+      const uint8_t* blk = src + 18 * b;
+      std::memcpy(&dh, blk, 2);
+      const float dd = f16_to_f32(dh);
+      for (int i = 0; i < 16; ++i) {
+        y[i] = float(int(blk[2 + i] & 15) - 8) * dd;
+        y[i + 16] = float(int(blk[2 + i] >> 4) - 8) * dd;
+      }
+    }
+  }
+}
+
+void KeyStream::truncate(int64_t n) {
+  LR_ASSERT(n >= 0 && n <= n_);
+  if (n == 0) {
+    n_ = n_blocks_ = n_window_ = 0;
+    if (cfg_.type == KeyType::Svdq && cfg_.svdq.basis == BasisSource::Sequence) {
+      basis_.reset();
+      vt_.clear();
+      mean_.clear();
+      layout_ = BlockLayout();
+      blocks_.clear();
+      blocks_.shrink_to_fit();
+      window_.clear();
+    }
+    return;
+  }
+  if (n >= compressed()) {
+    n_window_ = n - compressed();
+  } else {
+    // The kept positions of the cut block come back as their reconstruction.
+    const int64_t keep_blocks = n / bt_;
+    std::vector<float> rows(size_t(n - keep_blocks * bt_) * size_t(d_));
+    for (int64_t j = keep_blocks * bt_; j < n; ++j) reconstruct(j, &rows[size_t(j - keep_blocks * bt_) * size_t(d_)]);
+    n_blocks_ = keep_blocks;
+    n_window_ = 0;
+    for (size_t i = 0; i < rows.size() / size_t(d_); ++i) window_push(&rows[i * size_t(d_)]);
+  }
+  n_ = n;
+}
+
+void KeyStream::reconstruct(int64_t j, float* out) const {
+  LR_ASSERT(j >= 0 && j < n_);
+  if (j >= compressed()) return window_row(j - compressed(), out);
+  const uint8_t* blk = &blocks_[size_t(j / bt_) * block_bytes()];
+  if (!latent()) return decode_token(blk, out);
+  const int C = layout_.channels();
+  std::vector<float> L(size_t(bt_) * size_t(C));
+  dequantize_block(layout_, reinterpret_cast<const uint16_t*>(blk),
+                   reinterpret_cast<const uint32_t*>(blk + 4 * C), L.data(), C);
+  const float* l = &L[size_t(j % bt_) * size_t(C)];
+  if (cfg_.type == KeyType::Kivi2) {
+    std::copy_n(l, d_, out);
+    return;
+  }
+  std::vector<float> row(static_cast<size_t>(d_));
+  for (int i = 0; i < d_; ++i) out[i] = mean_[size_t(i)];
+  for (int c = 0; c < C; ++c) {
+    f16_row(&vt_[size_t(c) * size_t(d_)], row.data(), d_);
+    for (int i = 0; i < d_; ++i) out[i] += l[c] * row[size_t(i)];
+  }
+}
+
+void KeyStream::decode_rows(int64_t j0, int64_t j1, float* out) const {
+  LR_ASSERT(j0 >= 0 && j1 <= n_ && (!latent() || j0 >= compressed()));
+  for (int64_t j = j0; j < j1; ++j) {
+    float* o = out + (j - j0) * d_;
+    if (j >= compressed()) window_row(j - compressed(), o);
+    else decode_token(&blocks_[size_t(j) * block_bytes()], o);
+  }
+}
+
+void KeyStream::latents(int64_t j, float* out) const {
+  LR_ASSERT(cfg_.type == KeyType::Svdq && basis_ && j >= 0 && j < compressed());
+  const int C = layout_.channels();
+  const uint8_t* blk = &blocks_[size_t(j / bt_) * block_bytes()];
+  std::vector<float> L(size_t(bt_) * size_t(C));
+  dequantize_block(layout_, reinterpret_cast<const uint16_t*>(blk),
+                   reinterpret_cast<const uint32_t*>(blk + 4 * C), L.data(), C);
+  int at = 0;
+  for (const ChannelGroup& g : basis_->groups)
+    for (int c = g.begin; c < g.begin + g.count; ++c)
+      out[c] = g.bits == 0 ? 0.f : L[size_t(j % bt_) * size_t(C) + size_t(at++)];
+}
+
+// --- scoring ------------------------------------------------------------------
+// prep per head: [scale * q (d) | latent types: scale * q~ (channels), scale * q.mean]
+
+int KeyStream::prep_floats() const { return d_ + (latent() ? layout_.channels() + 1 : 0); }
+
+void KeyStream::prepare(const float* q, int g, float scale, float* prep) const {
+  const int pf = prep_floats();
+  std::vector<float> row(static_cast<size_t>(d_));
+  for (int h = 0; h < g; ++h) {
+    float* p = prep + size_t(h) * size_t(pf);
+    for (int i = 0; i < d_; ++i) p[i] = scale * q[size_t(h) * size_t(d_) + size_t(i)];
+    if (!latent()) continue;
+    float* qt = p + d_;
+    const int C = layout_.channels();
+    if (cfg_.type == KeyType::Kivi2) {
+      std::copy_n(p, d_, qt);
+      qt[C] = 0;
+      continue;
+    }
+    if (!basis_) {  // not fitted yet: every key is in the window
+      std::fill_n(qt, C + 1, 0.f);
+      continue;
+    }
+    for (int c = 0; c < C; ++c) qt[c] = dot_f16(&vt_[size_t(c) * size_t(d_)], p, d_);
+    qt[C] = dot_f32(mean_.data(), p, d_);
+  }
+}
+
+namespace {
+
+// Scores of one block of 32 tokens for NH <= 3 query heads, the 12
+// accumulators in registers: s_h[t] = base_h + sum_c w[h][c] code_c[t].
+template <int NH>
+void block32_scores(const BlockLayout& lay, const uint32_t* codes, const float* w, int ldw,
+                    const float* base, float* s, int64_t lds) {
+  __m256 acc[NH][4];
+  for (int h = 0; h < NH; ++h)
+    for (int k = 0; k < 4; ++k) acc[h][k] = _mm256_set1_ps(base[h]);
+  alignas(32) float cf[32];
+  uint8_t q8[32];
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int c = 0; c < lay.channels(); ++c) {
+    const int b = lay.bits[size_t(c)];
+    const uint64_t off = lay.bit_off[size_t(c)];
+    const uint32_t* cw = codes + off / 32;
+    __m256 c0, c1, c2, c3;
+    if (b == 1 || b == 2 || b == 4) {
+      // Token t's code at bit t * b of the channel's words, 8 tokens per
+      // shift-and-mask (8 * b <= 32 bits sit in one word).
+      const __m256i mask = _mm256_set1_epi32((1 << b) - 1);
+      const __m256i step = _mm256_slli_epi32(lane, b == 1 ? 0 : b == 2 ? 1 : 2);
+      auto part = [&](int i) {
+        const int bit = i * b;
+        const __m256i sh = _mm256_add_epi32(step, _mm256_set1_epi32(bit % 32));
+        return _mm256_cvtepi32_ps(
+            _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(cw[bit / 32])), sh), mask));
+      };
+      c0 = part(0), c1 = part(8), c2 = part(16), c3 = part(24);
+    } else if (b == 8) {
+      const uint8_t* p = reinterpret_cast<const uint8_t*>(cw);
+      auto part = [&](int i) {
+        return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + i))));
+      };
+      c0 = part(0), c1 = part(8), c2 = part(16), c3 = part(24);
+    } else {
+      unpack_codes(codes, off, 32, b, q8);
+      for (int t = 0; t < 32; ++t) cf[t] = float(q8[t]);
+      c0 = _mm256_load_ps(cf), c1 = _mm256_load_ps(cf + 8), c2 = _mm256_load_ps(cf + 16), c3 = _mm256_load_ps(cf + 24);
+    }
+    for (int h = 0; h < NH; ++h) {
+      const __m256 wv = _mm256_broadcast_ss(w + h * ldw + c);
+      acc[h][0] = _mm256_fmadd_ps(wv, c0, acc[h][0]);
+      acc[h][1] = _mm256_fmadd_ps(wv, c1, acc[h][1]);
+      acc[h][2] = _mm256_fmadd_ps(wv, c2, acc[h][2]);
+      acc[h][3] = _mm256_fmadd_ps(wv, c3, acc[h][3]);
+    }
+  }
+  for (int h = 0; h < NH; ++h)
+    for (int k = 0; k < 4; ++k) _mm256_storeu_ps(s + h * lds + 8 * k, acc[h][k]);
+}
+
+}  // namespace
+
+void KeyStream::latent_scores(const float* prep, int g, int64_t blk, float* s, int64_t lds) const {
+  const int C = layout_.channels(), pf = prep_floats();
+  const uint8_t* B = &blocks_[size_t(blk) * block_bytes()];
+  const uint16_t* sm = reinterpret_cast<const uint16_t*>(B);
+  const uint32_t* codes = reinterpret_cast<const uint32_t*>(B + 4 * C);
+  // score_t = q.mean + sum_c q~_c m_c + sum_c (q~_c s_c) code_tc: the block's
+  // scales and mins widened once, folded into per-head weights w and a base.
+  thread_local std::vector<float> scale, mins, w, base;
+  scale.resize(size_t(C));
+  mins.resize(size_t(C));
+  f16_row(sm, scale.data(), C);
+  f16_row(sm + C, mins.data(), C);
+  w.resize(size_t(g) * size_t(C));
+  base.resize(size_t(g));
+  for (int h = 0; h < g; ++h) {
+    const float* qt = prep + size_t(h) * size_t(pf) + d_;
+    base[size_t(h)] = qt[C] + dot_f32(qt, mins.data(), C);
+    float* wh = &w[size_t(h) * size_t(C)];
+    for (int c = 0; c < C; ++c) wh[c] = qt[c] * scale[size_t(c)];
+  }
+  if (bt_ == 32) {
+    for (int h0 = 0; h0 < g; h0 += 3) {
+      const float* wh = &w[size_t(h0) * size_t(C)];
+      float* sh = s + h0 * lds;
+      switch (std::min(3, g - h0)) {
+        case 1: block32_scores<1>(layout_, codes, wh, C, &base[size_t(h0)], sh, lds); break;
+        case 2: block32_scores<2>(layout_, codes, wh, C, &base[size_t(h0)], sh, lds); break;
+        default: block32_scores<3>(layout_, codes, wh, C, &base[size_t(h0)], sh, lds); break;
+      }
+    }
+    return;
+  }
+  // Any other block length: one channel's codes at a time.
+  for (int h = 0; h < g; ++h) std::fill_n(s + h * lds, bt_, base[size_t(h)]);
+  uint8_t q8[256];
+  for (int c = 0; c < C; ++c) {
+    unpack_codes(codes, layout_.bit_off[size_t(c)], bt_, layout_.bits[size_t(c)], q8);
+    for (int h = 0; h < g; ++h) {
+      const float wc = w[size_t(h) * size_t(C) + size_t(c)];
+      for (int t = 0; t < bt_; ++t) s[h * lds + t] += wc * float(q8[t]);
+    }
+  }
+}
+
+void KeyStream::scores(const float* prep, int g, int64_t j0, int64_t j1, float* s, int64_t lds) const {
+  LR_ASSERT(j0 >= 0 && j1 <= n_);
+  const int pf = prep_floats();
+  std::vector<float> row(static_cast<size_t>(d_));
+  int64_t j = j0;
+  if (latent()) {
+    std::vector<float> tmp;
+    while (j < std::min(j1, compressed())) {
+      const int64_t blk = j / bt_, b0 = blk * bt_, e = std::min(j1, b0 + bt_);
+      if (j == b0 && e == b0 + bt_) {
+        latent_scores(prep, g, blk, s + (j - j0), lds);
+      } else {  // a partial block: score it whole, keep the wanted part
+        tmp.resize(size_t(g) * size_t(bt_));
+        latent_scores(prep, g, blk, tmp.data(), bt_);
+        for (int h = 0; h < g; ++h)
+          std::copy(tmp.begin() + h * bt_ + (j - b0), tmp.begin() + h * bt_ + (e - b0), s + h * lds + (j - j0));
+      }
+      j = e;
+    }
+  }
+  for (; j < j1; ++j) {
+    if (j >= compressed()) window_row(j - compressed(), row.data());
+    else decode_token(&blocks_[size_t(j) * block_bytes()], row.data());
+    for (int h = 0; h < g; ++h) s[h * lds + (j - j0)] = dot_f32(prep + size_t(h) * size_t(pf), row.data(), d_);
+  }
+}
+
+// --- accounting ---------------------------------------------------------------
+
+KeyBytes KeyStream::bytes_of(uint64_t nb) const {
+  KeyBytes b;
+  if (latent()) {
+    b.codes = nb * uint64_t(layout_.code_words) * 4;
+    b.scales = nb * uint64_t(layout_.channels()) * 4;
+  } else {
+    b.scales = cfg_.type == KeyType::F16 ? 0 : nb * uint64_t(d_ / 32) * 2;
+    b.codes = nb * block_bytes() - b.scales;
+  }
+  b.window = window_.size() * sizeof(uint16_t);
+  b.basis = vt_.size() * sizeof(uint16_t) + mean_.size() * sizeof(float);
+  return b;
+}
+
+KeyBytes KeyStream::held() const { return bytes_of(uint64_t(n_blocks_)); }
+
+KeyBytes KeyStream::allocated() const {
+  const uint64_t bb = block_bytes();
+  return bytes_of(bb ? blocks_.size() / bb : 0);
+}
+
+}  // namespace lr::kv

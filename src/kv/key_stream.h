@@ -1,0 +1,117 @@
+// The keys of one KV head of one layer of one sequence, stored in one of the
+// compressed key types (key_config.h), and scored against queries from that
+// form.
+//
+// Positions [0, compressed()) live in blocks of block_tokens() tokens; the
+// newer positions [compressed(), size()) are a small f16 window that is
+// quantized in whole blocks once it holds flush_tokens() tokens (SVDq: one
+// block of group_size; KIVI: kivi_window). f16 / q8_0 / q4_0 encode each
+// token at once (blocks of one token, no window).
+//
+// SVDq with a sequence basis keeps its first keys exact (f16, in the window)
+// until min_fit_tokens of them are cached, fits the basis on them (a prefill
+// arrives in one append, so the basis is the prompt's), then compresses. A
+// calibrated basis is there from the start.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kv/key_config.h"
+#include "kv/svdq.h"
+
+namespace lr::kv {
+
+// Bytes a key stream holds, by kind.
+struct KeyBytes {
+  uint64_t codes = 0;   // quantized codes (f16 keys: the keys)
+  uint64_t scales = 0;  // per-block scales and minimums
+  uint64_t window = 0;  // the f16 window (its allocation)
+  uint64_t basis = 0;   // SVDq basis (f16 [channels, d]) and mean (f32 [d])
+  uint64_t total() const { return codes + scales + window + basis; }
+  KeyBytes& operator+=(const KeyBytes& o) {
+    codes += o.codes, scales += o.scales, window += o.window, basis += o.basis;
+    return *this;
+  }
+};
+
+class KeyStream {
+ public:
+  // `calibrated`: the basis to use when cfg.svdq.basis is Calibrated (else null).
+  KeyStream(const KeyCacheConfig& cfg, int head_dim, int64_t capacity,
+            std::shared_ptr<const SvdqBasis> calibrated = nullptr);
+
+  // Appends the post-RoPE keys of the next n positions (rows of k, `stride`
+  // floats apart). Throws lr::Error for a non-finite key or one outside the
+  // f16 range, or when the capacity would overflow.
+  void append(const float* k, int64_t n, int64_t stride);
+  // Forgets positions >= n. Inside a compressed block the kept positions of
+  // that block return to the window as their reconstruction; n = 0 also
+  // forgets a sequence basis.
+  void truncate(int64_t n);
+
+  int64_t size() const { return n_; }
+  int64_t compressed() const { return n_blocks_ * bt_; }
+  int block_tokens() const { return bt_; }
+  int flush_tokens() const { return flush_; }
+  int head_dim() const { return d_; }
+  KeyType type() const { return cfg_.type; }
+  // SVDq: the basis in use (null before the fit); other types: null.
+  const SvdqBasis* basis() const { return basis_.get(); }
+  // Latent channels stored per token (SVDq: channels of non-zero width; KIVI: d).
+  int channels() const { return layout_.channels(); }
+
+  // Reference: key j as the cache holds it (decoded), out [d].
+  void reconstruct(int64_t j, float* out) const;
+  // SVDq, j < compressed(): the dequantized latents of key j, out [basis()->rank];
+  // channels of 0-bit groups are exactly 0.
+  void latents(int64_t j, float* out) const;
+
+  // Scoring. prepare() turns g query heads q [g, d] (scaled by `scale`) into
+  // the form scores() reads, prep_floats() floats per head.
+  int prep_floats() const;
+  void prepare(const float* q, int g, float scale, float* prep) const;
+  // s[h * lds + (j - j0)] = scale * q_h . key_j for j in [j0, j1), from the
+  // stored form (latent channels and per-block constants for SVDq and KIVI).
+  void scores(const float* prep, int g, int64_t j0, int64_t j1, float* s, int64_t lds) const;
+
+  // Keys [j1 - j0, d] of positions that are not in latent blocks (f16, q8_0,
+  // q4_0 tokens, and window positions of every type), decoded.
+  void decode_rows(int64_t j0, int64_t j1, float* out) const;
+
+  // Bytes held now; allocated() counts the block storage for the whole
+  // capacity (what the session reserves), held() for the blocks written.
+  KeyBytes held() const;
+  KeyBytes allocated() const;
+
+ private:
+  bool latent() const { return cfg_.type == KeyType::Kivi2 || cfg_.type == KeyType::Svdq; }
+  bool fitted() const { return !latent() || cfg_.type == KeyType::Kivi2 || basis_ != nullptr; }
+  void set_basis(std::shared_ptr<const SvdqBasis> b);
+  int64_t fit_at() const;
+  void fit(const float* k, int64_t n, int64_t stride);
+  void encode_blocks(const float* rows, int64_t n_blocks);  // rows [n_blocks * bt, d]
+  void encode_token(const float* k, uint8_t* dst) const;    // f16 / q8_0 / q4_0
+  void decode_token(const uint8_t* src, float* out) const;
+  void latent_scores(const float* prep, int g, int64_t blk, float* s, int64_t lds) const;
+  void project(const float* k, float* l) const;  // l [channels] of key k
+  void window_push(const float* k);
+  void window_row(int64_t i, float* out) const;
+  uint64_t block_bytes() const;
+  KeyBytes bytes_of(uint64_t n_blocks) const;
+
+  KeyCacheConfig cfg_;
+  int d_;
+  int64_t cap_;
+  int bt_ = 1, flush_ = 1;
+  BlockLayout layout_;                     // latent types
+  std::shared_ptr<const SvdqBasis> basis_; // SVDq
+  std::vector<uint16_t> vt_;               // SVDq [channels, d] f16 basis rows of stored channels
+  std::vector<float> mean_;                // SVDq [d]
+  std::vector<uint8_t> blocks_;            // [capacity / bt, block_bytes()]
+  std::vector<uint16_t> window_;           // [window capacity, d] f16
+  int64_t n_ = 0, n_blocks_ = 0, n_window_ = 0;
+};
+
+}  // namespace lr::kv

@@ -1,0 +1,214 @@
+#include "kv/svdq.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <cblas.h>
+
+#include "compress/linalg.h"
+#include "core/error.h"
+#include "core/half.h"
+
+namespace lr::kv {
+
+std::vector<ChannelGroup> group_slices(int r, const std::vector<int>& schedule) {
+  LR_ASSERT(r >= 0 && !schedule.empty());
+  const int n = std::min(int(schedule.size()), r);
+  std::vector<ChannelGroup> g;
+  if (n == 0) return g;
+  const int base = r / n, extra = r % n;
+  int at = 0;
+  for (int i = 0; i < n; ++i) {
+    const int count = base + (i < extra ? 1 : 0);
+    g.push_back({at, count, schedule[size_t(i)]});
+    at += count;
+  }
+  return g;
+}
+
+KeyMoments::KeyMoments(int d_) : d(d_), sum(size_t(d_), 0.0), outer(size_t(d_) * size_t(d_), 0.0) {}
+
+void KeyMoments::add(const float* k, int64_t n_rows, int64_t stride) {
+  // Chunks of rows widened to double; outer += X^T X on the lower triangle (dsyrk).
+  constexpr int64_t kChunk = 256;
+  std::vector<double> X(size_t(std::min(n_rows, kChunk)) * size_t(d));
+  for (int64_t t0 = 0; t0 < n_rows; t0 += kChunk) {
+    const int64_t m = std::min(kChunk, n_rows - t0);
+    for (int64_t t = 0; t < m; ++t)
+      for (int i = 0; i < d; ++i) {
+        const double x = k[(t0 + t) * stride + i];
+        X[size_t(t) * size_t(d) + size_t(i)] = x;
+        sum[size_t(i)] += x;
+      }
+    // Row-major outer[i][j], j <= i, is column-major's upper triangle.
+    cblas_dsyrk(CblasColMajor, CblasUpper, CblasNoTrans, d, int(m), 1.0, X.data(), d, 1.0,
+                outer.data(), d);
+  }
+  n += n_rows;
+}
+
+int rank_for_energy(const std::vector<double>& sigma, double energy, EnergyMode mode) {
+  auto e = [&](double s) { return mode == EnergyMode::Sigma ? s : s * s; };
+  double total = 0;
+  for (double s : sigma) total += e(s);
+  if (!(total > 1e-12)) return 1;
+  double run = 0;
+  for (size_t i = 0; i < sigma.size(); ++i) {
+    run += e(sigma[i]);
+    // A relative tolerance so an energy of exactly 1 is reached at full rank.
+    if (run >= energy * total * (1 - 1e-12)) return int(i + 1);
+  }
+  return int(sigma.size());
+}
+
+int SvdqBasis::stored_channels() const {
+  int n = 0;
+  for (const ChannelGroup& g : groups)
+    if (g.bits > 0) n += g.count;
+  return n;
+}
+
+KeyEigen fit_eigen(const KeyMoments& m) {
+  const int d = m.d;
+  if (m.n < 2) fail("svdq: a basis needs at least 2 keys, got {}", m.n);
+  KeyEigen out;
+  out.d = d;
+  out.n_keys = m.n;
+  std::vector<double> mean(static_cast<size_t>(d));
+  for (int i = 0; i < d; ++i) mean[size_t(i)] = m.sum[size_t(i)] / double(m.n);
+  compress::MatD C(d, d);
+  for (int i = 0; i < d; ++i)
+    for (int j = 0; j <= i; ++j)
+      C(i, j) = m.outer[size_t(i) * size_t(d) + size_t(j)] - double(m.n) * mean[size_t(i)] * mean[size_t(j)];
+  compress::Eigh e = compress::eigh(C);  // descending, deterministic signs
+  out.mean.assign(mean.begin(), mean.end());
+  out.sigma.resize(size_t(d));
+  out.vectors.resize(size_t(d) * size_t(d));
+  for (int c = 0; c < d; ++c) {
+    out.sigma[size_t(c)] = std::sqrt(std::max(e.values[size_t(c)], 0.0));
+    for (int i = 0; i < d; ++i) out.vectors[size_t(c) * size_t(d) + size_t(i)] = float(e.vectors(i, c));
+  }
+  return out;
+}
+
+SvdqBasis make_basis(const KeyEigen& e, const SvdqConfig& cfg) {
+  cfg.validate();
+  const int d = e.d;
+  SvdqBasis b;
+  b.d = d;
+  b.mean = e.mean;
+  b.sigma = e.sigma;
+  // Centring removes one dimension: at most n - 1 directions carry energy.
+  const int cap = int(std::min<int64_t>(e.n_keys - 1, d));
+  int r = cfg.rank > 0 ? std::min(cfg.rank, cap)
+                       : std::min(rank_for_energy(b.sigma, cfg.energy, cfg.energy_mode), cap);
+  r = std::max(r, 1);
+  b.rank = r;
+  b.schedule = cfg.schedule;
+  const bool truncating = std::find(cfg.schedule.begin(), cfg.schedule.end(), 0) != cfg.schedule.end();
+  if (truncating && r < cfg.min_safe_rank()) {
+    if (cfg.rank > 0)
+      fail("svdq: rank {} (of {} requested, {} keys to fit) is too small for the schedule's 0-bit "
+           "groups: below rank {} (4 channels per group) they drop channels that still carry "
+           "signal; fit on more keys or use a schedule without zeros",
+           r, cfg.rank, e.n_keys, cfg.min_safe_rank());
+    for (int& w : b.schedule) w = std::max(w, 1);
+    b.degraded = true;
+  }
+  b.groups = group_slices(r, b.schedule);
+  b.v.assign(e.vectors.begin(), e.vectors.begin() + ptrdiff_t(r) * d);
+  return b;
+}
+
+SvdqBasis fit_basis(const KeyMoments& m, const SvdqConfig& cfg) {
+  cfg.validate();
+  return make_basis(fit_eigen(m), cfg);
+}
+
+// --- quantizer ----------------------------------------------------------------
+
+void pack_codes(const uint8_t* codes, int n, int bits, uint32_t* words, uint64_t bit0) {
+  LR_ASSERT(bits >= 1 && bits <= 8);
+  for (int i = 0; i < n; ++i) {
+    const uint64_t at = bit0 + uint64_t(i) * uint64_t(bits);
+    const uint64_t w = at / 32, sh = at % 32;
+    const uint32_t c = codes[i] & ((1u << bits) - 1u);
+    words[w] |= c << sh;
+    if (sh + uint64_t(bits) > 32) words[w + 1] |= c >> (32 - sh);
+  }
+}
+
+void unpack_codes(const uint32_t* words, uint64_t bit0, int n, int bits, uint8_t* codes) {
+  LR_ASSERT(bits >= 1 && bits <= 8);
+  const uint32_t mask = (1u << bits) - 1u;
+  for (int i = 0; i < n; ++i) {
+    const uint64_t at = bit0 + uint64_t(i) * uint64_t(bits);
+    const uint64_t w = at / 32, sh = at % 32;
+    uint32_t c = words[w] >> sh;
+    if (sh + uint64_t(bits) > 32) c |= words[w + 1] << (32 - sh);
+    codes[i] = uint8_t(c & mask);
+  }
+}
+
+uint16_t f16_round_down(float x) {
+  uint16_t h = f32_to_f16(x);
+  if (f16_to_f32(h) <= x) return h;
+  // One step toward -inf: magnitude up for negatives, down for positives.
+  if (h == 0x0000) return 0x8001;
+  return (h & 0x8000) ? uint16_t(h + 1) : uint16_t(h - 1);
+}
+
+uint16_t f16_round_up(float x) {
+  uint16_t h = f32_to_f16(x);
+  if (f16_to_f32(h) >= x) return h;
+  if (h == 0x8000) return 0x0001;
+  return (h & 0x8000) ? uint16_t(h - 1) : uint16_t(h + 1);
+}
+
+BlockLayout::BlockLayout(int tokens_, std::vector<int> bits_) : tokens(tokens_), bits(std::move(bits_)) {
+  uint64_t at = 0;
+  for (int b : bits) {
+    LR_ASSERT(b >= 1 && b <= 8);
+    bit_off.push_back(at);
+    at += uint64_t(tokens) * uint64_t(b);
+  }
+  code_words = int((at + 31) / 32);
+}
+
+void quantize_block(const BlockLayout& lay, const float* X, int64_t ldx, uint16_t* scale_min,
+                    uint32_t* codes) {
+  std::fill_n(codes, lay.code_words, 0u);
+  uint8_t q[256];
+  LR_ASSERT(lay.tokens <= 256);
+  for (int c = 0; c < lay.channels(); ++c) {
+    float lo = INFINITY, hi = -INFINITY;
+    for (int t = 0; t < lay.tokens; ++t) {
+      lo = std::min(lo, X[t * ldx + c]);
+      hi = std::max(hi, X[t * ldx + c]);
+    }
+    const int levels = (1 << lay.bits[size_t(c)]) - 1;
+    const uint16_t mh = f16_round_down(lo);
+    const float m = f16_to_f32(mh);
+    const uint16_t sh = f16_round_up((hi - m) / float(levels));
+    const float s = f16_to_f32(sh);
+    scale_min[c] = sh;
+    scale_min[lay.channels() + c] = mh;
+    for (int t = 0; t < lay.tokens; ++t) {
+      const float v = s > 0 ? std::nearbyint((X[t * ldx + c] - m) / s) : 0.f;
+      q[t] = uint8_t(std::clamp(v, 0.f, float(levels)));
+    }
+    pack_codes(q, lay.tokens, lay.bits[size_t(c)], codes, lay.bit_off[size_t(c)]);
+  }
+}
+
+void dequantize_block(const BlockLayout& lay, const uint16_t* scale_min, const uint32_t* codes,
+                      float* L, int64_t ldl) {
+  uint8_t q[256];
+  for (int c = 0; c < lay.channels(); ++c) {
+    unpack_codes(codes, lay.bit_off[size_t(c)], lay.tokens, lay.bits[size_t(c)], q);
+    const float s = f16_to_f32(scale_min[c]), m = f16_to_f32(scale_min[lay.channels() + c]);
+    for (int t = 0; t < lay.tokens; ++t) L[t * ldl + c] = float(q[t]) * s + m;
+  }
+}
+
+}  // namespace lr::kv
