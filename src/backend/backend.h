@@ -20,6 +20,7 @@ enum class Site {
   MlpIn,    // rms_norm(x) before gate, up      [n, dim]
   MlpMid,   // silu(gate) * up before down      [n, ffn_dim]
   Keys,     // post-RoPE keys (not a linear input) [n, kv_dim]
+  Queries,  // post-RoPE queries (not a linear input) [n, q_dim]
 };
 
 class ActivationObserver {

@@ -31,6 +31,12 @@ enum class BasisSource {
   Calibrated,  // fitted offline (lowrank calibrate-kv), stored in the model file
 };
 
+// What the basis minimizes: the keys' reconstruction error (SVDq), or the
+// error of the attention scores q.k, weighting key directions by the
+// queries' second moment E[q q^T] seen while fitting (query-aware; see
+// docs/kv-cache.md).
+enum class Metric { Key, Query };
+
 struct SvdqConfig {
   int rank = 0;         // > 0: this rank; 0: by energy
   double energy = 0.95;
@@ -42,6 +48,7 @@ struct SvdqConfig {
   int group_size = 32;       // tokens per quantization block (one scale and min per channel)
   int min_fit_tokens = 64;   // a sequence basis is fitted once this many keys are cached
   BasisSource basis = BasisSource::Sequence;
+  Metric metric = Metric::Key;
 
   // Below this rank a schedule with 0-bit groups drops channels that still
   // carry signal (each group is only a few channels wide).

@@ -96,13 +96,17 @@ void KeyStream::set_basis(std::shared_ptr<const SvdqBasis> b) {
   basis_ = std::move(b);
   std::vector<int> bits;
   vt_.clear();
+  pt_.clear();
   for (const ChannelGroup& g : basis_->groups) {
     if (g.bits == 0) continue;
     for (int c = g.begin; c < g.begin + g.count; ++c) {
       bits.push_back(g.bits);
       for (int i = 0; i < d_; ++i) vt_.push_back(f32_to_f16(basis_->v[size_t(c) * size_t(d_) + size_t(i)]));
+      if (!basis_->p.empty())
+        for (int i = 0; i < d_; ++i) pt_.push_back(f32_to_f16(basis_->p[size_t(c) * size_t(d_) + size_t(i)]));
     }
   }
+  qm_.reset();
   mean_ = basis_->mean;
   layout_ = BlockLayout(bt_, std::move(bits));
   blocks_.assign(size_t(cap_ / bt_) * block_bytes(), 0);
@@ -113,7 +117,8 @@ void KeyStream::project(const float* k, float* l) const {
   alignas(32) float c[512];
   LR_ASSERT(d_ <= 512);
   for (int i = 0; i < d_; ++i) c[i] = k[i] - (mean_.empty() ? 0.f : mean_[size_t(i)]);
-  for (int ch = 0; ch < layout_.channels(); ++ch) l[ch] = dot_f16(&vt_[size_t(ch) * size_t(d_)], c, d_);
+  const std::vector<uint16_t>& rows = pt_.empty() ? vt_ : pt_;
+  for (int ch = 0; ch < layout_.channels(); ++ch) l[ch] = dot_f16(&rows[size_t(ch) * size_t(d_)], c, d_);
 }
 
 void KeyStream::window_push(const float* k) {
@@ -135,7 +140,21 @@ void KeyStream::fit(const float* k, int64_t n, int64_t stride) {
     m.add(row.data(), 1, d_);
   }
   m.add(k, n, stride);
-  set_basis(std::make_shared<const SvdqBasis>(fit_basis(m, cfg_.svdq)));
+  if (cfg_.svdq.metric == Metric::Query && qm_ && qm_->n > 0) {
+    set_basis(std::make_shared<const SvdqBasis>(make_basis(fit_eigen_weighted(m, *qm_), cfg_.svdq)));
+  } else {  // the key metric (also the query metric's fallback when no query was seen)
+    set_basis(std::make_shared<const SvdqBasis>(fit_basis(m, cfg_.svdq)));
+  }
+}
+
+bool KeyStream::wants_queries() const {
+  return cfg_.type == KeyType::Svdq && cfg_.svdq.metric == Metric::Query && !basis_;
+}
+
+void KeyStream::add_queries(const float* q, int64_t n, int64_t stride) {
+  if (!wants_queries()) return;
+  if (!qm_) qm_ = std::make_unique<KeyMoments>(d_);
+  qm_->add(q, n, stride);
 }
 
 void KeyStream::append(const float* k_in, int64_t n, int64_t stride) {
@@ -267,7 +286,9 @@ void KeyStream::truncate(int64_t n) {
     n_ = n_blocks_ = n_window_ = 0;
     if (cfg_.type == KeyType::Svdq && cfg_.svdq.basis == BasisSource::Sequence) {
       basis_.reset();
+      qm_.reset();
       vt_.clear();
+      pt_.clear();
       mean_.clear();
       layout_ = BlockLayout();
       blocks_.clear();
@@ -500,7 +521,7 @@ KeyBytes KeyStream::bytes_of(uint64_t nb) const {
     b.codes = nb * block_bytes() - b.scales;
   }
   b.window = window_.size() * sizeof(uint16_t);
-  b.basis = vt_.size() * sizeof(uint16_t) + mean_.size() * sizeof(float);
+  b.basis = (vt_.size() + pt_.size()) * sizeof(uint16_t) + mean_.size() * sizeof(float);
   return b;
 }
 

@@ -46,6 +46,11 @@ class KeyStream {
   // floats apart). Throws lr::Error for a non-finite key or one outside the
   // f16 range, or when the capacity would overflow.
   void append(const float* k, int64_t n, int64_t stride);
+  // Query metric, before the fit: queries [n, d] (the query heads of this
+  // stream's group) whose second moment weights the basis.
+  bool wants_queries() const;
+  void add_queries(const float* q, int64_t n, int64_t stride);
+
   // Forgets positions >= n. Inside a compressed block the kept positions of
   // that block return to the window as their reconstruction; n = 0 also
   // forgets a sequence basis.
@@ -107,7 +112,9 @@ class KeyStream {
   int bt_ = 1, flush_ = 1;
   BlockLayout layout_;                     // latent types
   std::shared_ptr<const SvdqBasis> basis_; // SVDq
-  std::vector<uint16_t> vt_;               // SVDq [channels, d] f16 basis rows of stored channels
+  std::vector<uint16_t> vt_;               // SVDq [channels, d] f16 reconstruction rows of stored channels
+  std::vector<uint16_t> pt_;               // SVDq query metric: [channels, d] f16 projection rows
+  std::unique_ptr<KeyMoments> qm_;         // query metric: queries seen before the fit
   std::vector<float> mean_;                // SVDq [d]
   std::vector<uint8_t> blocks_;            // [capacity / bt, block_bytes()]
   std::vector<uint16_t> window_;           // [window capacity, d] f16

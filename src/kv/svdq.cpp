@@ -91,6 +91,40 @@ KeyEigen fit_eigen(const KeyMoments& m) {
   return out;
 }
 
+KeyEigen fit_eigen_weighted(const KeyMoments& keys, const KeyMoments& queries) {
+  KeyEigen plain = fit_eigen(keys);
+  const int d = keys.d;
+  if (queries.n < 1) fail("svdq: the query metric needs queries to fit on");
+  compress::MatD Q(d, d), C(d, d);
+  double trace = 0;
+  for (int i = 0; i < d; ++i) trace += queries.outer[size_t(i) * size_t(d) + size_t(i)] / double(queries.n);
+  for (int i = 0; i < d; ++i)
+    for (int j = 0; j <= i; ++j) {
+      Q(i, j) = Q(j, i) = queries.outer[size_t(i) * size_t(d) + size_t(j)] / double(queries.n);
+      double cij = keys.outer[size_t(i) * size_t(d) + size_t(j)] -
+                   double(keys.n) * double(plain.mean[size_t(i)]) * double(plain.mean[size_t(j)]);
+      C(i, j) = C(j, i) = cij;
+    }
+  // Regularized so that directions no query uses keep a little weight.
+  for (int i = 0; i < d; ++i) Q(i, i) += 1e-3 * trace / d + 1e-12;
+  const compress::MatD L = compress::cholesky(Q);
+  const compress::MatD M = compress::matmul(compress::matmul(L, C, true, false), L);  // L^T C L
+  const compress::Eigh e = compress::eigh(M);
+  const compress::MatD P = compress::matmul(L, e.vectors);  // columns L u_c
+  compress::MatD B = e.vectors;
+  compress::trsm(compress::Side::Left, compress::Uplo::Lower, true, L, B);  // columns L^-T u_c
+  KeyEigen out = plain;
+  out.proj.resize(size_t(d) * size_t(d));
+  for (int c = 0; c < d; ++c) {
+    out.sigma[size_t(c)] = std::sqrt(std::max(e.values[size_t(c)], 0.0));
+    for (int i = 0; i < d; ++i) {
+      out.proj[size_t(c) * size_t(d) + size_t(i)] = float(P(i, c));
+      out.vectors[size_t(c) * size_t(d) + size_t(i)] = float(B(i, c));
+    }
+  }
+  return out;
+}
+
 SvdqBasis make_basis(const KeyEigen& e, const SvdqConfig& cfg) {
   cfg.validate();
   const int d = e.d;
@@ -117,6 +151,7 @@ SvdqBasis make_basis(const KeyEigen& e, const SvdqConfig& cfg) {
   }
   b.groups = group_slices(r, b.schedule);
   b.v.assign(e.vectors.begin(), e.vectors.begin() + ptrdiff_t(r) * d);
+  if (!e.proj.empty()) b.p.assign(e.proj.begin(), e.proj.begin() + ptrdiff_t(r) * d);
   return b;
 }
 

@@ -43,7 +43,10 @@ struct SvdqBasis {
   bool degraded = false;            // automatic rank below min_safe_rank: no 0-bit groups
   std::vector<double> sigma;        // singular values of the centred keys, descending [d]
   std::vector<float> mean;          // [d] K-bar
-  std::vector<float> v;             // [rank, d]: row c = right singular vector c (V^T)
+  std::vector<float> v;             // [rank, d]: row c = direction c of the reconstruction
+                                    // k^ = mean + sum_c l_c v_c (key metric: right singular vector c)
+  std::vector<float> p;             // [rank, d] projection rows, l_c = p_c . (k - mean);
+                                    // empty: p = v (the key metric's orthonormal basis)
   int stored_channels() const;      // channels in groups with bits > 0 (a prefix of groups)
 };
 
@@ -62,9 +65,16 @@ struct KeyEigen {
   int d = 0;
   int64_t n_keys = 0;
   std::vector<float> mean, vectors;
+  std::vector<float> proj;  // [d, d] query metric: projection rows (empty: = vectors)
   std::vector<double> sigma;
 };
 KeyEigen fit_eigen(const KeyMoments& m);
+// Query-aware: with Q = E[q q^T] (from `queries`, lightly regularized) = L L^T,
+// the eigenvectors u_c of L^T C L give projection rows p_c = L u_c and
+// reconstruction directions v_c = L^-T u_c, so that the score error
+// E[(q.(k - k^))^2] is the sum of the latent channels' squared errors, each
+// weighted alike, and sigma_c^2 is channel c's share of the score variance.
+KeyEigen fit_eigen_weighted(const KeyMoments& keys, const KeyMoments& queries);
 // Rank, schedule and guard rail of cfg applied to an eigen-system.
 SvdqBasis make_basis(const KeyEigen& e, const SvdqConfig& cfg);
 

@@ -39,6 +39,11 @@ void read_key_calibration(const TensorSource& src, Weights& w) {
   k.mean = read_f32(src, kMean, {d, n});
   k.sigma = read_f32(src, kSigma, {d, n});
   k.vectors = read_f32(src, kVectors, {d, d, n});
+  if (src.find("kv_calib.q_vectors")) {
+    k.q_vectors = read_f32(src, "kv_calib.q_vectors", {d, d, n});
+    k.q_proj = read_f32(src, "kv_calib.q_proj", {d, d, n});
+    k.q_sigma = read_f32(src, "kv_calib.q_sigma", {d, n});
+  }
   std::vector<int64_t> keys = src.int_array(kKeys);
   if (keys.size() != 1 || keys[0] < 2)
     fail("{}: metadata '{}' must be one count >= 2 of fitted keys", src.path(), kKeys);
@@ -55,6 +60,12 @@ void write_key_calibration(gguf::Writer& out, const Weights& w) {
   out.add_tensor(kMean, DType::F32, {d, n}, k.mean.data(), k.mean.size() * 4);
   out.add_tensor(kSigma, DType::F32, {d, n}, k.sigma.data(), k.sigma.size() * 4);
   out.add_tensor(kVectors, DType::F32, {d, d, n}, k.vectors.data(), k.vectors.size() * 4);
+  if (!k.q_vectors.empty()) {
+    LR_ASSERT(k.q_vectors.size() == d * d * n && k.q_proj.size() == d * d * n && k.q_sigma.size() == d * n);
+    out.add_tensor("kv_calib.q_vectors", DType::F32, {d, d, n}, k.q_vectors.data(), k.q_vectors.size() * 4);
+    out.add_tensor("kv_calib.q_proj", DType::F32, {d, d, n}, k.q_proj.data(), k.q_proj.size() * 4);
+    out.add_tensor("kv_calib.q_sigma", DType::F32, {d, n}, k.q_sigma.data(), k.q_sigma.size() * 4);
+  }
   out.set_i32s(kKeys, {int32_t(std::min<int64_t>(k.n_keys, INT32_MAX))});
 }
 

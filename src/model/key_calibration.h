@@ -2,6 +2,8 @@
 //   kv_calib.mean     f32 [head_dim, n_layers * n_kv_heads]
 //   kv_calib.sigma    f32 [head_dim, n_layers * n_kv_heads]
 //   kv_calib.vectors  f32 [head_dim, head_dim, n_layers * n_kv_heads]
+//   kv_calib.q_vectors, kv_calib.q_proj [head_dim, head_dim, n], kv_calib.q_sigma
+//     [head_dim, n]: the query-aware fit (optional)
 //   lowrank.kv_calib.n_keys  i32 [1]: keys each basis was fitted on
 // (GGML shape order; stream i = layer * n_kv_heads + head).
 #pragma once

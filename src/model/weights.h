@@ -97,6 +97,9 @@ struct Weights {
     std::vector<float> mean;    // [n_layers, n_kv_heads, head_dim]
     std::vector<float> vectors; // [n_layers, n_kv_heads, head_dim, head_dim] row c = direction c
     std::vector<float> sigma;   // [n_layers, n_kv_heads, head_dim] descending
+    // The query-aware fit (kv/svdq.h fit_eigen_weighted), when the queries
+    // were observed: reconstruction rows, projection rows, spectrum.
+    std::vector<float> q_vectors, q_proj, q_sigma;
     bool empty() const { return mean.empty(); }
   } key_calibration;
 

@@ -15,19 +15,30 @@ namespace {
 class KeyObserver final : public ActivationObserver {
  public:
   explicit KeyObserver(const Config& c) : c_(c) {
-    for (int i = 0; i < c.n_layers * c.n_kv_heads; ++i) m_.emplace_back(c.head_dim);
+    for (int i = 0; i < c.n_layers * c.n_kv_heads; ++i) {
+      m_.emplace_back(c.head_dim);
+      q_.emplace_back(c.head_dim);
+    }
   }
   void observe(int layer, Site site, const float* X, int n, int dim) override {
-    if (site != Site::Keys) return;
-    LR_ASSERT(dim == c_.kv_dim());
-    for (int h = 0; h < c_.n_kv_heads; ++h)
-      m_[size_t(layer) * size_t(c_.n_kv_heads) + size_t(h)].add(X + h * c_.head_dim, n, dim);
+    const size_t at = size_t(layer) * size_t(c_.n_kv_heads);
+    if (site == Site::Keys) {
+      LR_ASSERT(dim == c_.kv_dim());
+      for (int h = 0; h < c_.n_kv_heads; ++h) m_[at + size_t(h)].add(X + h * c_.head_dim, n, dim);
+    } else if (site == Site::Queries) {
+      // The g query heads of KV head h: rows of head_dim, g per token.
+      LR_ASSERT(dim == c_.q_dim());
+      const int g = c_.n_heads / c_.n_kv_heads;
+      for (int h = 0; h < c_.n_kv_heads; ++h)
+        for (int i = 0; i < g; ++i) q_[at + size_t(h)].add(X + (h * g + i) * c_.head_dim, n, dim);
+    }
   }
   const std::vector<kv::KeyMoments>& moments() const { return m_; }
+  const std::vector<kv::KeyMoments>& queries() const { return q_; }
 
  private:
   const Config& c_;
-  std::vector<kv::KeyMoments> m_;
+  std::vector<kv::KeyMoments> m_, q_;
 };
 
 }  // namespace
@@ -61,11 +72,15 @@ Weights::KeyCalibration calibrate_keys(const Model& m, const CalibrateKvOptions&
   }
   Weights::KeyCalibration cal;
   cal.n_keys = need;
-  for (const kv::KeyMoments& mo : obs.moments()) {
-    kv::KeyEigen e = kv::fit_eigen(mo);
+  for (size_t i = 0; i < obs.moments().size(); ++i) {
+    kv::KeyEigen e = kv::fit_eigen(obs.moments()[i]);
     cal.mean.insert(cal.mean.end(), e.mean.begin(), e.mean.end());
     cal.vectors.insert(cal.vectors.end(), e.vectors.begin(), e.vectors.end());
     for (double s : e.sigma) cal.sigma.push_back(float(s));
+    kv::KeyEigen q = kv::fit_eigen_weighted(obs.moments()[i], obs.queries()[i]);
+    cal.q_vectors.insert(cal.q_vectors.end(), q.vectors.begin(), q.vectors.end());
+    cal.q_proj.insert(cal.q_proj.end(), q.proj.begin(), q.proj.end());
+    for (double s : q.sigma) cal.q_sigma.push_back(float(s));
   }
   return cal;
 }

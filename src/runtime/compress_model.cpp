@@ -47,7 +47,7 @@ class GramObserver final : public ActivationObserver {
     }
   }
   void observe(int layer, Site site, const float* X, int n, int dim) override {
-    if (site == Site::Keys) return;  // not the input of a linear map
+    if (site == Site::Keys || site == Site::Queries) return;  // not inputs of linear maps
     GramAccumulator& g = grams_[size_t(layer)][size_t(site)];
     LR_ASSERT(g.n() == dim);
     g.add(X, n);

@@ -347,3 +347,72 @@ TEST(AttendKeys, KernelMatchesReferenceForEveryType) {
 
 }  // namespace
 }  // namespace lr::kv
+
+namespace lr::kv {
+namespace {
+
+// Query metric: keys spread over every direction, queries only along the
+// directions where the keys vary least. The key metric spends its rank on
+// the keys' big directions (useless for these scores); the query metric keeps
+// what the scores see.
+TEST(KeyStream, QueryMetricCutsTheScoreErrorOnAnisotropicQueries) {
+  const int d = 32, n = 256;
+  std::vector<float> k(size_t(n) * d);
+  auto z = test::normal(k.size(), 31);
+  for (int t = 0; t < n; ++t)
+    for (int i = 0; i < d; ++i) k[size_t(t) * d + size_t(i)] = z[size_t(t) * d + size_t(i)] * (i < 16 ? 4.f : 0.5f);
+  auto queries = [&](int m, uint32_t seed) {  // only dims 16..31
+    auto q = test::normal(size_t(m) * d, seed);
+    for (int t = 0; t < m; ++t)
+      for (int i = 0; i < 16; ++i) q[size_t(t) * d + size_t(i)] = 0.f;
+    return q;
+  };
+  const auto fitq = queries(64, 32), testq = queries(64, 33);
+  auto score_mse = [&](Metric metric) {
+    KeyCacheConfig c;
+    c.type = KeyType::Svdq;
+    c.svdq.rank = 16;
+    c.svdq.schedule = {8};
+    c.svdq.metric = metric;
+    KeyStream s(c, d, n);
+    s.add_queries(fitq.data(), 64, d);
+    s.append(k.data(), n, d);
+    EXPECT_EQ(s.basis()->p.empty(), metric == Metric::Key);
+    double err = 0;
+    std::vector<float> r(static_cast<size_t>(d));
+    for (int64_t j = 0; j < n; ++j) {
+      s.reconstruct(j, r.data());
+      for (int t = 0; t < 64; ++t) {
+        double e = 0;
+        for (int i = 0; i < d; ++i) e += testq[size_t(t) * d + size_t(i)] * (k[size_t(j) * d + size_t(i)] - r[size_t(i)]);
+        err += e * e;
+      }
+    }
+    return err / (64.0 * n);
+  };
+  const double key = score_mse(Metric::Key), query = score_mse(Metric::Query);
+  EXPECT_LT(query, 0.1 * key) << query << " vs " << key;
+}
+
+TEST(SvdqFit, QueryMetricProjectionAndReconstructionAreBiorthogonal) {
+  const int d = 24, n = 200;
+  auto keys = test::lowrank_keys(n, d, 20, 0.05, 0.01, 41);
+  auto q = test::normal(size_t(100) * d, 42);
+  KeyMoments km(d), qm(d);
+  km.add(keys.data(), n, d);
+  qm.add(q.data(), 100, d);
+  const KeyEigen e = fit_eigen_weighted(km, qm);
+  ASSERT_EQ(e.proj.size(), size_t(d) * d);
+  double worst = 0;
+  for (int a = 0; a < d; ++a)
+    for (int b = 0; b < d; ++b) {
+      double dot = 0;
+      for (int i = 0; i < d; ++i) dot += double(e.proj[size_t(a * d + i)]) * e.vectors[size_t(b * d + i)];
+      worst = std::max(worst, std::fabs(dot - (a == b ? 1 : 0)));
+    }
+  EXPECT_LT(worst, 1e-4);  // p_a . v_b = [a == b]: latents reconstruct exactly at full rank
+  EXPECT_TRUE(std::is_sorted(e.sigma.rbegin(), e.sigma.rend()));
+}
+
+}  // namespace
+}  // namespace lr::kv

@@ -95,6 +95,16 @@ TEST(KeyCache, EveryTypeTracksTheF32Cache) {
   const Outcome f16 = run(m, keys(kv::KeyType::F16), 2), s8 = run(m, k8, 2);
   EXPECT_LT(rel_err(s8.logits, f16.logits), 1e-2);
   EXPECT_EQ(s8.stats.fitted, 4);
+  // The query metric (prefill queries weight the fit) stores projection rows
+  // beside the reconstruction rows: twice the basis bytes at the same rank.
+  kv::KeyCacheConfig kq = keys(kv::KeyType::Svdq), kk = kq;
+  kq.svdq.metric = kv::Metric::Query;
+  kq.svdq.rank = kk.svdq.rank = 24;
+  kq.svdq.schedule = kk.svdq.schedule = {4, 2};
+  const Outcome q = run(m, kq, 2), k = run(m, kk, 2);
+  EXPECT_EQ(q.stats.held.basis - 4 * 32 * 4, 2 * (k.stats.held.basis - 4 * 32 * 4));
+  EXPECT_LT(rel_err(q.logits, ref.logits), 4e-1);
+  EXPECT_NE(q.logits, k.logits);
 }
 
 TEST(KeyCache, AccountingMatchesTheAllocations) {
@@ -175,6 +185,8 @@ TEST(KeyCache, CalibratedBasisRoundTripsThroughTheModelFile) {
   EXPECT_EQ(c.weights->key_calibration.mean, cal.mean);
   EXPECT_EQ(c.weights->key_calibration.vectors, cal.vectors);
   EXPECT_EQ(c.weights->key_calibration.n_keys, 256);
+  EXPECT_EQ(c.weights->key_calibration.q_proj, cal.q_proj);  // the query-aware fit too
+  ASSERT_EQ(cal.q_vectors.size(), 2u * 2 * 32 * 32);
   // The weights are unchanged: same logits with the f32 cache.
   EXPECT_EQ(run(c, keys(kv::KeyType::F32), 1).logits, run(m, keys(kv::KeyType::F32), 1).logits);
   // A calibrated basis is there from the first token: even a 1-token prompt
@@ -185,6 +197,11 @@ TEST(KeyCache, CalibratedBasisRoundTripsThroughTheModelFile) {
   EXPECT_EQ(r.stats.fitted, 4);
   EXPECT_GT(r.stats.held.codes, 0u);
   EXPECT_LT(rel_err(r.logits, run(c, keys(kv::KeyType::F32), 2, 1).logits), 4e-1);
+  k.svdq.metric = kv::Metric::Query;  // the query-aware calibrated fit
+  const Outcome rq = run(c, k, 2, 1);
+  EXPECT_EQ(rq.stats.fitted, 4);
+  EXPECT_NE(rq.logits, r.logits);
+  k.svdq.metric = kv::Metric::Key;
   // Without a calibration the model says so.
   try {
     run(m, k, 1);

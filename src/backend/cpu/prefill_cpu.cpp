@@ -97,6 +97,17 @@ void Prefill::attention_block(int l, int n) {
     kv.append(l, pos, &k_[size_t(t) * c.kv_dim()], &v_[size_t(t) * c.kv_dim()]);
   }
   if (!kv.latent) observe(l, Site::Keys, k_.data(), n, c.kv_dim());
+  observe(l, Site::Queries, q_.data(), n, c.q_dim());
+  if (kv.streamed && kv.stream(l, 0).wants_queries()) {
+    // SVDq's query metric: each KV head's stream sees the roped queries of its group.
+    const int g = c.n_heads / c.n_kv_heads, gd = g * c.head_dim;
+    std::vector<float> rows(size_t(n) * size_t(gd));
+    for (int h = 0; h < c.n_kv_heads; ++h) {
+      for (int t = 0; t < n; ++t)
+        std::copy_n(&q_[size_t(t) * c.q_dim() + size_t(h) * gd], gd, &rows[size_t(t) * gd]);
+      kv.stream(l, h).add_queries(rows.data(), int64_t(n) * g, c.head_dim);
+    }
+  }
   attend(l, n);
   observe(l, Site::AttnOut, att_.data(), n, c.q_dim());
   linear(L.o, att_.data(), h_.data(), n);

@@ -108,10 +108,18 @@ Session::Session(const Weights& w_, const BackendOptions& opt)
           kv::KeyEigen e;
           e.d = c.head_dim;
           e.n_keys = cal.n_keys;
-          e.mean.assign(cal.mean.begin() + ptrdiff_t(i * d), cal.mean.begin() + ptrdiff_t((i + 1) * d));
-          e.vectors.assign(cal.vectors.begin() + ptrdiff_t(i * d * d),
-                           cal.vectors.begin() + ptrdiff_t((i + 1) * d * d));
-          e.sigma.assign(cal.sigma.begin() + ptrdiff_t(i * d), cal.sigma.begin() + ptrdiff_t((i + 1) * d));
+          const bool q = opt.keys.svdq.metric == kv::Metric::Query;
+          if (q && cal.q_vectors.empty())
+            fail("--svdq-metric query --svdq-basis calibrated: the model's key calibration has no "
+                 "query-aware fit (rerun lowrank calibrate-kv)");
+          auto slice = [&](const std::vector<float>& v, size_t n) {
+            return std::vector<float>(v.begin() + ptrdiff_t(i * n), v.begin() + ptrdiff_t((i + 1) * n));
+          };
+          e.mean = slice(cal.mean, d);
+          e.vectors = slice(q ? cal.q_vectors : cal.vectors, d * d);
+          if (q) e.proj = slice(cal.q_proj, d * d);
+          const std::vector<float> sig = slice(q ? cal.q_sigma : cal.sigma, d);
+          e.sigma.assign(sig.begin(), sig.end());
           basis = std::make_shared<const kv::SvdqBasis>(kv::make_basis(e, opt.keys.svdq));
         }
         kv.ks.emplace_back(opt.keys, c.head_dim, opt.ctx, basis);
