@@ -23,13 +23,24 @@ row() {
   $bin perplexity -m "$m" -f ../shared/data/wiki.eval.raw -c 2048 --chunks "$chunks" --decode \
     --no-progress -t 2 "$@" 2>/dev/null
 }
-row "$model" --cache-type-k f32
-row "$model" --cache-type-k f16
-row "$model" --cache-type-k q8_0
-row "$model" --cache-type-k q4_0
-row "$model" --cache-type-k kivi2
-row "$model" --cache-type-k svdq
-row "$cal" --cache-type-k svdq --svdq-basis calibrated
-row "$model" --cache-type-k svdq --svdq-rank 32
-row "$model" --cache-type-k svdq --svdq-energy 1 --svdq-schedule 4,4,2,2,2,1,1,0
-row "$cal" --cache-type-k svdq --svdq-basis calibrated --svdq-energy 1 --svdq-schedule 4,4,2,2,2,1,1,0
+rows=(
+  "$model|--cache-type-k f32"
+  "$model|--cache-type-k f16"
+  "$model|--cache-type-k q8_0"
+  "$model|--cache-type-k q4_0"
+  "$model|--cache-type-k kivi2"
+  "$model|--cache-type-k svdq"
+  "$cal|--cache-type-k svdq --svdq-basis calibrated"
+  "$model|--cache-type-k svdq --svdq-metric query"
+  "$cal|--cache-type-k svdq --svdq-basis calibrated --svdq-metric query"
+  "$model|--cache-type-k svdq --svdq-metric query --svdq-rank 32 --svdq-schedule 4,4,2,2,1,1,1,1"
+  "$model|--cache-type-k svdq --svdq-metric query --svdq-energy 1 --svdq-schedule 4,4,2,2,2,2,0,0"
+  "$model|--cache-type-k svdq --svdq-metric key --svdq-energy 1 --svdq-schedule 8,4,4,2,2,2,2,0"
+  "$model|--cache-type-k svdq --svdq-metric query --svdq-energy 1 --svdq-schedule 8,4,4,2,2,2,2,0"
+  "$cal|--cache-type-k svdq --svdq-basis calibrated --svdq-metric query --svdq-energy 1 --svdq-schedule 8,4,4,2,2,2,2,0"
+)
+# FROM=n skips the first n rows (to resume a run).
+for r in "${rows[@]:${FROM:-0}}"; do
+  # shellcheck disable=SC2086
+  row "${r%%|*}" ${r#*|}
+done

@@ -79,8 +79,9 @@ int run(const InspectOptions& o) {
     Config c = config_from_gguf(*f);
     c.tied_output = f->find_tensor("output.weight") == nullptr;
     uint64_t params = 0;
-    for (const auto& t : f->tensors()) params += t.elements();
-    bool low_rank = f->has("lowrank.format_version");
+    uint64_t calib = 0;  // kv_calib.* tensors: key bases, not parameters
+    for (const auto& t : f->tensors()) (t.name.rfind("kv_calib.", 0) == 0 ? calib : params) += t.elements();
+    bool low_rank = f->has("lowrank.method");  // compress and import record it; calibrate-kv alone does not
     std::printf(
         "\nmodel: %d layers, dim %d, ffn %d, heads %d (kv %d) x %d, vocab %d, ctx_train %d, "
         "rope theta %g, %s output%s\nparameters: %.1f M (dense equivalent %.1f M); in memory: "
@@ -90,6 +91,11 @@ int run(const InspectOptions& o) {
         low_rank ? fmt::format(", low-rank ({})", f->get_string("lowrank.method", "?")).c_str() : "",
         double(params) / 1e6, double(parameter_count(c)) / 1e6, double(params) * 2 / (1 << 20),
         double(params) * 4 / (1 << 20));
+    if (calib > 0)
+      std::printf("key calibration (calibrate-kv, for --svdq-basis calibrated): %s%s, %.2f MiB\n",
+                  f->get_string("lowrank.kv_calib.source", "?").c_str(),
+                  f->find_tensor("kv_calib.q_vectors") ? ", key and query metric fits" : ", key metric fit",
+                  double(calib) * 4 / (1 << 20));
   }
   return 0;
 }
