@@ -14,19 +14,10 @@
 namespace lr::kv {
 
 namespace {
-void f16_rows(const uint16_t* h, int64_t n, int d, float* out) {
-  const int64_t total = n * d;
-  int64_t i = 0;
-  for (; i + 8 <= total; i += 8)
-    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
-  for (; i < total; ++i) out[i] = f16_to_f32(h[i]);
-}
-inline float hmax(__m256 v) {
-  __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_max_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_max_ss(x, _mm_movehdup_ps(x));
-  return _mm_cvtss_f32(x);
-}
+
+using cpu::detail::hmax;
+using cpu::detail::load_f16x8;
+using cpu::detail::widen_f16;
 
 // acc_h = acc_h * c_h + sum_b p_h[b] V[b] for NH <= 3 heads, values read as
 // f16 straight into registers, 32 dimensions (12 accumulators) at a time.
@@ -42,7 +33,7 @@ void accumulate_f16(float* acc, int d, const float* c, const float* p, int64_t l
       const uint16_t* v = V + int64_t(b) * d + d0;
       __m256 vk[4];
       for (int k = 0; k < 4; ++k)
-        vk[k] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + 8 * k)));
+        vk[k] = load_f16x8(v + 8 * k);
       for (int h = 0; h < NH; ++h) {
         const __m256 pb = _mm256_set1_ps(p[h * lds + b]);
         for (int k = 0; k < 4; ++k) a[h][k] = _mm256_fmadd_ps(pb, vk[k], a[h][k]);
@@ -123,13 +114,10 @@ void attend_keys_partial(const KeyStream& ks, const uint16_t* V, const float* q,
     const int nb = int(te - jb);
     if (latent && jb < ks.compressed()) {
       ks.scores(prep.data(), g, jb, std::min(te, ks.compressed()), s.data(), T);
-      if (te > ks.compressed()) {  // cannot happen when T is a multiple of the block; kept exact anyway
+      if (te > ks.compressed()) {  // a tile across the end of the blocks (block length < 32)
         const int64_t c = ks.compressed();
         ks.decode_rows(c, te, kt.data());
-        std::vector<float> tail(size_t(g) * size_t(te - c));
-        cpu::scores_tile(q, g, d, kt.data(), d, int(te - c), scale, tail.data(), te - c);
-        for (int h = 0; h < g; ++h)
-          std::copy_n(&tail[size_t(h) * size_t(te - c)], te - c, &s[size_t(h) * size_t(T) + size_t(c - jb)]);
+        cpu::scores_tile(q, g, d, kt.data(), d, int(te - c), scale, &s[size_t(c - jb)], T);
       }
     } else {
       ks.decode_rows(jb, te, kt.data());
@@ -138,7 +126,7 @@ void attend_keys_partial(const KeyStream& ks, const uint16_t* V, const float* q,
     if (d % 32 == 0) {
       softmax_update_f16(g, d, s.data(), T, nb, V + jb * d, m, l, acc);
     } else {
-      f16_rows(V + jb * d, nb, d, vt.data());
+      widen_f16(V + jb * d, int64_t(nb) * d, vt.data());
       cpu::softmax_update(g, d, s.data(), T, nb, vt.data(), d, m, l, acc);
     }
     jb = te;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/kernels_simd.h"
 #include "core/error.h"
 #include "core/half.h"
 
@@ -14,20 +15,12 @@ namespace lr::kv {
 namespace {
 
 constexpr float kF16Max = 65504.f;
+constexpr int kMaxHeadDim = 512;  // stack rows of one key
 
-inline void f16_row(const uint16_t* h, float* out, int d) {
-  int i = 0;
-  for (; i + 8 <= d; i += 8)
-    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
-  for (; i < d; ++i) out[i] = f16_to_f32(h[i]);
-}
+using cpu::detail::hsum;
+using cpu::detail::load_f16x8;
 
-inline float hsum(__m256 v) {
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_add_ss(x, _mm_movehdup_ps(x));
-  return _mm_cvtss_f32(x);
-}
+inline void f16_row(const uint16_t* h, float* out, int d) { cpu::detail::widen_f16(h, d, out); }
 
 inline float dot_f32(const float* a, const float* b, int n) {
   __m256 acc = _mm256_setzero_ps();
@@ -43,8 +36,7 @@ inline float dot_f16(const uint16_t* h, const float* b, int n) {
   __m256 acc = _mm256_setzero_ps();
   int i = 0;
   for (; i + 8 <= n; i += 8)
-    acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))),
-                          _mm256_loadu_ps(b + i), acc);
+    acc = _mm256_fmadd_ps(load_f16x8(h + i), _mm256_loadu_ps(b + i), acc);
   float s = hsum(acc);
   for (; i < n; ++i) s += f16_to_f32(h[i]) * b[i];
   return s;
@@ -57,6 +49,8 @@ KeyStream::KeyStream(const KeyCacheConfig& cfg, int head_dim, int64_t capacity,
     : cfg_(cfg), d_(head_dim), cap_(capacity) {
   cfg_.validate(head_dim);
   LR_ASSERT(cfg_.type != KeyType::F32);
+  if (head_dim <= 0 || head_dim > kMaxHeadDim)
+    fail("key cache: head_dim {} is outside [1, {}]", head_dim, kMaxHeadDim);
   switch (cfg_.type) {
     case KeyType::Kivi2:
       bt_ = cfg_.kivi_group;
@@ -114,8 +108,7 @@ void KeyStream::set_basis(std::shared_ptr<const SvdqBasis> b) {
 }
 
 void KeyStream::project(const float* k, float* l) const {
-  alignas(32) float c[512];
-  LR_ASSERT(d_ <= 512);
+  alignas(32) float c[kMaxHeadDim];
   for (int i = 0; i < d_; ++i) c[i] = k[i] - (mean_.empty() ? 0.f : mean_[size_t(i)]);
   const std::vector<uint16_t>& rows = pt_.empty() ? vt_ : pt_;
   for (int ch = 0; ch < layout_.channels(); ++ch) l[ch] = dot_f16(&rows[size_t(ch) * size_t(d_)], c, d_);
@@ -162,7 +155,8 @@ void KeyStream::append(const float* k_in, int64_t n, int64_t stride) {
   if (n_ + n > cap_) fail("key cache: {} cached + {} new keys exceed the capacity {}", n_, n, cap_);
   // Keys enter as f16 values, wherever they go next (window, fit, blocks):
   // the result does not depend on how the positions were chunked.
-  std::vector<float> in(size_t(n) * size_t(d_));
+  thread_local std::vector<float> in, rows;  // scratch (capacity kept between calls)
+  in.resize(size_t(n) * size_t(d_));
   for (int64_t t = 0; t < n; ++t)
     for (int i = 0; i < d_; ++i) {
       const float x = k_in[t * stride + i];
@@ -187,7 +181,7 @@ void KeyStream::append(const float* k_in, int64_t n, int64_t stride) {
     return;
   }
   // Window rows, then the new rows: whole blocks are encoded, the rest is the new window.
-  std::vector<float> rows(size_t(total) * size_t(d_));
+  rows.resize(size_t(total) * size_t(d_));
   for (int64_t i = 0; i < n_window_; ++i) window_row(i, &rows[size_t(i) * size_t(d_)]);
   std::copy(in.begin(), in.end(), rows.begin() + ptrdiff_t(n_window_) * d_);
   const int64_t nb = total / bt_;
@@ -201,7 +195,7 @@ void KeyStream::append(const float* k_in, int64_t n, int64_t stride) {
 void KeyStream::encode_blocks(const float* rows, int64_t nb) {
   const uint64_t bb = block_bytes();
   LR_ASSERT(uint64_t(n_blocks_ + nb) * bb <= blocks_.size());
-  std::vector<float> L;
+  thread_local std::vector<float> L;
   if (latent()) L.resize(size_t(bt_) * size_t(layout_.channels()));
   for (int64_t b = 0; b < nb; ++b) {
     uint8_t* dst = &blocks_[size_t(n_blocks_ + b) * bb];
@@ -362,7 +356,6 @@ int KeyStream::prep_floats() const { return d_ + (latent() ? layout_.channels() 
 
 void KeyStream::prepare(const float* q, int g, float scale, float* prep) const {
   const int pf = prep_floats();
-  std::vector<float> row(static_cast<size_t>(d_));
   for (int h = 0; h < g; ++h) {
     float* p = prep + size_t(h) * size_t(pf);
     for (int i = 0; i < d_; ++i) p[i] = scale * q[size_t(h) * size_t(d_) + size_t(i)];
@@ -485,10 +478,10 @@ void KeyStream::latent_scores(const float* prep, int g, int64_t blk, float* s, i
 void KeyStream::scores(const float* prep, int g, int64_t j0, int64_t j1, float* s, int64_t lds) const {
   LR_ASSERT(j0 >= 0 && j1 <= n_);
   const int pf = prep_floats();
-  std::vector<float> row(static_cast<size_t>(d_));
+  alignas(32) float row[kMaxHeadDim];
   int64_t j = j0;
   if (latent()) {
-    std::vector<float> tmp;
+    thread_local std::vector<float> tmp;
     while (j < std::min(j1, compressed())) {
       const int64_t blk = j / bt_, b0 = blk * bt_, e = std::min(j1, b0 + bt_);
       if (j == b0 && e == b0 + bt_) {
@@ -503,9 +496,9 @@ void KeyStream::scores(const float* prep, int g, int64_t j0, int64_t j1, float* 
     }
   }
   for (; j < j1; ++j) {
-    if (j >= compressed()) window_row(j - compressed(), row.data());
-    else decode_token(&blocks_[size_t(j) * block_bytes()], row.data());
-    for (int h = 0; h < g; ++h) s[h * lds + (j - j0)] = dot_f32(prep + size_t(h) * size_t(pf), row.data(), d_);
+    if (j >= compressed()) window_row(j - compressed(), row);
+    else decode_token(&blocks_[size_t(j) * block_bytes()], row);
+    for (int h = 0; h < g; ++h) s[h * lds + (j - j0)] = dot_f32(prep + size_t(h) * size_t(pf), row, d_);
   }
 }
 

@@ -19,6 +19,14 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// Maximum of the 8 lanes.
+inline float hmax(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
 // {hsum(a), hsum(b), hsum(c), hsum(d)}.
 inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
   const __m256 ab = _mm256_hadd_ps(a, b);   // a01 a23 b01 b23 | a45 a67 b45 b67
@@ -36,6 +44,13 @@ inline __m256 load_bf16x8(const uint16_t* p) {
 // 8 IEEE binary16 values -> 8 f32 (exact, subnormals included; F16C).
 inline __m256 load_f16x8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// out[i] = f16 h[i] for i < n.
+inline void widen_f16(const uint16_t* h, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, load_f16x8(h + i));
+  for (; i < n; ++i) out[i] = _cvtsh_ss(h[i]);
 }
 
 // Mask whose first k lanes (0 <= k <= 8) are set, for maskload / maskstore.
