@@ -16,7 +16,7 @@ namespace {
 
 struct CalibrateKvCli {
   std::string model, out, calib;
-  int samples = 32, len = 1024, threads = 0;
+  int samples = 16, len = 2048, threads = 0;
   double energy = 0.95;
 };
 
@@ -63,7 +63,7 @@ Runner add_calibrate_kv_command(CLI::App& app) {
   sub->add_option("-o,--output", o->out, "output GGUF: the model with its key bases")->required();
   sub->add_option("--calib", o->calib, "calibration text")->required();
   sub->add_option("--calib-samples", o->samples, "windows of calibration text")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  sub->add_option("--calib-len", o->len, "tokens per window")->capture_default_str()->check(CLI::Range(2, 1 << 20));
+  sub->add_option("--calib-len", o->len, "tokens per window: cover the positions you serve (a basis of post-RoPE keys fitted on positions < L fits later positions poorly)")->capture_default_str()->check(CLI::Range(2, 1 << 20));
   sub->add_option("--energy", o->energy, "energy for the rank summary printed at the end")->capture_default_str();
   sub->add_option("-t,--threads", o->threads, "CPU threads (default: all cores)");
   return [o] { return run(*o); };

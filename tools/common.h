@@ -22,7 +22,10 @@ struct ModelOptions {
     std::string type = "f32";
     int svdq_rank = 0;
     double svdq_energy = 0.95;
-    std::string svdq_energy_mode = "sigma", svdq_schedule = "8,4,2,1,1,0,0,0", svdq_basis = "sequence", svdq_metric = "key";
+    std::string svdq_energy_mode = "sigma", svdq_schedule = "8,4,2,1,1,0,0,0", svdq_basis = "sequence";
+    // CLI defaults: the query-aware, RoPE-spread fit (docs/kv-cache.md); kv::SvdqConfig
+    // defaults to the SVDq spec (key metric, keys where seen): --svdq-metric key --svdq-positions seen.
+    std::string svdq_metric = "query", svdq_positions = "all";
     int svdq_group = 32, svdq_min_fit = 64, kivi_window = 128;
     // --svdq-* and --kivi-window; --cache-type-k too when with_type.
     void add_to(CLI::App& app, bool with_type);

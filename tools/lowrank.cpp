@@ -35,6 +35,7 @@ void ModelOptions::KeyCacheCli::add_to(CLI::App& app, bool with_type) {
   app.add_option("--svdq-min-fit", svdq_min_fit, "svdq: keys cached before a sequence basis is fitted")->capture_default_str();
   app.add_option("--svdq-basis", svdq_basis, "svdq: basis fitted on each sequence's prefill (sequence) or offline by lowrank calibrate-kv (calibrated)")->capture_default_str()->check(CLI::IsMember({"sequence", "calibrated"}));
   app.add_option("--svdq-metric", svdq_metric, "svdq: basis that minimizes the keys' error (key, SVDq) or the attention scores' error, weighted by the queries seen while fitting (query)")->capture_default_str()->check(CLI::IsMember({"key", "query"}));
+  app.add_option("--svdq-positions", svdq_positions, "svdq sequence basis: fit on the keys where they were seen (seen), or as if each appeared at every position of the context (all: RoPE-spread moments)")->capture_default_str()->check(CLI::IsMember({"seen", "all"}));
   app.add_option("--kivi-window", kivi_window, "kivi2: f16 tokens gathered before they are quantized (a multiple of 32)")->capture_default_str();
 }
 
@@ -49,6 +50,7 @@ kv::KeyCacheConfig ModelOptions::KeyCacheCli::config() const {
   k.svdq.min_fit_tokens = svdq_min_fit;
   k.svdq.basis = svdq_basis == "calibrated" ? kv::BasisSource::Calibrated : kv::BasisSource::Sequence;
   k.svdq.metric = svdq_metric == "query" ? kv::Metric::Query : kv::Metric::Key;
+  k.svdq.spread = svdq_positions == "all";
   k.kivi_window = kivi_window;
   k.validate(64);  // the head_dim-free checks before the model loads; the session checks the rest
   return k;

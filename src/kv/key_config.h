@@ -49,6 +49,9 @@ struct SvdqConfig {
   int min_fit_tokens = 64;   // a sequence basis is fitted once this many keys are cached
   BasisSource basis = BasisSource::Sequence;
   Metric metric = Metric::Key;
+  // Fit as if the fitted keys (and queries) appeared at every position of the
+  // context (kv/svdq.h rope_spread), not only where they were seen.
+  bool spread = false;
 
   // Below this rank a schedule with 0-bit groups drops channels that still
   // carry signal (each group is only a few channels wide).

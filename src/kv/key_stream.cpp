@@ -45,10 +45,13 @@ inline float dot_f16(const uint16_t* h, const float* b, int n) {
 }  // namespace
 
 KeyStream::KeyStream(const KeyCacheConfig& cfg, int head_dim, int64_t capacity,
-                     std::shared_ptr<const SvdqBasis> calibrated)
-    : cfg_(cfg), d_(head_dim), cap_(capacity) {
+                     std::shared_ptr<const SvdqBasis> calibrated, std::vector<double> rope_freq)
+    : cfg_(cfg), d_(head_dim), cap_(capacity), rope_freq_(std::move(rope_freq)) {
   cfg_.validate(head_dim);
   LR_ASSERT(cfg_.type != KeyType::F32);
+  if (cfg_.svdq.spread && int(rope_freq_.size()) * 2 != head_dim)
+    fail("svdq: fitting over every position needs the model's RoPE frequencies ({} given for head_dim {})",
+         rope_freq_.size(), head_dim);
   if (head_dim <= 0 || head_dim > kMaxHeadDim)
     fail("key cache: head_dim {} is outside [1, {}]", head_dim, kMaxHeadDim);
   switch (cfg_.type) {
@@ -126,14 +129,21 @@ void KeyStream::window_row(int64_t i, float* out) const {
 }
 
 void KeyStream::fit(const float* k, int64_t n, int64_t stride) {
+  // The fit keys are positions [0, n_window_ + n): the window, then k.
+  const int64_t total = n_window_ + n;
+  std::vector<float> rows(size_t(total) * size_t(d_));
+  for (int64_t i = 0; i < n_window_; ++i) window_row(i, &rows[size_t(i) * size_t(d_)]);
+  for (int64_t t = 0; t < n; ++t) std::copy_n(k + t * stride, d_, &rows[size_t(n_window_ + t) * size_t(d_)]);
+  if (cfg_.svdq.spread)
+    for (int64_t p = 0; p < total; ++p) rope_unrotate(&rows[size_t(p) * size_t(d_)], d_, rope_freq_, p);
   KeyMoments m(d_);
-  std::vector<float> row(static_cast<size_t>(d_));
-  for (int64_t i = 0; i < n_window_; ++i) {
-    window_row(i, row.data());
-    m.add(row.data(), 1, d_);
+  m.add(rows.data(), total, d_);
+  const bool query = cfg_.svdq.metric == Metric::Query && qm_ && qm_->n > 0;
+  if (cfg_.svdq.spread) {
+    m = rope_spread(m, rope_freq_, cap_);
+    if (query) *qm_ = rope_spread(*qm_, rope_freq_, cap_);
   }
-  m.add(k, n, stride);
-  if (cfg_.svdq.metric == Metric::Query && qm_ && qm_->n > 0) {
+  if (query) {
     set_basis(std::make_shared<const SvdqBasis>(make_basis(fit_eigen_weighted(m, *qm_), cfg_.svdq)));
   } else {  // the key metric (also the query metric's fallback when no query was seen)
     set_basis(std::make_shared<const SvdqBasis>(fit_basis(m, cfg_.svdq)));
@@ -144,10 +154,16 @@ bool KeyStream::wants_queries() const {
   return cfg_.type == KeyType::Svdq && cfg_.svdq.metric == Metric::Query && !basis_;
 }
 
-void KeyStream::add_queries(const float* q, int64_t n, int64_t stride) {
+void KeyStream::add_queries(const float* q, int64_t n, int64_t stride, int64_t pos0, int per_pos) {
   if (!wants_queries()) return;
   if (!qm_) qm_ = std::make_unique<KeyMoments>(d_);
-  qm_->add(q, n, stride);
+  if (!cfg_.svdq.spread) return qm_->add(q, n, stride);
+  std::vector<float> rows(size_t(n) * size_t(d_));
+  for (int64_t r = 0; r < n; ++r) {
+    std::copy_n(q + r * stride, d_, &rows[size_t(r) * size_t(d_)]);
+    rope_unrotate(&rows[size_t(r) * size_t(d_)], d_, rope_freq_, pos0 + r / per_pos);
+  }
+  qm_->add(rows.data(), n, d_);
 }
 
 void KeyStream::append(const float* k_in, int64_t n, int64_t stride) {

@@ -39,8 +39,10 @@ struct KeyBytes {
 class KeyStream {
  public:
   // `calibrated`: the basis to use when cfg.svdq.basis is Calibrated (else null).
+  // rope_freq: the model's RoPE (svdq.h rope_unrotate), needed by svdq.spread.
   KeyStream(const KeyCacheConfig& cfg, int head_dim, int64_t capacity,
-            std::shared_ptr<const SvdqBasis> calibrated = nullptr);
+            std::shared_ptr<const SvdqBasis> calibrated = nullptr,
+            std::vector<double> rope_freq = {});
 
   // Appends the post-RoPE keys of the next n positions (rows of k, `stride`
   // floats apart). Throws lr::Error for a non-finite key or one outside the
@@ -49,7 +51,8 @@ class KeyStream {
   // Query metric, before the fit: queries [n, d] (the query heads of this
   // stream's group) whose second moment weights the basis.
   bool wants_queries() const;
-  void add_queries(const float* q, int64_t n, int64_t stride);
+  // Row r is a query at position pos0 + r / per_pos.
+  void add_queries(const float* q, int64_t n, int64_t stride, int64_t pos0 = 0, int per_pos = 1);
 
   // Forgets positions >= n. Inside a compressed block the kept positions of
   // that block return to the window as their reconstruction; n = 0 also
@@ -115,6 +118,7 @@ class KeyStream {
   std::vector<uint16_t> vt_;               // SVDq [channels, d] f16 reconstruction rows of stored channels
   std::vector<uint16_t> pt_;               // SVDq query metric: [channels, d] f16 projection rows
   std::unique_ptr<KeyMoments> qm_;         // query metric: queries seen before the fit
+  std::vector<double> rope_freq_;          // spread: RoPE angle per position of each pair
   std::vector<float> mean_;                // SVDq [d]
   std::vector<uint8_t> blocks_;            // [capacity / bt, block_bytes()]
   std::vector<uint16_t> window_;           // [window capacity, d] f16

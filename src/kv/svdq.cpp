@@ -47,6 +47,76 @@ void KeyMoments::add(const float* k, int64_t n_rows, int64_t stride) {
   n += n_rows;
 }
 
+void rope_unrotate(float* x, int d, const std::vector<double>& freq, int64_t pos) {
+  LR_ASSERT(int(freq.size()) * 2 == d);
+  for (int i = 0; i < d / 2; ++i) {
+    const double a = -double(pos) * freq[size_t(i)], c = std::cos(a), s = std::sin(a);
+    const double x0 = x[2 * i], x1 = x[2 * i + 1];
+    x[2 * i] = float(x0 * c - x1 * s);
+    x[2 * i + 1] = float(x0 * s + x1 * c);
+  }
+}
+
+namespace {
+// The mean over p in [0, n) of the rotation by p * phi: [[c, -s], [s, c]].
+void mean_rotation(double phi, int64_t n, double& c, double& s) {
+  const double h = std::sin(phi / 2);
+  if (std::fabs(h) < 1e-12) {  // phi a multiple of 2 pi: every rotation is the identity
+    c = 1;
+    s = 0;
+    return;
+  }
+  // sum_p e^{i phi p} = e^{i phi (n-1)/2} sin(n phi / 2) / sin(phi / 2)
+  const double mag = std::sin(double(n) * phi / 2) / h / double(n), arg = phi * double(n - 1) / 2;
+  c = mag * std::cos(arg);
+  s = mag * std::sin(arg);
+}
+}  // namespace
+
+KeyMoments rope_spread(const KeyMoments& m, const std::vector<double>& freq, int64_t n_pos) {
+  const int d = m.d, half = d / 2;
+  LR_ASSERT(int(freq.size()) == half && m.n > 0 && n_pos > 0);
+  const double inv = 1.0 / double(m.n);
+  auto M = [&](int i, int j) {  // second moment, both triangles from the lower one
+    return (i >= j ? m.outer[size_t(i) * size_t(d) + size_t(j)] : m.outer[size_t(j) * size_t(d) + size_t(i)]) * inv;
+  };
+  KeyMoments out(d);
+  out.n = m.n;
+  for (int i = 0; i < half; ++i) {  // mean: the averaged rotation applied to each pair's mean
+    double c, s;
+    mean_rotation(freq[size_t(i)], n_pos, c, s);
+    const double x0 = m.sum[size_t(2 * i)] * inv, x1 = m.sum[size_t(2 * i + 1)] * inv;
+    out.sum[size_t(2 * i)] = double(m.n) * (c * x0 - s * x1);
+    out.sum[size_t(2 * i + 1)] = double(m.n) * (s * x0 + c * x1);
+  }
+  // Block (i, j) of R_p M R_p^T: with X = a I + b J + g K + e L (J a quarter
+  // turn, K and L reflections), the rotation part turns by p (f_i - f_j) and
+  // the reflection part by -p (f_i + f_j).
+  for (int i = 0; i < half; ++i)
+    for (int j = 0; j <= i; ++j) {
+      const double x00 = M(2 * i, 2 * j), x01 = M(2 * i, 2 * j + 1), x10 = M(2 * i + 1, 2 * j),
+                   x11 = M(2 * i + 1, 2 * j + 1);
+      const double a = (x00 + x11) / 2, b = (x10 - x01) / 2, g = (x00 - x11) / 2, e = (x01 + x10) / 2;
+      double c1, s1, c2, s2;
+      mean_rotation(freq[size_t(i)] - freq[size_t(j)], n_pos, c1, s1);
+      mean_rotation(-(freq[size_t(i)] + freq[size_t(j)]), n_pos, c2, s2);
+      // (a I + b J) [[c1, -s1], [s1, c1]] + (g K + e L) [[c2, -s2], [s2, c2]]
+      const double y00 = (a * c1 - b * s1) + (g * c2 + e * s2);
+      const double y01 = (-a * s1 - b * c1) + (-g * s2 + e * c2);
+      const double y10 = (b * c1 + a * s1) + (e * c2 - g * s2);
+      const double y11 = (-b * s1 + a * c1) + (-e * s2 - g * c2);
+      const double y[2][2] = {{y00, y01}, {y10, y11}};
+      for (int r = 0; r < 2; ++r)
+        for (int q = 0; q < 2; ++q) {
+          const int row = 2 * i + r, col = 2 * j + q;
+          const double v = double(m.n) * y[r][q];
+          if (row >= col) out.outer[size_t(row) * size_t(d) + size_t(col)] = v;
+          else out.outer[size_t(col) * size_t(d) + size_t(row)] = v;  // i == j: the block's upper entry
+        }
+    }
+  return out;
+}
+
 int rank_for_energy(const std::vector<double>& sigma, double energy, EnergyMode mode) {
   auto e = [&](double s) { return mode == EnergyMode::Sigma ? s : s * s; };
   double total = 0;

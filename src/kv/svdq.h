@@ -31,6 +31,16 @@ struct KeyMoments {
   void add(const float* k, int64_t n_rows, int64_t stride);
 };
 
+// RoPE turns pair i = (x[2i], x[2i+1]) of a key at position p by p * freq[i].
+// Post-RoPE keys seen at positions [0, S) do not span what keys at later
+// positions will: the slow pairs have barely turned. rope_spread takes the
+// moments of keys rotated back to position 0 (rope_unrotate) and returns the
+// mean and second moment they would have if each key appeared at every
+// position of [0, n_pos) alike (closed form per 2x2 block), which is what a
+// cache of n_pos positions holds.
+void rope_unrotate(float* x, int d, const std::vector<double>& freq, int64_t pos);
+KeyMoments rope_spread(const KeyMoments& unrotated, const std::vector<double>& freq, int64_t n_pos);
+
 // The smallest r whose cumulative energy of `sigma` (descending) reaches
 // `energy`; Sigma2 mode measures sigma^2. All-zero spectrum: r = 1.
 int rank_for_energy(const std::vector<double>& sigma, double energy, EnergyMode mode);

@@ -12,8 +12,8 @@ namespace lr {
 
 struct CalibrateKvOptions {
   std::string calib_path;
-  int samples = 32;  // windows of `len` tokens
-  int len = 1024;
+  int samples = 16;  // windows of `len` tokens
+  int len = 2048;    // positions covered by the fit: at least the context served
   int n_threads = 2;
 };
 

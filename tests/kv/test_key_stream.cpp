@@ -416,3 +416,87 @@ TEST(SvdqFit, QueryMetricProjectionAndReconstructionAreBiorthogonal) {
 
 }  // namespace
 }  // namespace lr::kv
+
+namespace lr::kv {
+namespace {
+
+// Blocks shorter than the kernel's 32-position tile: a tile ends inside the
+// window (SVDq blocks of 16, KIVI blocks of 8 with a window of 64).
+TEST(AttendKeys, ShortBlocksMatchReference) {
+  const int d = 64, n = 180;
+  auto k = test::lowrank_keys(n, d, 48, 0.04, 0.01, 51);
+  auto vf = test::normal(size_t(n) * d, 52);
+  std::vector<uint16_t> V(vf.size());
+  for (size_t i = 0; i < vf.size(); ++i) V[i] = f32_to_f16(vf[i]);
+  KeyCacheConfig sv;
+  sv.type = KeyType::Svdq;
+  sv.svdq.group_size = 16;
+  KeyCacheConfig ki;
+  ki.type = KeyType::Kivi2;
+  ki.kivi_group = 8;
+  ki.kivi_window = 64;
+  for (const KeyCacheConfig& c : {sv, ki}) {
+    KeyStream s(c, d, 256);
+    s.append(k.data(), n, d);
+    ASSERT_GT(s.size(), s.compressed());
+    ASSERT_NE(s.compressed() % 32, 0);
+    auto q = test::normal(size_t(3) * d, 53);
+    std::vector<float> m(3), l(3), acc(size_t(3) * d), ref(size_t(3) * d);
+    attend_keys_partial(s, V.data(), q.data(), 3, 0, n, 0.125f, m.data(), l.data(), acc.data());
+    attend_keys_reference(s, V.data(), q.data(), 3, 0, n, 0.125f, ref.data());
+    for (int h = 0; h < 3; ++h)
+      for (int i = 0; i < d; ++i) EXPECT_NEAR(acc[size_t(h * d + i)] / l[size_t(h)], ref[size_t(h * d + i)], 2e-5) << key_type_name(c.type);
+  }
+}
+
+}  // namespace
+}  // namespace lr::kv
+
+namespace lr::kv {
+namespace {
+
+// Keys whose pre-RoPE distribution is the same at every position: a basis
+// fitted on the post-RoPE keys of positions [0, 64) reconstructs later
+// positions badly (the slow RoPE pairs have not turned yet); the RoPE-spread
+// fit sees them at every position of the capacity. (RoPE raises the rank:
+// six pre-RoPE directions turn through many post-RoPE ones, so rank 24.)
+TEST(KeyStream, RopeSpreadFitGeneralizesToLaterPositions) {
+  const int d = 32, n = 512, prompt = 64;
+  std::vector<double> freq;
+  for (int i = 0; i < d / 2; ++i) freq.push_back(std::pow(10000.0, -2.0 * i / d));
+  auto pre = test::lowrank_keys(n, d, 6, 0.2, 0.0, 71, 1.0f);
+  std::vector<float> post(pre);
+  for (int p = 0; p < n; ++p) rope_unrotate(&post[size_t(p) * d], d, freq, -p);  // rotate to p
+  auto later_error = [&](bool spread) {
+    KeyCacheConfig c;
+    c.type = KeyType::Svdq;
+    c.svdq.rank = 24;
+    c.svdq.schedule = {8};
+    c.svdq.spread = spread;
+    KeyStream s(c, d, n, nullptr, freq);
+    s.append(post.data(), prompt, d);
+    s.append(&post[size_t(prompt) * d], n - prompt, d);
+    double e = 0, total = 0;
+    std::vector<float> r(static_cast<size_t>(d));
+    for (int64_t j = 256; j < s.compressed(); ++j) {
+      s.reconstruct(j, r.data());
+      for (int i = 0; i < d; ++i) {
+        const double x = post[size_t(j) * d + size_t(i)];
+        e += (r[size_t(i)] - x) * (r[size_t(i)] - x);
+        total += x * x;
+      }
+    }
+    return e / total;
+  };
+  const double seen = later_error(false), all = later_error(true);
+  std::printf("relative error at positions 256..511: seen %.4f, spread %.4f\n", seen, all);
+  EXPECT_LT(all, 0.5 * seen) << all << " vs " << seen;
+  // Without the model's RoPE the spread fit cannot run: a clear error.
+  KeyCacheConfig c;
+  c.type = KeyType::Svdq;
+  c.svdq.spread = true;
+  EXPECT_THROW(KeyStream(c, d, n), Error);
+}
+
+}  // namespace
+}  // namespace lr::kv

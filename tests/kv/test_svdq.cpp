@@ -270,3 +270,42 @@ TEST(SvdqQuant, RoundsHalfToEven) {
 
 }  // namespace
 }  // namespace lr::kv
+
+namespace lr::kv {
+namespace {
+
+// rope_spread's closed form against brute force: every unrotated key placed
+// at every position of [0, n_pos) and rotated there.
+TEST(SvdqFit, RopeSpreadEqualsRotatingEveryKeyToEveryPosition) {
+  const int d = 8, n = 20;
+  const int64_t n_pos = 37;
+  std::vector<double> freq;
+  for (int i = 0; i < d / 2; ++i) freq.push_back(std::pow(100.0, -2.0 * i / d));
+  freq[3] = 0.0;  // a pair that never turns
+  auto keys = test::normal(size_t(n) * d, 61);
+  for (int t = 0; t < n; ++t) keys[size_t(t) * d] += 2.f;  // a mean
+  KeyMoments pre(d), brute(d);
+  pre.add(keys.data(), n, d);
+  std::vector<float> row(static_cast<size_t>(d));
+  for (int t = 0; t < n; ++t)
+    for (int64_t p = 0; p < n_pos; ++p) {
+      std::copy_n(&keys[size_t(t) * d], d, row.data());
+      rope_unrotate(row.data(), d, freq, -p);  // rotate forward to position p
+      brute.add(row.data(), 1, d);
+    }
+  const KeyMoments s = rope_spread(pre, freq, n_pos);
+  for (int i = 0; i < d; ++i) {
+    EXPECT_NEAR(s.sum[size_t(i)] / double(s.n), brute.sum[size_t(i)] / double(brute.n), 1e-5) << i;
+    for (int j = 0; j <= i; ++j)
+      EXPECT_NEAR(s.outer[size_t(i * d + j)] / double(s.n), brute.outer[size_t(i * d + j)] / double(brute.n), 1e-5)
+          << i << "," << j;
+  }
+  // Unrotating undoes rotating.
+  std::copy_n(keys.data(), d, row.data());
+  rope_unrotate(row.data(), d, freq, 11);
+  rope_unrotate(row.data(), d, freq, -11);
+  for (int i = 0; i < d; ++i) EXPECT_NEAR(row[size_t(i)], keys[size_t(i)], 1e-5);
+}
+
+}  // namespace
+}  // namespace lr::kv

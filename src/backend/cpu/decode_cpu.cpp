@@ -253,7 +253,7 @@ void Decoder::build_qkv(int l, const In& x_in) {
       for (int64_t h = sp.begin; h < sp.end; ++h) {
         kv::KeyStream& ks = s_.kv.stream(l, int(h));
         const int g = c.n_heads / c.n_kv_heads;
-        if (ks.wants_queries()) ks.add_queries(&q_[size_t(h) * g * hd], g, hd);
+        if (ks.wants_queries()) ks.add_queries(&q_[size_t(h) * g * hd], g, hd, s_.pos, g);
         ks.append(&k_[size_t(h) * hd], 1, hd);
         uint16_t* dst = s_.kv.value16(l, int(h)) + size_t(s_.pos) * size_t(hd);
         for (int i = 0; i < hd; ++i) dst[i] = f32_to_f16(v_[size_t(h) * hd + size_t(i)]);

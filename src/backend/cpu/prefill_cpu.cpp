@@ -105,7 +105,7 @@ void Prefill::attention_block(int l, int n) {
     for (int h = 0; h < c.n_kv_heads; ++h) {
       for (int t = 0; t < n; ++t)
         std::copy_n(&q_[size_t(t) * c.q_dim() + size_t(h) * gd], gd, &rows[size_t(t) * gd]);
-      kv.stream(l, h).add_queries(rows.data(), int64_t(n) * g, c.head_dim);
+      kv.stream(l, h).add_queries(rows.data(), int64_t(n) * g, c.head_dim, s_.pos, g);
     }
   }
   attend(l, n);

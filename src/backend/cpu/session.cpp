@@ -100,6 +100,9 @@ Session::Session(const Weights& w_, const BackendOptions& opt)
     if (calibrated && cal.empty())
       fail("--svdq-basis calibrated: the model has no calibrated key basis (run lowrank calibrate-kv on it)");
     const size_t d = size_t(c.head_dim);
+    std::vector<double> freq;  // RoPE angle per position of pair i, as RopeTable turns it
+    for (int i = 0; i < c.head_dim / 2; ++i)
+      freq.push_back(std::pow(double(c.rope_theta), -2.0 * i / c.head_dim) / c.rope_linear_factor);
     for (int l = 0; l < c.n_layers; ++l)
       for (int h = 0; h < c.n_kv_heads; ++h) {
         std::shared_ptr<const kv::SvdqBasis> basis;
@@ -122,7 +125,7 @@ Session::Session(const Weights& w_, const BackendOptions& opt)
           e.sigma.assign(sig.begin(), sig.end());
           basis = std::make_shared<const kv::SvdqBasis>(kv::make_basis(e, opt.keys.svdq));
         }
-        kv.ks.emplace_back(opt.keys, c.head_dim, opt.ctx, basis);
+        kv.ks.emplace_back(opt.keys, c.head_dim, opt.ctx, basis, freq);
       }
     kv.v16.assign(size_t(opt.ctx) * size_t(c.kv_dim()) * size_t(c.n_layers), 0);
   }
