@@ -59,7 +59,7 @@ Runner add_import_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("import", "checkpoint of SVD-LLM, ASVD, Dobi-SVD or Basis Sharing -> low-rank GGUF");
   sub->add_option("checkpoint", o->in, "a .pt/.bin/.safetensors file or a directory of shards")->required();
   sub->add_option("-o,--output", o->out, "output GGUF file")->required();
-  sub->add_option("--from", o->from, "auto, svdllm, asvd, dobi or basis-sharing")->capture_default_str();
+  sub->add_option("--from", o->from, "auto, svdllm, asvd, dobi, basis-sharing or palu")->capture_default_str();
   sub->add_option("--base", o->base, "the dense GGUF model it was compressed from (default: the default model)");
   sub->add_option("--factor-type", o->factor_type, "storage of the factors: f16, bf16 or f32")->capture_default_str();
   return [o] { return run(*o); };

@@ -110,7 +110,10 @@ std::string detect(const Checkpoint& c, std::string* why) {
     uv |= ends_with(n, "_u_proj.weight") || ends_with(n, ".u_proj.weight");
     palu |= ends_with(n, ".VT.weight");
   }
-  if (palu) fail("{}: a Palu checkpoint (k/v factors per head group): not supported yet", c.path);
+  if (palu) {
+    *why = "tensors named *.VT.weight (Palu: k/v factors per head group)";
+    return "palu";
+  }
   if (basis) {
     *why = "tensors named *_basis.weight";
     return "basis-sharing";
@@ -131,7 +134,7 @@ std::string detect(const Checkpoint& c, std::string* why) {
   int k = 0;
   for (const std::string& n : c.names)
     if (k++ < 4) some += (some.empty() ? "" : ", ") + n;
-  fail("{}: no factor tensors of a known family (svdllm, asvd, dobi, basis-sharing); tensors include {}",
+  fail("{}: no factor tensors of a known family (svdllm, asvd, dobi, basis-sharing, palu); tensors include {}",
        c.path, some);
 }
 
@@ -210,15 +213,85 @@ class ImportSource final : public TensorSource {
   mutable std::set<std::string> from_base_;
 };
 
+// Palu's k or v projection of layer l, when its factors are there: U is
+// block-diagonal over head groups, and is stored as one dense [out, sum r_g]
+// factor (exact; the off-block zeros are counted in the report's note).
+bool import_palu(const Checkpoint& ck, const Config& c, const WeightSpec& spec, int l, const std::string& M,
+                 Linear& lin, ImportReport& rep) {
+  if (spec.slot != Slot::K && spec.slot != Slot::V) return false;
+  const auto vt = ck.find(M + ".VT.weight");
+  if (!vt) return false;
+  const auto [out_dim, in_dim] = slot_shape(c, spec.slot);
+  const auto [R, vcols] = rc(*vt);
+  if (vcols != uint64_t(in_dim) || R == 0)
+    fail("{}: '{}.VT.weight' has shape {}, expected [rank, {}] ({} of layer {})", ck.path, M, dims(*vt), in_dim,
+         spec.kind, l);
+  std::vector<TensorView> us;
+  std::vector<int64_t> ranks;
+  uint64_t rows = 0;
+  for (int g = 0;; ++g) {
+    const auto u = ck.find(fmt::format("{}.U.{}.weight", M, g));
+    if (!u) break;
+    if (ck.find(fmt::format("{}.U.{}.bias", M, g)))
+      fail("{}: '{}.U.{}.bias': biased k/v projections are not supported (LLaMA models have none)", ck.path, M, g);
+    const auto [ur, uc] = rc(*u);
+    if (ur == 0 || uc == 0) fail("{}: '{}.U.{}.weight' has shape {}, expected [group rows, rank]", ck.path, M, g, dims(*u));
+    us.push_back(*u);
+    ranks.push_back(int64_t(uc));
+    rows += ur;
+  }
+  uint64_t rsum = 0;
+  for (int64_t r : ranks) rsum += uint64_t(r);
+  if (us.empty()) fail("{}: '{}.VT.weight' has no '{}.U.0.weight' beside it", ck.path, M, M);
+  if (rows != uint64_t(out_dim) || rsum != R)
+    fail("{}: the {} U.* blocks of '{}' have {} rows and ranks summing to {}; expected {} rows and the {} rows "
+         "of its VT",
+         ck.path, us.size(), M, rows, rsum, out_dim, R);
+  if (ck.config.is_object()) {
+    auto hw = ck.config.find("head_wise_ranks");
+    if (hw != ck.config.end() && hw->is_object() && hw->contains(M)) {
+      const json& want = (*hw)[M];
+      std::vector<int64_t> w;
+      if (want.is_array())
+        for (const json& x : want) w.push_back(config_int(ck.path, x, "head_wise_ranks." + M));
+      if (w != ranks)
+        fail("{}: config.json head_wise_ranks says {} has group ranks {}, its U.* blocks have {}", ck.path, M,
+             want.dump(), json(ranks).dump());
+    }
+  }
+  // Block g: rows [r0, r0 + group rows), columns [c0, c0 + r_g), in HuggingFace row order.
+  std::vector<float> U(size_t(out_dim) * size_t(R), 0.f);
+  uint64_t r0 = 0, c0 = 0;
+  for (const TensorView& u : us) {
+    const Matrix m = read_matrix(u, DType::F32, false, c.head_dim);
+    for (int64_t i = 0; i < m.rows; ++i)
+      std::copy_n(m.f32() + i * m.cols, m.cols, &U[size_t(r0 + uint64_t(i)) * size_t(R) + size_t(c0)]);
+    r0 += uint64_t(m.rows);
+    c0 += uint64_t(m.cols);
+  }
+  const TensorView tv{DType::F32, {R, uint64_t(out_dim)}, reinterpret_cast<const uint8_t*>(U.data()), U.size() * 4};
+  lin.u = read_matrix(tv, DType::F32, spec.slot == Slot::K, c.head_dim);
+  lin.v = read_matrix(*vt, DType::F32, false, c.head_dim);
+  MatrixReport mr{fmt::format("blk.{}.{}", l, spec.kind), out_dim, in_dim, int64_t(R), false, ""};
+  std::string rs;
+  for (int64_t r : ranks) rs += (rs.empty() ? "" : "+") + std::to_string(r);
+  uint64_t nonzero = 0;  // entries inside the blocks
+  for (size_t g = 0; g < us.size(); ++g) nonzero += rc(us[g]).first * uint64_t(ranks[g]);
+  mr.note = fmt::format("Palu: {} head group(s), ranks {}; block-diagonal U stored dense ({:.0f}% zeros)", us.size(),
+                        rs, 100.0 * (1.0 - double(nonzero) / double(U.size())));
+  rep.matrices.push_back(mr);
+  return true;
+}
+
 }  // namespace
 
 ImportReport import_checkpoint(const std::string& in, const std::string& out, const ImportOptions& opt) {
   if (opt.base.empty())
     fail("import needs --base: the dense GGUF model the checkpoint was compressed from (config, tokenizer, and "
          "any embedding, norm or output weights the checkpoint omits)");
-  const std::set<std::string> families = {"auto", "svdllm", "asvd", "dobi", "basis-sharing"};
+  const std::set<std::string> families = {"auto", "svdllm", "asvd", "dobi", "basis-sharing", "palu"};
   if (!families.count(opt.from))
-    fail("unknown family '{}' for --from (expected auto, svdllm, asvd, dobi or basis-sharing)", opt.from);
+    fail("unknown family '{}' for --from (expected auto, svdllm, asvd, dobi, basis-sharing or palu)", opt.from);
   auto base = gguf::File::open(opt.base);
   GgufSource base_src(base);
   Weights w;
@@ -247,6 +320,9 @@ ImportReport import_checkpoint(const std::string& in, const std::string& out, co
         pairs = {{M + ".BLinear.weight", M + ".ALinear.weight"}};
       } else if (fam == "dobi") {
         pairs = {{M + ".ALinear.weight", M + ".BLinear.weight"}};
+      } else if (fam == "palu") {
+        // k and v: V^T [sum r_g, in] and one U.g [group rows, r_g] per head group; the rest dense.
+        if (import_palu(ck, c, spec, l, M, slot_linear(w, spec.slot, l), rep)) continue;
       } else {
         pairs = {{P + "." + x + "_basis.weight", M + ".weight"},
                  {fmt::format("model.{}_basis.{}.weight", x, l), M + ".weight"}};
@@ -279,8 +355,13 @@ ImportReport import_checkpoint(const std::string& in, const std::string& out, co
       }
       if (!done) {
         auto t = ck.find(hf);
-        if (!t) fail("{}: no factors and no dense weight for {} of layer {} (looked for '{}' / '{}' and '{}')", ck.path,
-                     spec.kind, l, pairs[0].first, pairs[0].second, hf);
+        if (!t) {
+          std::string looked;
+          for (const auto& [a, b] : pairs) looked += fmt::format("'{}' / '{}' and ", a, b);
+          if (fam == "palu" && (spec.slot == Slot::K || spec.slot == Slot::V)) looked += fmt::format("'{}.VT.weight' / '{}.U.0.weight' and ", M, M);
+          fail("{}: no factors and no dense weight for {} of layer {} (looked for {}'{}')", ck.path, spec.kind, l,
+               looked, hf);
+        }
         if (rc(*t) != std::pair{uint64_t(out_dim), uint64_t(in_dim)})
           fail("{}: dense tensor '{}' has shape {}, expected [{}, {}]", ck.path, hf, dims(*t), out_dim, in_dim);
         lin.w = read_matrix(*t, DType::F32, permute, c.head_dim);

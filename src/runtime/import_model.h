@@ -12,8 +12,10 @@
 //                 sides oppositely; shapes decide), dense M.weight elsewhere
 //   basis-sharing M's basis model.layers.N.<attn|mlp>.x_basis.weight (shared by a
 //                 group of layers; checked identical), coefficients M.weight
-// Not yet: Palu (block-diagonal per-head-group factors), Dobi-SVD's 8-bit
-// remapped factors.
+//   palu          k/v only: M.VT.weight [sum r_g, in] and M.U.<g>.weight
+//                 [group rows, r_g] per head group (block-diagonal U, stored
+//                 dense with its zeros); config.json head_wise_ranks checked
+// Not yet: Dobi-SVD's 8-bit remapped factors.
 #pragma once
 
 #include <string>
@@ -25,7 +27,7 @@
 namespace lr {
 
 struct ImportOptions {
-  std::string from = "auto";  // svdllm, asvd, dobi, basis-sharing or auto
+  std::string from = "auto";  // svdllm, asvd, dobi, basis-sharing, palu or auto
   std::string base;           // dense GGUF model: config, tokenizer, and the weights the checkpoint omits
   DType factor_type = DType::F16;
 };

@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "format/safetensors.h"
+#include "compress/linalg.h"
 #include "model/load.h"
 #include "runtime/compress_model.h"
 #include "runtime/import_model.h"
@@ -237,6 +238,92 @@ TEST(Import, MissingWeightsComeFromBase) {
   EXPECT_LT(rel_err(logits_of(f.t.file("imported.gguf")), logits_of(f.lr)), 1e-5);
 }
 
+// Palu: k and v factored per head group (V^T [sum r_g, in], one U.g per
+// group), everything else dense. Built here from the tiny dense model by an
+// SVD of each group's rows; the reference is the same checkpoint with k and v
+// as their dense products blockdiag(U) V^T, imported as plain dense weights.
+TEST(Import, PaluHeadGroupFactorsRoundTrip) {
+  Fixture f;
+  Model dense = load_model(f.dense, DType::F32);
+  const Config& c = dense.weights->cfg;
+  ASSERT_EQ(c.n_kv_heads, 2);  // two head groups of one head (16 rows each)
+  auto palu = hf_tensors(*dense.weights, kAsvd), ref = palu;  // all dense so far
+  nlohmann::json hw = nlohmann::json::object();
+  const int ranks[2][2][2] = {{{5, 3}, {4, 6}}, {{2, 7}, {8, 1}}};  // [layer][k, v][group]
+  for (int l = 0; l < c.n_layers; ++l)
+    for (int x = 0; x < 2; ++x) {
+      const std::string M = fmt::format("model.layers.{}.self_attn.{}_proj", l, x == 0 ? "k" : "v");
+      auto it = std::find_if(palu.begin(), palu.end(), [&](const test::TorchTensor& t) { return t.name == M + ".weight"; });
+      ASSERT_NE(it, palu.end());
+      const test::TorchTensor W = *it;
+      palu.erase(it);
+      const int64_t out = W.shape[0], in = W.shape[1], rows = out / 2;
+      std::vector<float> vt, prod(size_t(out * in), 0.f);
+      int64_t R = 0;
+      for (int g = 0; g < 2; ++g) {
+        const int r = ranks[l][x][g];
+        compress::MatD B(rows, in);
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t j = 0; j < in; ++j) B(i, j) = W.data[size_t((g * rows + i) * in + j)];
+        const compress::Svd sv = compress::svd(B, r);
+        test::TorchTensor U{fmt::format("{}.U.{}.weight", M, g), {rows, r}, {}, ""};
+        for (int64_t i = 0; i < rows; ++i)
+          for (int k = 0; k < r; ++k) U.data.push_back(float(sv.u(i, k) * sv.s[size_t(k)]));
+        for (int k = 0; k < r; ++k)
+          for (int64_t j = 0; j < in; ++j) vt.push_back(float(sv.vt(k, j)));
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t j = 0; j < in; ++j) {
+            double p = 0;
+            for (int k = 0; k < r; ++k) p += double(U.data[size_t(i * r + k)]) * double(float(sv.vt(k, j)));
+            prod[size_t((g * rows + i) * in + j)] = float(p);
+          }
+        U.storage = U.name;
+        palu.push_back(U);
+        R += r;
+      }
+      palu.push_back({M + ".VT.weight", {R, in}, vt, M + ".VT"});
+      hw[M] = {ranks[l][x][0], ranks[l][x][1]};
+      for (auto& t : ref)
+        if (t.name == M + ".weight") t.data = prod;
+    }
+  write_safetensors_dir(f.t.file("palu"), palu, {{"model_type", "palullama"}, {"head_wise_ranks", hw}});
+  ImportReport r = f.import(f.t.file("palu"));
+  EXPECT_EQ(r.family, "palu");
+  ASSERT_EQ(r.matrices.size(), 14u);
+  EXPECT_EQ(r.matrices[1].rank, 8);   // blk.0.attn_k: 5 + 3
+  EXPECT_EQ(r.matrices[2].rank, 10);  // blk.0.attn_v: 4 + 6
+  EXPECT_EQ(r.matrices[0].rank, 0);   // q stays dense
+  EXPECT_NE(r.matrices[1].note.find("Palu: 2 head group(s), ranks 5+3; block-diagonal U stored dense (50% zeros)"),
+            std::string::npos) << r.matrices[1].note;
+  const auto got = logits_of(f.t.file("imported.gguf"));
+  write_safetensors_dir(f.t.file("palu-ref"), ref, {});
+  f.import(f.t.file("palu-ref"), "asvd");  // all dense: k and v as their products
+  EXPECT_LT(rel_err(got, logits_of(f.t.file("imported.gguf"))), 1e-5);
+  EXPECT_GT(rel_err(got, logits_of(f.dense)), 1e-3);  // and the factors really are truncated
+
+  // Broken Palu checkpoints name what is wrong.
+  auto err = [&](const std::string& dir) {
+    try {
+      f.import(dir);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  nlohmann::json bad_hw = hw;
+  bad_hw["model.layers.1.self_attn.v_proj"] = {8, 2};
+  write_safetensors_dir(f.t.file("palu-hw"), palu, {{"head_wise_ranks", bad_hw}});
+  EXPECT_NE(err(f.t.file("palu-hw")).find("head_wise_ranks says model.layers.1.self_attn.v_proj has group ranks [8,2], "
+                                          "its U.* blocks have [8,1]"),
+            std::string::npos) << err(f.t.file("palu-hw"));
+  auto missing = palu;
+  std::erase_if(missing, [](const test::TorchTensor& t) { return t.name == "model.layers.0.self_attn.k_proj.U.1.weight"; });
+  write_safetensors_dir(f.t.file("palu-missing"), missing, {});
+  EXPECT_NE(err(f.t.file("palu-missing")).find("the 1 U.* blocks of 'model.layers.0.self_attn.k_proj' have 16 rows and "
+                                               "ranks summing to 5; expected 32 rows and the 8 rows of its VT"),
+            std::string::npos) << err(f.t.file("palu-missing"));
+}
+
 TEST(Import, BadInputIsAClearError) {
   Fixture f;
   Model m = load_model(f.lr, DType::F32);
@@ -271,7 +358,12 @@ TEST(Import, BadInputIsAClearError) {
             std::string::npos)
       << err(f.t.file("asvd-ranks"));
   // Unknown family, missing files, no factors.
-  EXPECT_NE(err(f.t.file("bad"), "palu").find("unknown family 'palu'"), std::string::npos);
+  EXPECT_NE(err(f.t.file("bad"), "palm").find("unknown family 'palm'"), std::string::npos);
+  // The wrong family named explicitly: what was looked for, not a crash.
+  EXPECT_NE(err(f.t.file("bad"), "palu").find("no factors and no dense weight for attn_q of layer 0 (looked for "
+                                              "'model.layers.0.self_attn.q_proj.weight')"),
+            std::string::npos)
+      << err(f.t.file("bad"), "palu");
   EXPECT_NE(err(f.t.file("nothing")).find("no such file or directory"), std::string::npos);
   EXPECT_NE(err(LOWRANK_SOURCE_DIR "/tests/fixtures/torch/state_dict.pt").find("no factor tensors of a known family"),
             std::string::npos);
