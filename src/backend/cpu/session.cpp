@@ -62,6 +62,34 @@ void RopeTable::apply(float* x, int n_heads, int head_dim, int pos) const {
   }
 }
 
+namespace {
+
+// The stored calibration of stream (l, h) cut to cfg's rank and schedule.
+std::shared_ptr<const kv::SvdqBasis> calibrated_basis(const Weights& w, int l, int h, const kv::SvdqConfig& cfg) {
+  const Weights::KeyCalibration& cal = w.key_calibration;
+  if (cal.empty())
+    fail("--svdq-basis calibrated: the model has no calibrated key basis (run lowrank calibrate-kv on it)");
+  const bool q = cfg.metric == kv::Metric::Query;
+  if (q && cal.q_vectors.empty())
+    fail("--svdq-metric query --svdq-basis calibrated: the model's key calibration has no query-aware fit "
+         "(rerun lowrank calibrate-kv)");
+  const size_t d = size_t(w.cfg.head_dim), i = size_t(l) * size_t(w.cfg.n_kv_heads) + size_t(h);
+  auto slice = [&](const std::vector<float>& v, size_t n) {
+    return std::vector<float>(v.begin() + ptrdiff_t(i * n), v.begin() + ptrdiff_t((i + 1) * n));
+  };
+  kv::KeyEigen e;
+  e.d = int(d);
+  e.n_keys = cal.n_keys;
+  e.mean = slice(cal.mean, d);
+  e.vectors = slice(q ? cal.q_vectors : cal.vectors, d * d);
+  if (q) e.proj = slice(cal.q_proj, d * d);
+  const std::vector<float> sigma = slice(q ? cal.q_sigma : cal.sigma, d);
+  e.sigma.assign(sigma.begin(), sigma.end());
+  return std::make_shared<const kv::SvdqBasis>(kv::make_basis(e, cfg));
+}
+
+}  // namespace
+
 Session::Session(const Weights& w_, const BackendOptions& opt)
     : w(w_), c(w_.cfg), exec(opt.exec), pool(std::max(1, opt.n_threads)), rope(w_.cfg, opt.ctx) {
   pool.set_spin(exec.spin);
@@ -94,39 +122,15 @@ Session::Session(const Weights& w_, const BackendOptions& opt)
     opt.keys.validate(c.head_dim);
     kv.streamed = true;
     cache = 0;  // staging only, sized per forward call
-    const Weights::KeyCalibration& cal = w.key_calibration;
     const bool calibrated = opt.keys.type == kv::KeyType::Svdq &&
                             opt.keys.svdq.basis == kv::BasisSource::Calibrated;
-    if (calibrated && cal.empty())
-      fail("--svdq-basis calibrated: the model has no calibrated key basis (run lowrank calibrate-kv on it)");
-    const size_t d = size_t(c.head_dim);
     std::vector<double> freq;  // RoPE angle per position of pair i, as RopeTable turns it
     for (int i = 0; i < c.head_dim / 2; ++i)
       freq.push_back(std::pow(double(c.rope_theta), -2.0 * i / c.head_dim) / c.rope_linear_factor);
     for (int l = 0; l < c.n_layers; ++l)
-      for (int h = 0; h < c.n_kv_heads; ++h) {
-        std::shared_ptr<const kv::SvdqBasis> basis;
-        if (calibrated) {
-          const size_t i = size_t(l) * size_t(c.n_kv_heads) + size_t(h);
-          kv::KeyEigen e;
-          e.d = c.head_dim;
-          e.n_keys = cal.n_keys;
-          const bool q = opt.keys.svdq.metric == kv::Metric::Query;
-          if (q && cal.q_vectors.empty())
-            fail("--svdq-metric query --svdq-basis calibrated: the model's key calibration has no "
-                 "query-aware fit (rerun lowrank calibrate-kv)");
-          auto slice = [&](const std::vector<float>& v, size_t n) {
-            return std::vector<float>(v.begin() + ptrdiff_t(i * n), v.begin() + ptrdiff_t((i + 1) * n));
-          };
-          e.mean = slice(cal.mean, d);
-          e.vectors = slice(q ? cal.q_vectors : cal.vectors, d * d);
-          if (q) e.proj = slice(cal.q_proj, d * d);
-          const std::vector<float> sig = slice(q ? cal.q_sigma : cal.sigma, d);
-          e.sigma.assign(sig.begin(), sig.end());
-          basis = std::make_shared<const kv::SvdqBasis>(kv::make_basis(e, opt.keys.svdq));
-        }
-        kv.ks.emplace_back(opt.keys, c.head_dim, opt.ctx, basis, freq);
-      }
+      for (int h = 0; h < c.n_kv_heads; ++h)
+        kv.ks.emplace_back(opt.keys, c.head_dim, opt.ctx,
+                           calibrated ? calibrated_basis(w, l, h, opt.keys.svdq) : nullptr, freq);
     kv.v16.assign(size_t(opt.ctx) * size_t(c.kv_dim()) * size_t(c.n_layers), 0);
   }
   kv.k.assign(cache, 0.f);
