@@ -6,6 +6,8 @@
 #include <random>
 #include <vector>
 
+#include "core/half.h"
+
 namespace lr::kv::test {
 
 // Keys [n, d] = mean + sum_j a_tj sigma_j u_j over `rank` random orthonormal
@@ -46,6 +48,14 @@ inline std::vector<float> normal(size_t n, uint32_t seed, double sd = 1.0) {
   std::normal_distribution<double> N(0, sd);
   std::vector<float> v(n);
   for (float& x : v) x = float(N(rng));
+  return v;
+}
+
+// n f16 values ~ N(0, 1) (a value cache).
+inline std::vector<uint16_t> f16_normal(size_t n, uint32_t seed) {
+  std::vector<uint16_t> v(n);
+  const std::vector<float> f = normal(n, seed);
+  for (size_t i = 0; i < n; ++i) v[i] = f32_to_f16(f[i]);
   return v;
 }
 

@@ -324,9 +324,7 @@ TEST(KeyStream, DroppingTheMeanTermBreaksMixedSoftmaxes) {
 TEST(AttendKeys, KernelMatchesReferenceForEveryType) {
   const int d = 64, n = 203;
   auto k = test::lowrank_keys(n, d, 48, 0.04, 0.01, 14);
-  auto vf = test::normal(size_t(n) * d, 15);
-  std::vector<uint16_t> V(vf.size());
-  for (size_t i = 0; i < vf.size(); ++i) V[i] = f32_to_f16(vf[i]);
+  const std::vector<uint16_t> V = test::f16_normal(size_t(n) * d, 15);
   for (KeyType t : {KeyType::F16, KeyType::Q8_0, KeyType::Q4_0, KeyType::Kivi2, KeyType::Svdq}) {
     KeyStream s(of(t), d, 256);
     s.append(k.data(), n, d);
@@ -344,12 +342,6 @@ TEST(AttendKeys, KernelMatchesReferenceForEveryType) {
     }
   }
 }
-
-}  // namespace
-}  // namespace lr::kv
-
-namespace lr::kv {
-namespace {
 
 // Query metric: keys spread over every direction, queries only along the
 // directions where the keys vary least. The key metric spends its rank on
@@ -414,20 +406,12 @@ TEST(SvdqFit, QueryMetricProjectionAndReconstructionAreBiorthogonal) {
   EXPECT_TRUE(std::is_sorted(e.sigma.rbegin(), e.sigma.rend()));
 }
 
-}  // namespace
-}  // namespace lr::kv
-
-namespace lr::kv {
-namespace {
-
 // Blocks shorter than the kernel's 32-position tile: a tile ends inside the
 // window (SVDq blocks of 16, KIVI blocks of 8 with a window of 64).
 TEST(AttendKeys, ShortBlocksMatchReference) {
   const int d = 64, n = 180;
   auto k = test::lowrank_keys(n, d, 48, 0.04, 0.01, 51);
-  auto vf = test::normal(size_t(n) * d, 52);
-  std::vector<uint16_t> V(vf.size());
-  for (size_t i = 0; i < vf.size(); ++i) V[i] = f32_to_f16(vf[i]);
+  const std::vector<uint16_t> V = test::f16_normal(size_t(n) * d, 52);
   KeyCacheConfig sv;
   sv.type = KeyType::Svdq;
   sv.svdq.group_size = 16;
@@ -448,12 +432,6 @@ TEST(AttendKeys, ShortBlocksMatchReference) {
       for (int i = 0; i < d; ++i) EXPECT_NEAR(acc[size_t(h * d + i)] / l[size_t(h)], ref[size_t(h * d + i)], 2e-5) << key_type_name(c.type);
   }
 }
-
-}  // namespace
-}  // namespace lr::kv
-
-namespace lr::kv {
-namespace {
 
 // Keys whose pre-RoPE distribution is the same at every position: a basis
 // fitted on the post-RoPE keys of positions [0, 64) reconstructs later

@@ -268,12 +268,6 @@ TEST(SvdqQuant, RoundsHalfToEven) {
   EXPECT_EQ(q[3], 3);
 }
 
-}  // namespace
-}  // namespace lr::kv
-
-namespace lr::kv {
-namespace {
-
 // rope_spread's closed form against brute force: every unrotated key placed
 // at every position of [0, n_pos) and rotated there.
 TEST(SvdqFit, RopeSpreadEqualsRotatingEveryKeyToEveryPosition) {
