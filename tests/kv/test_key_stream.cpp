@@ -361,9 +361,7 @@ TEST(KeyStream, QueryMetricCutsTheScoreErrorOnAnisotropicQueries) {
   };
   const auto fitq = queries(64, 32), testq = queries(64, 33);
   auto score_mse = [&](Metric metric) {
-    KeyCacheConfig c;
-    c.type = KeyType::Svdq;
-    c.svdq.rank = 16;
+    KeyCacheConfig c = svdq_cfg(16);
     c.svdq.schedule = {8};
     c.svdq.metric = metric;
     KeyStream s(c, d, n);
@@ -446,9 +444,7 @@ TEST(KeyStream, RopeSpreadFitGeneralizesToLaterPositions) {
   std::vector<float> post(pre);
   for (int p = 0; p < n; ++p) rope_unrotate(&post[size_t(p) * d], d, freq, -p);  // rotate to p
   auto later_error = [&](bool spread) {
-    KeyCacheConfig c;
-    c.type = KeyType::Svdq;
-    c.svdq.rank = 24;
+    KeyCacheConfig c = svdq_cfg(24);
     c.svdq.schedule = {8};
     c.svdq.spread = spread;
     KeyStream s(c, d, n, nullptr, freq);
