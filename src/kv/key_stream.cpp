@@ -158,7 +158,8 @@ void KeyStream::add_queries(const float* q, int64_t n, int64_t stride, int64_t p
   if (!wants_queries()) return;
   if (!qm_) qm_ = std::make_unique<KeyMoments>(d_);
   if (!cfg_.svdq.spread) return qm_->add(q, n, stride);
-  std::vector<float> rows(size_t(n) * size_t(d_));
+  thread_local std::vector<float> rows;  // decode steps before the fit call this too
+  rows.resize(size_t(n) * size_t(d_));
   for (int64_t r = 0; r < n; ++r) {
     std::copy_n(q + r * stride, d_, &rows[size_t(r) * size_t(d_)]);
     rope_unrotate(&rows[size_t(r) * size_t(d_)], d_, rope_freq_, pos0 + r / per_pos);
