@@ -50,7 +50,7 @@ def in_module(mod, obj):
 
 
 # Storage classes: (name, struct format, bytes per element).
-STORAGE = {"FloatStorage": ("f", 4), "HalfStorage": ("e", 2), "LongStorage": ("q", 8)}
+STORAGE = {"FloatStorage": ("f", 4), "HalfStorage": ("e", 2), "LongStorage": ("q", 8), "ByteStorage": ("B", 1)}
 for n in STORAGE:
     in_module(torch, type(n, (), {}))
 
@@ -179,6 +179,31 @@ def main():
     save(collections.OrderedDict([("t", Tensor(Storage("FloatStorage", arange(6)), [2, 3], stride=[1, 2]))]),
          "non_contiguous.pt")
     save(collections.OrderedDict([("t", Tensor(Storage("FloatStorage", arange(4)), [2, 3]))]), "too_small.pt")
+
+    # Dobi-SVD's remapping_weight.pt layout: a plain dict of per-module dicts
+    # with uint8 codes, f16 scales and tuple_info = ("us", overhang) or None.
+    # "a" is a [3, 2] matrix of rank 2, "b" a square [2, 2] one of rank 1.
+    def codes(rows, cols, values):
+        return Tensor(Storage("ByteStorage", values), [rows, cols])
+
+    def half(size, values):
+        return Tensor(Storage("HalfStorage", values), size)
+
+    remap = {
+        "a": {"us_quan": codes(2, 2, [255, 127, 0, 255]), "vt_quan": codes(2, 2, [255, 0, 127, 255]),
+              "us_absmax": half([2], [2.0, 0.5]), "vt_absmax": half([2], [1.0, 4.0]),
+              "tuple_info": ("us", half([1, 2], [0.25, -3.0]))},
+        "b": {"us_quan": codes(1, 2, [255, 127]), "vt_quan": codes(1, 2, [127, 255]),
+              "us_absmax": half([1], [1.5]), "vt_absmax": half([1], [0.75]), "tuple_info": None},
+    }
+    save(remap, "dobi_remap.pt")
+
+    # 30 levels of lists, each holding the level below 16 times (memo
+    # references): a small file, but 16^30 paths for a naive walk.
+    nest = []
+    for _ in range(30):
+        nest = [nest] * 16
+    save({"x": nest}, "shared_containers.pt")
 
     class Evil:
         def __reduce__(self):

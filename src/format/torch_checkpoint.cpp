@@ -214,6 +214,10 @@ void TorchCheckpoint::load() {
 // A tensor, a dict (keys joined with dots) or a module object.
 void TorchCheckpoint::walk(const Value* v, const std::string& prefix, int depth) {
   if (depth > kMaxDepth) fail("{}: checkpoint nested more than {} levels deep", path(), kMaxDepth);
+  // Containers reached through the memo more than a few times over (a pickle
+  // whose lists refer to themselves) would make the walk exponential.
+  if (++walked_ > 4 * doc_->arena.size() + 1024)
+    fail("{}: the checkpoint's containers refer to each other too many times over to be a state dict", path());
   if (v->kind == Kind::Opaque && v->tag == kTagTensor) {
     if (prefix.empty()) fail("{}: the checkpoint is a bare tensor, not a state dict", path());
     tensors_[prefix.substr(0, prefix.size() - 1)] = std::static_pointer_cast<const Tensor>(v->opaque);
@@ -227,6 +231,10 @@ void TorchCheckpoint::walk(const Value* v, const std::string& prefix, int depth)
       const bool root_module = depth == 0 && x->kind == Kind::Object && k->s == "model";
       walk(x, root_module ? prefix : prefix + k->s + ".", depth + 1);
     }
+  } else if (v->kind == Kind::Tuple || v->kind == Kind::List) {
+    for (size_t i = 0; i < v->items.size(); ++i) walk(v->items[i], prefix + std::to_string(i) + ".", depth + 1);
+  } else if (v->kind == Kind::String && !prefix.empty()) {
+    strings_[prefix.substr(0, prefix.size() - 1)] = v->s;
   } else if (v->kind == Kind::Object) {
     walk_module(v, prefix, depth + 1);
   }
@@ -235,6 +243,8 @@ void TorchCheckpoint::walk(const Value* v, const std::string& prefix, int depth)
 // An nn.Module: _parameters, persistent _buffers, then _modules.
 void TorchCheckpoint::walk_module(const Value* m, const std::string& prefix, int depth) {
   if (depth > kMaxDepth) fail("{}: module tree deeper than {} levels", path(), kMaxDepth);
+  if (++walked_ > 4 * doc_->arena.size() + 1024)
+    fail("{}: the checkpoint's modules refer to each other too many times over to be a model", path());
   const Value* st = m->state;
   if (!st || st->kind != Kind::Dict) return;  // not a module (e.g. a tokenizer's helper object)
   std::set<std::string> skip;
@@ -273,6 +283,19 @@ std::optional<TensorView> TorchCheckpoint::find(const std::string& name) const {
   v.data = t.data;
   v.nbytes = t.nbytes;
   return v;
+}
+
+std::optional<TorchCheckpoint::Raw> TorchCheckpoint::find_raw(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) return std::nullopt;
+  const Tensor& t = *it->second;
+  return Raw{t.storage->type, t.storage->elem, t.shape, t.data, t.nbytes};
+}
+
+std::optional<std::string> TorchCheckpoint::find_string(const std::string& name) const {
+  auto it = strings_.find(name);
+  if (it == strings_.end()) return std::nullopt;
+  return it->second;
 }
 
 std::vector<std::string> TorchCheckpoint::names() const {

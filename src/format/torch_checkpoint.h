@@ -5,8 +5,10 @@
 // refused with a message naming it, so a malicious checkpoint cannot run code.
 //
 // Tensors are found in a state dict (a dict of name -> tensor, nested dicts
-// joined with dots) and in whole-module pickles (nn.Module objects: their
-// _parameters, persistent _buffers and _modules, named like state_dict()).
+// joined with dots, tuple and list items named by their index: "x.1") and in
+// whole-module pickles (nn.Module objects: their _parameters, persistent
+// _buffers and _modules, named like state_dict()). Strings inside such
+// containers are kept under the same names (Dobi-SVD tags a tuple "us").
 #pragma once
 
 #include <map>
@@ -30,6 +32,18 @@ class TorchCheckpoint final : public TensorSource {
   // F32, F16 and BF16 tensors (shape in GGML order, data in the file);
   // another dtype is an lr::Error naming it. nullopt when absent.
   std::optional<TensorView> find(const std::string& name) const override;
+  // A tensor of any storage type (ByteStorage codes, LongStorage, ...):
+  // its shape in GGML order and its bytes, which are elem x numel.
+  struct Raw {
+    std::string storage;  // "ByteStorage"
+    uint64_t elem = 0;    // bytes per element
+    std::vector<uint64_t> shape;
+    const uint8_t* data = nullptr;
+    uint64_t nbytes = 0;
+  };
+  std::optional<Raw> find_raw(const std::string& name) const;
+  // A string stored in the containers (tuple item, dict value); nullopt otherwise.
+  std::optional<std::string> find_string(const std::string& name) const;
   std::vector<std::string> names() const;
   // Storage class of a tensor ("FloatStorage", "LongStorage", ...).
   std::optional<std::string> storage_type(const std::string& name) const;
@@ -51,6 +65,8 @@ class TorchCheckpoint final : public TensorSource {
   std::string prefix_;  // "archive/" or whatever top folder the writer used
   std::unique_ptr<pickle::Document> doc_;
   std::map<std::string, std::shared_ptr<const Tensor>> tensors_;
+  std::map<std::string, std::string> strings_;
+  size_t walked_ = 0;  // values visited by walk()
   std::set<std::string> globals_;
 };
 

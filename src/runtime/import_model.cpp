@@ -7,7 +7,9 @@
 #include <cstring>
 #include <set>
 
+#include "compress/linalg.h"
 #include "core/error.h"
+#include "format/dobi_remap.h"
 #include "format/gguf_source.h"
 #include "format/safetensors.h"
 #include "format/torch_checkpoint.h"
@@ -26,6 +28,7 @@ namespace {
 struct Checkpoint {
   std::string path;
   std::vector<std::unique_ptr<TensorSource>> parts;
+  std::vector<const TorchCheckpoint*> pickles;  // the parts that are torch files
   std::set<std::string> names;
   std::set<std::string> globals;  // classes named in pickles (family hints)
   json config;                    // config.json of a directory; null otherwise
@@ -37,11 +40,22 @@ struct Checkpoint {
     return std::nullopt;
   }
   bool has(const std::string& name) const { return names.count(name) > 0; }
+  std::optional<TorchCheckpoint::Raw> find_raw(const std::string& name) const {
+    for (const TorchCheckpoint* p : pickles)
+      if (auto t = p->find_raw(name)) return t;
+    return std::nullopt;
+  }
+  std::optional<std::string> find_string(const std::string& name) const {
+    for (const TorchCheckpoint* p : pickles)
+      if (auto s = p->find_string(name)) return s;
+    return std::nullopt;
+  }
 
   void add_torch(const std::string& file) {
     auto c = TorchCheckpoint::open(file);
     for (const std::string& n : c->names()) names.insert(n);
     globals.insert(c->globals().begin(), c->globals().end());
+    pickles.push_back(c.get());
     parts.push_back(std::move(c));
   }
   void add_safetensors(std::unique_ptr<SafetensorsSource> s) {
@@ -94,6 +108,8 @@ struct Checkpoint {
     } else {
       fail("{}: no model.safetensors, pytorch_model.bin or pytorch_model.bin.index.json in the directory", path);
     }
+    // Dobi-SVD remapping: the factors' 8-bit codes beside the non-linear weights.
+    if (fs::exists(dir / "remapping_weight.pt")) c.add_torch((dir / "remapping_weight.pt").string());
     return c;
   }
 };
@@ -103,12 +119,17 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 
 std::string detect(const Checkpoint& c, std::string* why) {
-  bool basis = false, ab = false, uv = false, palu = false;
+  bool basis = false, ab = false, uv = false, palu = false, remap = false;
   for (const std::string& n : c.names) {
+    remap |= ends_with(n, ".us_quan");
     basis |= ends_with(n, "_basis.weight");
     ab |= ends_with(n, ".BLinear.weight") || ends_with(n, ".ALinear.weight");
     uv |= ends_with(n, "_u_proj.weight") || ends_with(n, ".u_proj.weight");
     palu |= ends_with(n, ".VT.weight");
+  }
+  if (remap) {
+    *why = "8-bit factor codes *.us_quan / *.vt_quan (Dobi-SVD remapping_weight.pt)";
+    return "dobi";
   }
   if (palu) {
     *why = "tensors named *.VT.weight (Palu: k/v factors per head group)";
@@ -283,6 +304,53 @@ bool import_palu(const Checkpoint& ck, const Config& c, const WeightSpec& spec, 
   return true;
 }
 
+// Dobi-SVD's remapped projection M of layer l, when its 8-bit codes are there:
+// dequantized as Dobi's loader does, kept as the factor pair when that is
+// smaller than the matrix ((out + in) k < out in), else multiplied back to a
+// dense matrix, as the loader also does.
+bool import_dobi_remap(const Checkpoint& ck, const Config& c, const WeightSpec& spec, int l, const std::string& M,
+                       Linear& lin, ImportReport& rep) {
+  auto us_quan = ck.find_raw(M + ".us_quan");
+  if (!us_quan) return false;
+  const auto [out_dim, in_dim] = slot_shape(c, spec.slot);
+  const std::string what = fmt::format("{}: {}", ck.path, M);
+  auto need_raw = [&](const char* f) {
+    auto t = ck.find_raw(M + "." + f);
+    if (!t) fail("{}: '{}.us_quan' has no '{}.{}' beside it", ck.path, M, M, f);
+    return *t;
+  };
+  auto need = [&](const char* f) {
+    auto t = ck.find(M + "." + f);
+    if (!t) fail("{}: '{}.us_quan' has no '{}.{}' beside it", ck.path, M, M, f);
+    return *t;
+  };
+  dobi::RemappedTensors t{*us_quan, need_raw("vt_quan"), need("us_absmax"), need("vt_absmax"),
+                          ck.find_string(M + ".tuple_info.0"), ck.find(M + ".tuple_info.1")};
+  const dobi::Factors f = dobi::dequantize(what, t, out_dim, in_dim);
+  const bool permute = spec.slot == Slot::Q || spec.slot == Slot::K;
+  auto view = [](const std::vector<float>& x, int64_t rows, int64_t cols) {
+    return TensorView{DType::F32, {uint64_t(cols), uint64_t(rows)}, reinterpret_cast<const uint8_t*>(x.data()),
+                      x.size() * 4};
+  };
+  MatrixReport mr{fmt::format("blk.{}.{}", l, spec.kind), out_dim, in_dim, f.k, false, ""};
+  if ((out_dim + in_dim) * f.k < out_dim * in_dim) {
+    lin.u = read_matrix(view(f.us, out_dim, f.k), DType::F32, permute, c.head_dim);
+    lin.v = read_matrix(view(f.vt, f.k, in_dim), DType::F32, false, c.head_dim);
+    mr.note = "Dobi-SVD remapped: 8-bit codes dequantized";
+  } else {
+    compress::MatD us(out_dim, f.k), vt(f.k, in_dim);
+    std::copy(f.us.begin(), f.us.end(), us.a.begin());
+    std::copy(f.vt.begin(), f.vt.end(), vt.a.begin());
+    const compress::MatD prod = compress::matmul(us, vt);
+    const std::vector<float> w(prod.a.begin(), prod.a.end());
+    lin.w = read_matrix(view(w, out_dim, in_dim), DType::F32, permute, c.head_dim);
+    mr.rank = 0;
+    mr.note = fmt::format("Dobi-SVD remapped rank {} is not smaller than the matrix: multiplied back to dense", f.k);
+  }
+  rep.matrices.push_back(mr);
+  return true;
+}
+
 }  // namespace
 
 ImportReport import_checkpoint(const std::string& in, const std::string& out, const ImportOptions& opt) {
@@ -319,6 +387,7 @@ ImportReport import_checkpoint(const std::string& in, const std::string& out, co
       } else if (fam == "asvd") {
         pairs = {{M + ".BLinear.weight", M + ".ALinear.weight"}};
       } else if (fam == "dobi") {
+        if (import_dobi_remap(ck, c, spec, l, M, slot_linear(w, spec.slot, l), rep)) continue;
         pairs = {{M + ".ALinear.weight", M + ".BLinear.weight"}};
       } else if (fam == "palu") {
         // k and v: V^T [sum r_g, in] and one U.g [group rows, r_g] per head group; the rest dense.

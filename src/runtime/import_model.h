@@ -9,13 +9,14 @@
 //   svdllm        SVD-LLM v1 whole-model pickle: P.q_v_proj.weight / P.q_u_proj.weight;
 //                 HF-style export (v1/v2): M.v_proj.weight / M.u_proj.weight
 //   asvd, dobi    M.BLinear.weight / M.ALinear.weight (the two families name the
-//                 sides oppositely; shapes decide), dense M.weight elsewhere
+//                 sides oppositely; shapes decide), dense M.weight elsewhere;
+//                 dobi also reads remapping_weight.pt (8-bit codes M.us_quan /
+//                 M.vt_quan with f16 scales, format/dobi_remap.h), dequantized
 //   basis-sharing M's basis model.layers.N.<attn|mlp>.x_basis.weight (shared by a
 //                 group of layers; checked identical), coefficients M.weight
 //   palu          k/v only: M.VT.weight [sum r_g, in] and M.U.<g>.weight
 //                 [group rows, r_g] per head group (block-diagonal U, stored
 //                 dense with its zeros); config.json head_wise_ranks checked
-// Not yet: Dobi-SVD's 8-bit remapped factors.
 #pragma once
 
 #include <string>

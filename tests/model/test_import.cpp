@@ -8,6 +8,8 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/half.h"
+#include "format/dobi_remap.h"
 #include "format/safetensors.h"
 #include "compress/linalg.h"
 #include "model/load.h"
@@ -322,6 +324,129 @@ TEST(Import, PaluHeadGroupFactorsRoundTrip) {
   EXPECT_NE(err(f.t.file("palu-missing")).find("the 1 U.* blocks of 'model.layers.0.self_attn.k_proj' have 16 rows and "
                                                "ranks summing to 5; expected 32 rows and the 8 rows of its VT"),
             std::string::npos) << err(f.t.file("palu-missing"));
+}
+
+// Dobi-SVD's remapped layout: pytorch_model.bin holds only the non-linear
+// weights, remapping_weight.pt per linear map the 8-bit codes of U*s and V^T
+// (Σ on the longer side, its overhang in f16, tuple_info). Built here from a
+// full SVD of each dense matrix, quantized to the nearest code; the reference
+// is the all-dense model of the products of the dequantized factors.
+TEST(Import, DobiRemappedFactorsRoundTrip) {
+  Fixture f;
+  Model dense = load_model(f.dense, DType::F32);
+  const auto all = hf_tensors(*dense.weights, kAsvd);  // every matrix dense
+  auto ref = all;
+  std::vector<test::TorchTensor> rest;  // what pytorch_model.bin keeps
+  test::TorchNode remap = test::TorchNode::dict();
+  const std::array<float, 256>& code = dobi::dynamic_map();
+  auto f16 = [](double x) { return f16_to_f32(f32_to_f16(float(x))); };
+  auto half_bytes = [](const std::vector<float>& x) {
+    std::vector<uint8_t> b(x.size() * 2);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const uint16_t h = f32_to_f16(x[i]);
+      std::memcpy(&b[2 * i], &h, 2);
+    }
+    return b;
+  };
+  // Ranks per projection (q, k, v, o, gate, up, down); up's 40 is past (out + in) k < out in: dense.
+  const std::map<std::string, int> rank = {{"q", 9}, {"k", 5}, {"v", 3}, {"o", 12}, {"gate", 17}, {"up", 40}, {"down", 8}};
+  int id = 0;
+  for (const test::TorchTensor& W : all) {
+    const std::string M = W.name.substr(0, W.name.size() - 7);
+    const std::string x = M.substr(M.rfind('.') + 1, M.size() - M.rfind('.') - 6);
+    if (W.shape.size() != 2 || !rank.count(x) || W.name.find("layers.") == std::string::npos) {
+      rest.push_back(W);
+      continue;
+    }
+    const int64_t m = W.shape[0], n = W.shape[1], q = std::min(m, n), k = rank.at(x);
+    compress::MatD A(m, n);
+    std::copy(W.data.begin(), W.data.end(), A.a.begin());
+    const compress::Svd sv = compress::svd(A, q);
+    // us [m, k] = U*s when m >= n else U; vt [k, n] = V^T when m >= n else s*V^T.
+    auto us = [&](int64_t j, int64_t i) { return sv.u(j, i) * (m >= n ? sv.s[size_t(i)] : 1.0); };
+    auto vt = [&](int64_t i, int64_t j) { return sv.vt(i, j) * (m >= n ? 1.0 : sv.s[size_t(i)]); };
+    std::vector<uint8_t> us_q, vt_q;
+    std::vector<float> us_max, vt_max, over;
+    compress::MatD U2(m, k), V2(k, n);  // the dequantized factors, as Dobi's loader makes them
+    auto quantize = [&](const std::function<double(int64_t)>& val, std::vector<uint8_t>& codes, std::vector<float>& maxes,
+                        const std::function<void(int64_t, float)>& put) {
+      double amax = 0;
+      for (int64_t j = 0; j < q; ++j) amax = std::max(amax, std::abs(val(j)));
+      const float scale = f16(amax);
+      maxes.push_back(scale);
+      for (int64_t j = 0; j < q; ++j) {
+        const double y = val(j) / amax;
+        size_t best = 0;
+        for (size_t cc = 1; cc < 256; ++cc)
+          if (std::abs(code[cc] - y) < std::abs(code[best] - y)) best = cc;
+        codes.push_back(uint8_t(best));
+        put(j, f16(double(code[best]) * double(scale)));
+      }
+    };
+    for (int64_t i = 0; i < k; ++i) {
+      quantize([&](int64_t j) { return us(j, i); }, us_q, us_max, [&](int64_t j, float v) { U2(j, i) = v; });
+      quantize([&](int64_t j) { return vt(i, j); }, vt_q, vt_max, [&](int64_t j, float v) { V2(i, j) = v; });
+    }
+    if (m > n)  // overhang rows of us, [m - n, k]
+      for (int64_t j = n; j < m; ++j)
+        for (int64_t i = 0; i < k; ++i) over.push_back(U2(j, i) = f16(us(j, i)));
+    if (m < n)  // overhang columns of vt, [k, n - m]
+      for (int64_t i = 0; i < k; ++i)
+        for (int64_t j = m; j < n; ++j) over.push_back(V2(i, j) = f16(vt(i, j)));
+    auto tensor = [&](std::vector<int64_t> shape, std::string type, std::vector<uint8_t> bytes) {
+      return test::TorchNode::of({"", std::move(shape), {}, std::to_string(id++), std::move(type), std::move(bytes)});
+    };
+    test::TorchNode& d = remap.set(M, test::TorchNode::dict());
+    d.set("us_quan", tensor({k, q}, "ByteStorage", us_q));
+    d.set("vt_quan", tensor({k, q}, "ByteStorage", vt_q));
+    d.set("us_absmax", tensor({k}, "HalfStorage", half_bytes(us_max)));
+    d.set("vt_absmax", tensor({k}, "HalfStorage", half_bytes(vt_max)));
+    d.set("tuple_info", m == n ? test::TorchNode{}
+                               : test::TorchNode::tuple({test::TorchNode::str(m > n ? "us" : "vt"),
+                                                         tensor(m > n ? std::vector<int64_t>{m - n, k}
+                                                                      : std::vector<int64_t>{k, n - m},
+                                                                "HalfStorage", half_bytes(over))}));
+    const compress::MatD P = compress::matmul(U2, V2);
+    for (auto& t : ref)
+      if (t.name == W.name) t.data.assign(P.a.begin(), P.a.end());
+  }
+  const std::string dir = f.t.file("dobi-remap");
+  std::filesystem::create_directories(dir);
+  test::write_torch_state_dict(dir + "/pytorch_model.bin", rest);
+  test::write_torch(dir + "/remapping_weight.pt", remap);
+  std::ofstream(dir + "/config.json") << nlohmann::json{{"model_type", "llama"}}.dump();
+  ImportReport r = f.import(dir);
+  EXPECT_EQ(r.family, "dobi");
+  EXPECT_NE(r.detected_by.find("remapping_weight.pt"), std::string::npos) << r.detected_by;
+  ASSERT_EQ(r.matrices.size(), 14u);
+  const int64_t want[7] = {9, 5, 3, 12, 17, 0, 8};  // q k v o gate up(dense) down, in table order
+  for (int i = 0; i < 7; ++i) {
+    SCOPED_TRACE(r.matrices[size_t(i)].name);
+    EXPECT_EQ(r.matrices[size_t(i)].rank, want[i]);
+  }
+  EXPECT_NE(r.matrices[5].note.find("Dobi-SVD remapped rank 40 is not smaller than the matrix"), std::string::npos)
+      << r.matrices[5].note;
+  EXPECT_TRUE(r.from_base.empty());
+  const auto got = logits_of(f.t.file("imported.gguf"));
+  write_safetensors_dir(f.t.file("dobi-ref"), ref, {});
+  f.import(f.t.file("dobi-ref"), "asvd");  // all dense: every matrix as its dequantized product
+  EXPECT_LT(rel_err(got, logits_of(f.t.file("imported.gguf"))), 1e-5);
+  EXPECT_GT(rel_err(got, logits_of(f.dense)), 1e-3);  // truncated and quantized: not the dense model
+
+  // A module whose codes are missing a scale: named.
+  test::TorchNode broken = remap;
+  broken.items[0].keys.erase(broken.items[0].keys.begin() + 3);
+  broken.items[0].items.erase(broken.items[0].items.begin() + 3);
+  test::write_torch(dir + "/remapping_weight.pt", broken);
+  try {
+    f.import(dir);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'model.layers.0.self_attn.q_proj.us_quan' has no "
+                                         "'model.layers.0.self_attn.q_proj.vt_absmax' beside it"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Import, BadInputIsAClearError) {

@@ -1,6 +1,6 @@
-// Test helper: writes a state dict of f32 tensors in the format torch.save
-// uses (stored zip, pickle protocol 2, _rebuild_tensor_v2 with storages as
-// persistent ids). Tensors given the same storage id share one record, as
+// Test helper: writes nested dicts and tuples of tensors (f32, or raw bytes
+// of another storage type) in the format torch.save uses (stored zip, pickle
+// protocol 2, _rebuild_tensor_v2 with storages as persistent ids). Tensors given the same storage id share one record, as
 // aliased parameters do in Basis Sharing checkpoints. The reader is checked
 // against Python-written fixtures separately (tests/format).
 #pragma once
@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -17,16 +18,60 @@ namespace lr::test {
 struct TorchTensor {
   std::string name;
   std::vector<int64_t> shape;  // row-major, as torch sizes
-  std::vector<float> data;
+  std::vector<float> data;     // FloatStorage values (when `bytes` is empty)
   std::string storage;         // storage id; tensors with equal ids alias
+  std::string type = "FloatStorage";
+  std::vector<uint8_t> bytes = {};  // raw element bytes of another storage type (HalfStorage, ByteStorage)
 };
+
+// A pickled value: a tensor, a dict of string keys, a tuple, a string or None.
+struct TorchNode {
+  enum Kind { None, Tensor, Dict, Tuple, Str } kind = None;
+  TorchTensor tensor;
+  std::string s;
+  std::vector<std::string> keys;  // Dict
+  std::vector<TorchNode> items;   // Dict values, Tuple items
+
+  static TorchNode of(TorchTensor t) {
+    TorchNode n;
+    n.kind = Tensor;
+    n.tensor = std::move(t);
+    return n;
+  }
+  static TorchNode str(std::string v) {
+    TorchNode n;
+    n.kind = Str;
+    n.s = std::move(v);
+    return n;
+  }
+  static TorchNode tuple(std::vector<TorchNode> xs) {
+    TorchNode n;
+    n.kind = Tuple;
+    n.items = std::move(xs);
+    return n;
+  }
+  static TorchNode dict() {
+    TorchNode n;
+    n.kind = Dict;
+    return n;
+  }
+  TorchNode& set(const std::string& key, TorchNode v) {
+    keys.push_back(key);
+    items.push_back(std::move(v));
+    return items.back();
+  }
+};
+
+inline uint64_t torch_elem_bytes(const std::string& type) {
+  return type == "ByteStorage" || type == "CharStorage" ? 1 : type == "HalfStorage" || type == "BFloat16Storage" ? 2 : 4;
+}
 
 inline void put_u(std::vector<uint8_t>& b, uint64_t v, int n) {
   for (int i = 0; i < n; ++i) b.push_back(uint8_t(v >> (8 * i)));
 }
 
-inline std::vector<uint8_t> torch_pickle(const std::vector<TorchTensor>& ts, std::map<std::string, uint64_t>& numel) {
-  std::vector<uint8_t> p = {0x80, 0x02, '}', '('};
+inline std::vector<uint8_t> torch_pickle(const TorchNode& root, const std::map<std::string, uint64_t>& numel) {
+  std::vector<uint8_t> p = {0x80, 0x02};
   auto str = [&](const std::string& s) {
     p.push_back('X');
     put_u(p, s.size(), 4);
@@ -43,13 +88,12 @@ inline std::vector<uint8_t> torch_pickle(const std::vector<TorchTensor>& ts, std
     p.push_back('J');
     put_u(p, uint64_t(uint32_t(int32_t(v))), 4);
   };
-  for (const TorchTensor& t : ts) {
-    str(t.name);
+  auto tensor = [&](const TorchTensor& t) {
     glob("torch._utils", "_rebuild_tensor_v2");
     p.push_back('(');
     p.push_back('(');
     str("storage");
-    glob("torch", "FloatStorage");
+    glob("torch", t.type);
     str(t.storage);
     str("cpu");
     integer(int64_t(numel.at(t.storage)));
@@ -72,8 +116,29 @@ inline std::vector<uint8_t> torch_pickle(const std::vector<TorchTensor>& ts, std
     p.push_back('}');   // backward hooks
     p.push_back('t');
     p.push_back('R');
-  }
-  p.push_back('u');
+  };
+  std::function<void(const TorchNode&)> emit = [&](const TorchNode& n) {
+    switch (n.kind) {
+      case TorchNode::None: p.push_back('N'); break;
+      case TorchNode::Str: str(n.s); break;
+      case TorchNode::Tensor: tensor(n.tensor); break;
+      case TorchNode::Tuple:
+        p.push_back('(');
+        for (const TorchNode& x : n.items) emit(x);
+        p.push_back('t');
+        break;
+      case TorchNode::Dict:
+        p.push_back('}');
+        p.push_back('(');
+        for (size_t i = 0; i < n.keys.size(); ++i) {
+          str(n.keys[i]);
+          emit(n.items[i]);
+        }
+        p.push_back('u');
+        break;
+    }
+  };
+  emit(root);
   p.push_back('.');
   return p;
 }
@@ -125,21 +190,35 @@ inline std::vector<uint8_t> stored_zip(const std::vector<std::pair<std::string, 
   return z;
 }
 
-inline void write_torch_state_dict(const std::string& path, const std::vector<TorchTensor>& ts) {
+// torch.save of `root`: every tensor's storage is one record.
+inline void write_torch(const std::string& path, const TorchNode& root) {
   std::map<std::string, uint64_t> numel;
   std::map<std::string, std::vector<uint8_t>> data;
-  for (const TorchTensor& t : ts) {
-    if (data.count(t.storage)) continue;
-    numel[t.storage] = t.data.size();
-    std::vector<uint8_t> b(t.data.size() * 4);
-    std::memcpy(b.data(), t.data.data(), b.size());
+  std::function<void(const TorchNode&)> gather = [&](const TorchNode& n) {
+    for (const TorchNode& x : n.items) gather(x);
+    if (n.kind != TorchNode::Tensor || data.count(n.tensor.storage)) return;
+    const TorchTensor& t = n.tensor;
+    std::vector<uint8_t> b = t.bytes;
+    if (b.empty()) {
+      b.resize(t.data.size() * 4);
+      std::memcpy(b.data(), t.data.data(), b.size());
+    }
+    numel[t.storage] = b.size() / torch_elem_bytes(t.type);
     data[t.storage] = std::move(b);
-  }
-  std::vector<std::pair<std::string, std::vector<uint8_t>>> recs = {{"archive/data.pkl", torch_pickle(ts, numel)},
+  };
+  gather(root);
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> recs = {{"archive/data.pkl", torch_pickle(root, numel)},
                                                                      {"archive/byteorder", {'l', 'i', 't', 't', 'l', 'e'}}};
   for (auto& [k, b] : data) recs.push_back({"archive/data/" + k, b});
   auto z = stored_zip(recs);
   std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(z.data()), long(z.size()));
+}
+
+// A flat state dict of name -> tensor.
+inline void write_torch_state_dict(const std::string& path, const std::vector<TorchTensor>& ts) {
+  TorchNode root = TorchNode::dict();
+  for (const TorchTensor& t : ts) root.set(t.name, TorchNode::of(t));
+  write_torch(path, root);
 }
 
 }  // namespace lr::test
