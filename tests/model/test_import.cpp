@@ -87,6 +87,43 @@ std::vector<test::TorchTensor> hf_tensors(const Weights& w, const Layout& lay) {
   return ts;
 }
 
+// The tensors as a whole-model pickle, as SVD-LLM v1 and Dobi-SVD (no
+// remapping) torch.save it: {'model': LlamaForCausalLM, 'tokenizer': ...},
+// one module object per name component, classed as those codes class them.
+test::TorchNode whole_model(const std::vector<test::TorchTensor>& ts) {
+  const std::string hf = "transformers.models.llama.modeling_llama.";
+  auto cls = [&](const std::string& parent, const std::string& comp, const std::string& next) -> std::string {
+    if (comp == "model") return hf + "LlamaModel";
+    if (comp == "layers") return "torch.nn.modules.container.ModuleList";
+    if (parent == "layers") return hf + "LlamaDecoderLayer";
+    if (comp == "embed_tokens") return "torch.nn.modules.sparse.Embedding";
+    if (comp.find("norm") != std::string::npos) return hf + "LlamaRMSNorm";
+    if (comp == "self_attn") return next.find("_u_proj") != std::string::npos || next.find("_v_proj") != std::string::npos
+                                        ? "component.svd_llama.SVD_LlamaAttention" : hf + "LlamaAttention";
+    if (comp == "mlp") return next.find("_u_proj") != std::string::npos || next.find("_v_proj") != std::string::npos
+                                  ? "component.svd_llama.SVD_LlamaMLP" : hf + "LlamaMLP";
+    if (next == "ALinear" || next == "BLinear") return "modules.module.SVDTransformLayer";
+    return "torch.nn.modules.linear.Linear";
+  };
+  test::TorchNode root = test::TorchNode::module(hf + "LlamaForCausalLM");
+  for (const test::TorchTensor& t : ts) {
+    std::vector<std::string> parts;
+    for (size_t a = 0, b; a <= t.name.size(); a = b + 1) {
+      b = t.name.find('.', a);
+      if (b == std::string::npos) b = t.name.size();
+      parts.push_back(t.name.substr(a, b - a));
+    }
+    test::TorchNode* node = &root;
+    for (size_t i = 0; i + 1 < parts.size(); ++i)
+      node = &node->at(parts[i], [&] { return test::TorchNode::module(cls(i ? parts[i - 1] : "", parts[i], parts[i + 1])); });
+    node->set(parts.back(), test::TorchNode::of(t));
+  }
+  test::TorchNode top = test::TorchNode::dict();
+  top.set("model", root);
+  top.set("tokenizer", test::TorchNode::module("transformers.models.llama.tokenization_llama_fast.LlamaTokenizerFast"));
+  return top;
+}
+
 void write_safetensors_dir(const std::string& dir, const std::vector<test::TorchTensor>& ts, const nlohmann::json& cfg) {
   std::filesystem::create_directories(dir);
   std::vector<SafetensorsTensor> st;
@@ -153,17 +190,20 @@ TEST(Import, EveryFamilyRoundTripsToTheSameLogits) {
     Layout lay;
     bool torch;
     nlohmann::json cfg;
+    std::string whole_model;  // a whole-model pickle file of this name
   };
-  for (const Case& cs : {Case{kSvdLlmExport, true, {{"model_type", "svdllm-llama"}}},
-                         Case{kSvdLlmPickle, true, nullptr}, Case{kAsvd, false, {{"truncation_ranks", {{"model.layers.1.mlp.up_proj", 6}}}}},
-                         Case{kDobi, false, {{"dobi_target_modules", {}}}}}) {
-    SCOPED_TRACE(cs.lay.family);
+  for (const Case& cs : {Case{kSvdLlmExport, true, {{"model_type", "svdllm-llama"}}, ""},
+                         Case{kSvdLlmPickle, true, nullptr, "svdllm.pt"},
+                         Case{kAsvd, false, {{"truncation_ranks", {{"model.layers.1.mlp.up_proj", 6}}}}, ""},
+                         Case{kDobi, false, {{"dobi_target_modules", {}}}, ""},
+                         Case{kDobi, true, nullptr, "DobiSVD_Model.pt"}}) {
+    SCOPED_TRACE(cs.lay.family + " " + cs.whole_model);
     auto ts = hf_tensors(*m.weights, cs.lay);
     const std::string dir = f.t.file(cs.lay.family + (cs.torch ? "-bin" : "-st"));
     std::string in = dir;
-    if (cs.torch && cs.cfg.is_null()) {
-      in = f.t.file("svdllm.pt");  // a single file, as the SVD-LLM pickle
-      test::write_torch_state_dict(in, ts);
+    if (!cs.whole_model.empty()) {
+      in = f.t.file(cs.whole_model);  // a single file: torch.save({'model': model, 'tokenizer': tok})
+      test::write_torch(in, whole_model(ts));
     } else if (cs.torch) {
       std::filesystem::create_directories(dir);
       test::write_torch_state_dict(dir + "/pytorch_model.bin", ts);
@@ -173,6 +213,9 @@ TEST(Import, EveryFamilyRoundTripsToTheSameLogits) {
     }
     ImportReport r = f.import(in);
     EXPECT_EQ(r.family, cs.lay.family);
+    if (cs.whole_model == "DobiSVD_Model.pt") {  // told apart from ASVD by the pickled class
+      EXPECT_NE(r.detected_by.find("modules.module.SVDTransformLayer"), std::string::npos) << r.detected_by;
+    }
     ASSERT_EQ(r.matrices.size(), 14u);
     EXPECT_EQ(r.matrices[0].rank, 7);   // blk.0.attn_q
     EXPECT_EQ(r.matrices[2].rank, 3);   // blk.0.attn_v
@@ -524,7 +567,10 @@ TEST(DefaultModel, ImportRoundTripsSvdLlmAndBasisSharing) {
     auto ts = hf_tensors(*m.weights, lay);
     // The tied embedding is left out: it comes from --base.
     std::erase_if(ts, [](const test::TorchTensor& x) { return x.name == "model.embed_tokens.weight"; });
-    test::write_torch_state_dict(t.file("ckpt.pt"), ts);
+    if (g)
+      test::write_torch_state_dict(t.file("ckpt.pt"), ts);  // Basis Sharing: a state dict
+    else
+      test::write_torch(t.file("ckpt.pt"), whole_model(ts));  // SVD-LLM v1: the pickled model
     ImportOptions io;
     io.base = default_model_path();
     io.factor_type = DType::F32;

@@ -24,9 +24,11 @@ struct TorchTensor {
   std::vector<uint8_t> bytes = {};  // raw element bytes of another storage type (HalfStorage, ByteStorage)
 };
 
-// A pickled value: a tensor, a dict of string keys, a tuple, a string or None.
+// A pickled value: a tensor, a dict of string keys, a tuple, a string, None,
+// or an nn.Module object of class `s` ("torch.nn.modules.linear.Linear")
+// whose items are its parameters (tensors or None) and child modules.
 struct TorchNode {
-  enum Kind { None, Tensor, Dict, Tuple, Str } kind = None;
+  enum Kind { None, Tensor, Dict, Tuple, Str, Module } kind = None;
   TorchTensor tensor;
   std::string s;
   std::vector<std::string> keys;  // Dict
@@ -54,6 +56,18 @@ struct TorchNode {
     TorchNode n;
     n.kind = Dict;
     return n;
+  }
+  static TorchNode module(std::string cls) {
+    TorchNode n;
+    n.kind = Module;
+    n.s = std::move(cls);
+    return n;
+  }
+  // The item under `key`, made by `make` when absent.
+  TorchNode& at(const std::string& key, const std::function<TorchNode()>& make) {
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (keys[i] == key) return items[i];
+    return set(key, make());
   }
   TorchNode& set(const std::string& key, TorchNode v) {
     keys.push_back(key);
@@ -136,6 +150,51 @@ inline std::vector<uint8_t> torch_pickle(const TorchNode& root, const std::map<s
         }
         p.push_back('u');
         break;
+      case TorchNode::Module: {
+        // cls.__new__(cls) (NEWOBJ), then BUILD with the module's __dict__.
+        glob(n.s.substr(0, n.s.rfind('.')), n.s.substr(n.s.rfind('.') + 1));
+        p.push_back(')');
+        p.push_back(0x81);
+        p.push_back('}');
+        p.push_back('(');
+        str("training");
+        p.push_back(0x89);
+        auto ordered = [&](bool modules) {
+          glob("collections", "OrderedDict");
+          p.push_back(')');
+          p.push_back('R');
+          p.push_back('(');
+          for (size_t i = 0; i < n.keys.size(); ++i) {
+            if ((n.items[i].kind == TorchNode::Module) != modules) continue;
+            str(n.keys[i]);
+            if (n.items[i].kind == TorchNode::Tensor) {  // an nn.Parameter
+              glob("torch._utils", "_rebuild_parameter");
+              p.push_back('(');
+              emit(n.items[i]);
+              p.push_back(0x88);
+              glob("collections", "OrderedDict");
+              p.push_back(')');
+              p.push_back('R');
+              p.push_back('t');
+              p.push_back('R');
+            } else {
+              emit(n.items[i]);
+            }
+          }
+          p.push_back('u');
+        };
+        str("_parameters");
+        ordered(false);
+        str("_buffers");
+        glob("collections", "OrderedDict");
+        p.push_back(')');
+        p.push_back('R');
+        str("_modules");
+        ordered(true);
+        p.push_back('u');
+        p.push_back('b');
+        break;
+      }
     }
   };
   emit(root);
