@@ -29,6 +29,7 @@ struct BenchCliOptions {
   std::string plot;
   std::string sweep;
   bool roofline = false;
+  std::string device = "cpu";
   ModelOptions::KeyCacheCli keys;  // settings of the k-* modes
 };
 
@@ -50,14 +51,16 @@ const BenchRow* find_row(const std::vector<BenchRow>& rows, const BenchRow& r, c
 }
 
 void print_table(const std::vector<BenchRow>& rows, double bw) {
-  std::printf("\n| keep | shape | mode | prefill ms | decode ms/tok | tok/s | e2e s | dispatches/tok | barriers/tok | weight MB/tok | KV MB/tok | GB/s | %% of %.1f GB/s | KV cache MB | keys MB | key bits |\n",
-              bw);
+  // CPU: thread-pool regions and barriers per token; GPU: host launches and kernels per token.
+  const bool gpu = !rows.empty() && rows[0].kernels > 0;
+  std::printf("\n| keep | shape | mode | prefill ms | decode ms/tok | tok/s | e2e s | %s | %s | weight MB/tok | KV MB/tok | GB/s | %% of %.1f GB/s | KV cache MB | keys MB | key bits |\n",
+              gpu ? "launches/tok" : "dispatches/tok", gpu ? "kernels/tok" : "barriers/tok", bw);
   std::printf("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const BenchRow& r : rows)
     std::printf("| %.2f | %d/%d | %s | %.1f | %.3f | %.1f | %.3f | %.0f | %.0f | %.1f | %.1f | %.1f | %.0f%% | %.1f | %.2f | %.2f |\n",
                 r.keep, r.prompt, r.gen, r.mode.c_str(), r.prefill_ms, r.decode_ms, r.tok_s, r.e2e_s,
-                r.dispatches, r.barriers, r.weight_mb, r.kv_mb, r.gbs, r.pct_bw, r.cache_mb, r.key_mb,
-                r.key_bits);
+                r.dispatches, gpu ? r.kernels : r.barriers, r.weight_mb, r.kv_mb, r.gbs, r.pct_bw, r.cache_mb,
+                r.key_mb, r.key_bits);
   // Speedups against the baselines measured in the same run.
   std::printf("\n");
   for (const BenchRow& r : rows) {
@@ -102,6 +105,7 @@ nlohmann::json to_json(const std::vector<BenchRow>& rows, double bw, int threads
                          {"gen", r.gen}, {"prefill_ms", r.prefill_ms}, {"decode_ms_per_token", r.decode_ms},
                          {"tokens_per_s", r.tok_s}, {"e2e_s", r.e2e_s},
                          {"dispatches_per_token", r.dispatches}, {"barriers_per_token", r.barriers},
+                         {"kernels_per_token", r.kernels},
                          {"weight_mb_per_token", r.weight_mb}, {"kv_mb_per_token", r.kv_mb},
                          {"gbs", r.gbs}, {"pct_read_bandwidth", r.pct_bw}, {"kv_cache_mb", r.cache_mb},
                          {"key_cache_mb", r.key_mb}, {"key_bits_per_element", r.key_bits},
@@ -117,9 +121,17 @@ int run(const BenchCliOptions& o) {
   b.shapes = shapes_of(o.prompt, o.gen);
   b.modes = parse_bench_modes(o.modes);
   b.keys = o.keys.config();
-  std::fprintf(stderr, "bench: measuring read bandwidth (%d threads)...\n", threads);
-  const double bw = measure_read_bandwidth(threads);
-  std::printf("read bandwidth: %.1f GB/s (%d threads, 1 GiB buffer, best of 5)\n", bw, threads);
+  double bw = 0;
+  if (o.device == "cuda") {
+    b.path = ExecPath::Cuda;
+    std::printf("device: %s\n", cuda_device_info().c_str());
+    bw = cuda_read_bandwidth_gbs();
+    std::printf("GPU read bandwidth: %.1f GB/s (a kernel summing 2 GiB, best of 5)\n", bw);
+  } else {
+    std::fprintf(stderr, "bench: measuring read bandwidth (%d threads)...\n", threads);
+    bw = measure_read_bandwidth(threads);
+    std::printf("read bandwidth: %.1f GB/s (%d threads, 1 GiB buffer, best of 5)\n", bw, threads);
+  }
   if (o.roofline) return 0;
   b.read_bw_gbs = bw;
   const DType wtype = parse_weight_type(o.wtype);
@@ -179,6 +191,7 @@ Runner add_bench_command(CLI::App& app) {
   sub->add_option("--wtype", o->wtype, "weight type: f16, bf16, f32 or q8_0")->capture_default_str()->check(CLI::IsMember({"f16", "bf16", "f32", "q8_0"}));
   sub->add_option("--json", o->json, "also write the results as JSON");
   sub->add_flag("--roofline", o->roofline, "only measure and print this machine's read bandwidth");
+  sub->add_option("--device", o->device, "run every mode on the CPU or on the GPU (cuda)")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   o->keys.add_to(*sub, false);
   sub->add_option("--plot", o->plot, "write an SVG of decode speedup vs keep and vs generated length");
   sub->add_option("--sweep", o->sweep, "gen: generated lengths 32,128,512,1024,2048 at the (single) --prompt; keep: give several -m files")

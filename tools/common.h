@@ -14,6 +14,7 @@ struct ModelOptions {
   int threads = 0;         // -t; 0: all cores
   int ctx = 2048;          // -c
   bool reference = false;  // --ref: the scalar f32 reference path
+  std::string device = "cpu";  // --device: cpu or cuda
   std::string wtype = "f16";  // --wtype: fast path weight type
   std::string kv = "dense";       // --kv: decode KV mode
   std::string unit = "per-token"; // --unit: decode execution unit
@@ -34,7 +35,9 @@ struct ModelOptions {
 
   void add_to(CLI::App& app, int default_ctx);
   std::string model_path() const;
-  ExecPath path() const { return reference ? ExecPath::Reference : ExecPath::Fast; }
+  ExecPath path() const {
+    return reference ? ExecPath::Reference : device == "cuda" ? ExecPath::Cuda : ExecPath::Fast;
+  }
   BackendOptions backend_options() const;
   DType weight_type() const { return reference ? DType::F32 : parse_weight_type(wtype); }
 };
@@ -51,5 +54,6 @@ Runner add_compress_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
 Runner add_import_command(CLI::App& app);
 Runner add_calibrate_kv_command(CLI::App& app);
+Runner add_synth_command(CLI::App& app);
 
 }  // namespace lr::cli

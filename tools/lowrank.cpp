@@ -16,6 +16,7 @@ void ModelOptions::add_to(CLI::App& app, int default_ctx) {
   app.add_option("-t,--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));
   app.add_option("-c,--ctx", ctx, "context size in tokens (KV cache capacity)")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_flag("--ref", reference, "run the scalar f32 reference path instead of the fast path");
+  app.add_option("--device", device, "fast path on the CPU, or on the GPU (cuda: a build with LOWRANK_CUDA=ON)")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--wtype", wtype, "fast path weight type: f16, bf16, f32 or q8_0 (int8, a scale per 32 values)")->capture_default_str()->check(CLI::IsMember({"f16", "bf16", "f32", "q8_0"}));
   app.add_option("--kv", kv, "decode KV cache: dense (append the current k/v), legacy (low-rank latents, history rebuilt every step) or static (eager attention ops)")->capture_default_str()->check(CLI::IsMember({"dense", "legacy", "static"}));
   app.add_option("--unit", unit, "decode execution unit: per-op, per-layer or per-token")->capture_default_str()->check(CLI::IsMember({"per-op", "per-layer", "per-token"}));
@@ -112,6 +113,7 @@ int main(int argc, char** argv) {
   reg(lr::cli::add_bench_command);
   reg(lr::cli::add_import_command);
   reg(lr::cli::add_calibrate_kv_command);
+  reg(lr::cli::add_synth_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

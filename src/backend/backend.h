@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "kv/key_config.h"
 #include "kv/key_stream.h"
@@ -81,10 +82,15 @@ struct KeyCacheStats {
   }
 };
 
-// Thread-pool work of the forward passes since the last reset.
+// Work issued by the forward passes since the last reset. CPU: thread-pool
+// regions and barriers. CUDA: what the host issued (kernel launches and
+// copies eagerly, graph launches in graph modes) and the kernels that ran.
 struct ExecCounters {
-  uint64_t dispatches = 0;  // parallel regions started (threads woken and joined)
-  uint64_t barriers = 0;    // barrier crossings inside regions
+  uint64_t dispatches = 0;  // CPU: parallel regions started; CUDA: host launches
+  uint64_t barriers = 0;    // CPU: barrier crossings inside regions
+  uint64_t kernels = 0;     // CUDA: kernels executed (launched, or replayed graph nodes)
+  uint64_t graph_launches = 0;  // CUDA: graphs launched
+  uint64_t graph_nodes = 0;     // CUDA: nodes of the graphs launched (kernels and copies)
 };
 
 class Backend {
@@ -126,5 +132,15 @@ std::unique_ptr<Backend> make_reference_backend(std::shared_ptr<const Weights> w
 // The fast CPU path: AVX2 kernels, bf16 (or f32) weights, multithreaded.
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const Weights> w,
                                           const BackendOptions& opt);
+// The CUDA path (src/backend/cuda): bf16 weights on the device, f32
+// accumulation, f16 KV cache; opt.exec picks the ablation rung, with
+// per-layer and per-token units as captured CUDA graphs. Throws lr::Error in a
+// build without CUDA (LOWRANK_CUDA=OFF) or on a machine without a device.
+std::unique_ptr<Backend> make_cuda_backend(std::shared_ptr<const Weights> w,
+                                           const BackendOptions& opt);
+// "NVIDIA H200, 139 GiB, sm_90, driver 12.8" or why there is none.
+std::string cuda_device_info(bool* available = nullptr);
+// The GPU's read bandwidth in GB/s: a kernel summing a 2 GiB buffer, best of 5.
+double cuda_read_bandwidth_gbs();
 
 }  // namespace lr

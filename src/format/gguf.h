@@ -155,6 +155,11 @@ class Writer {
   void add_tensor(std::string name, DType dtype, std::vector<uint64_t> shape, const void* data,
                   uint64_t nbytes);
 
+  // A tensor whose bytes `fill` writes when the file is written (one tensor
+  // in memory at a time: for models larger than what a copy would allow).
+  using Fill = std::function<void(uint8_t* dst, uint64_t nbytes)>;
+  void add_tensor_generated(std::string name, DType dtype, std::vector<uint64_t> shape, Fill fill);
+
   std::vector<uint8_t> to_bytes() const;
   void write(const std::string& path) const;  // throws lr::Error on I/O failure
 
@@ -162,11 +167,15 @@ class Writer {
   using Sink = std::function<void(const void*, size_t)>;
   void emit(const Sink& put) const;
 
+  // Checks name, dtype and shape; returns the tensor's byte size.
+  uint64_t check_tensor(const std::string& name, DType dtype, const std::vector<uint64_t>& shape) const;
   struct Tensor {
     std::string name;
     DType dtype;
     std::vector<uint64_t> shape;
-    std::vector<uint8_t> bytes;
+    std::vector<uint8_t> bytes;  // empty when generated
+    uint64_t size = 0;
+    Fill fill;
   };
   std::vector<std::pair<std::string, Value>> kv_;
   std::vector<Tensor> tensors_;

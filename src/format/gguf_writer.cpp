@@ -247,6 +247,24 @@ void Writer::set_f32s(std::string key, std::vector<float> v) {
 
 void Writer::add_tensor(std::string name, DType dtype, std::vector<uint64_t> shape,
                         const void* data, uint64_t nbytes) {
+  const uint64_t expect = check_tensor(name, dtype, shape);
+  if (nbytes != expect)
+    fail("gguf writer: tensor '{}' ({} {}): got {} bytes, expected {}", name, dtype_name(dtype),
+         fmt::format("[{}]", fmt::join(shape, ", ")), nbytes, expect);
+  if (nbytes && !data) fail("gguf writer: tensor '{}': null data", name);
+  Tensor t{std::move(name), dtype, std::move(shape), {}, nbytes, {}};
+  const auto* p = static_cast<const uint8_t*>(data);
+  t.bytes.assign(p, p + nbytes);
+  tensors_.push_back(std::move(t));
+}
+
+void Writer::add_tensor_generated(std::string name, DType dtype, std::vector<uint64_t> shape, Fill fill) {
+  const uint64_t nbytes = check_tensor(name, dtype, shape);
+  LR_ASSERT(fill);
+  tensors_.push_back({std::move(name), dtype, std::move(shape), {}, nbytes, std::move(fill)});
+}
+
+uint64_t Writer::check_tensor(const std::string& name, DType dtype, const std::vector<uint64_t>& shape) const {
   for (const Tensor& t : tensors_)
     if (t.name == name) fail("gguf writer: duplicate tensor name '{}'", name);
   auto info = dtype_info(uint32_t(dtype));
@@ -269,14 +287,7 @@ void Writer::add_tensor(std::string name, DType dtype, std::vector<uint64_t> sha
   for (size_t d = 1; d < shape.size(); ++d)
     if (__builtin_mul_overflow(expect, shape[d], &expect))
       fail("gguf writer: tensor '{}': byte size overflows", name);
-  if (nbytes != expect)
-    fail("gguf writer: tensor '{}' ({} {}): got {} bytes, expected {}", name, info->name,
-         fmt::format("[{}]", fmt::join(shape, ", ")), nbytes, expect);
-  if (nbytes && !data) fail("gguf writer: tensor '{}': null data", name);
-  Tensor t{std::move(name), dtype, std::move(shape), {}};
-  const auto* p = static_cast<const uint8_t*>(data);
-  t.bytes.assign(p, p + nbytes);
-  tensors_.push_back(std::move(t));
+  return expect;
 }
 
 void Writer::emit(const Sink& put) const {
@@ -300,14 +311,21 @@ void Writer::emit(const Sink& put) const {
     for (uint64_t d : t.shape) e.pod<uint64_t>(d);
     e.pod<uint32_t>(uint32_t(t.dtype));
     e.pod<uint64_t>(offset);
-    offset += t.bytes.size();
+    offset += t.size;
     offset += (alignment - offset % alignment) % alignment;
   }
   // Like llama.cpp and the gguf Python package: a file without tensors has no
   // data section, so it ends right after the metadata.
   if (!tensors_.empty()) e.pad_to(alignment);
+  std::vector<uint8_t> made;  // a generated tensor, one at a time
   for (const Tensor& t : tensors_) {
-    e.bytes(t.bytes.data(), t.bytes.size());
+    if (t.fill) {
+      made.resize(t.size);
+      t.fill(made.data(), t.size);
+      e.bytes(made.data(), made.size());
+    } else {
+      e.bytes(t.bytes.data(), t.bytes.size());
+    }
     e.pad_to(alignment);
   }
 }

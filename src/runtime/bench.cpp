@@ -45,19 +45,19 @@ double keep_of(const Model& m) {
 }
 
 struct Sample {
-  double prefill_ms, decode_ms, dispatches, barriers, cache_mb, key_mb, key_bits, kv_read_mb;
+  double prefill_ms, decode_ms, dispatches, barriers, kernels, cache_mb, key_mb, key_bits, kv_read_mb;
 };
 
 // One timed run: prefill `prompt` random tokens, then `gen` single-token steps.
 Sample run_once(const Model& m, const BenchMode& mode, const BenchShape& sh, int threads,
-                uint64_t seed, const kv::KeyCacheConfig& keys) {
+                uint64_t seed, const kv::KeyCacheConfig& keys, ExecPath path) {
   BackendOptions o;
   o.ctx = sh.prompt + sh.gen + 1;
   o.n_threads = threads;
   o.exec = mode.exec;
   o.keys = keys;
   o.keys.type = mode.keys;
-  auto b = make_backend(m, ExecPath::Fast, o);
+  auto b = make_backend(m, path, o);
   const int vocab = m.weights->cfg.vocab;
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int32_t> tok(1, vocab - 1);
@@ -78,6 +78,7 @@ Sample run_once(const Model& m, const BenchMode& mode, const BenchShape& sh, int
   const ExecCounters c = b->counters();
   s.dispatches = double(c.dispatches) / std::max(1, sh.gen);
   s.barriers = double(c.barriers) / std::max(1, sh.gen);
+  s.kernels = double(c.kernels) / std::max(1, sh.gen);
   s.cache_mb = double(b->cache_bytes()) / 1e6;
   const KeyCacheStats ks = b->key_stats();
   const Config& cfg = m.weights->cfg;
@@ -153,13 +154,13 @@ std::vector<BenchMode> parse_bench_modes(const std::string& list) {
   return out;
 }
 
-uint64_t decode_cache_bytes(const Weights& w, KvMode kv, int pos) {
+uint64_t decode_cache_bytes(const Weights& w, KvMode kv, int pos, int elem_bytes) {
   const Config& c = w.cfg;
-  const uint64_t n = uint64_t(pos) + 1;
-  if (kv != KvMode::Legacy) return 2 * n * uint64_t(c.kv_dim()) * sizeof(float) * uint64_t(c.n_layers);
-  uint64_t b = 0;  // latents read; the rebuilt history is written and read again
+  const uint64_t n = uint64_t(pos) + 1, e = uint64_t(elem_bytes);
+  if (kv != KvMode::Legacy) return 2 * n * uint64_t(c.kv_dim()) * e * uint64_t(c.n_layers);
+  uint64_t b = 0;  // latents read; the rebuilt f32 history is written and read again
   for (const Layer& l : w.layers)
-    b += n * (uint64_t(l.k.rank() + l.v.rank()) + 2 * 2 * uint64_t(c.kv_dim())) * sizeof(float);
+    b += n * (uint64_t(l.k.rank() + l.v.rank()) * e + 2 * 2 * uint64_t(c.kv_dim()) * sizeof(float));
   return b;
 }
 
@@ -178,7 +179,7 @@ std::vector<BenchRow> run_bench(const Model& lowrank_model, const Model* dense_m
   // Warm-up: every mode once on a short run (pages in weights, spins up threads).
   for (const BenchMode& m : opt.modes) {
     if (progress) progress("warm-up " + m.name);
-    run_once(model_of(m), m, {std::max(16, opt.keys.svdq.min_fit_tokens), 4}, opt.threads, opt.seed, opt.keys);
+    run_once(model_of(m), m, {std::max(16, opt.keys.svdq.min_fit_tokens), 4}, opt.threads, opt.seed, opt.keys, opt.path);
   }
   std::vector<BenchRow> rows;
   for (const BenchShape& sh : opt.shapes) {
@@ -188,7 +189,7 @@ std::vector<BenchRow> run_bench(const Model& lowrank_model, const Model* dense_m
       for (const BenchMode& m : opt.modes) {  // interleaved: noise hits every mode alike
         if (progress)
           progress(fmt::format("{}/{} rep {}/{} {}", sh.prompt, sh.gen, rep + 1, opt.reps, m.name));
-        samples[m.name].push_back(run_once(model_of(m), m, sh, opt.threads, opt.seed + uint64_t(rep), opt.keys));
+        samples[m.name].push_back(run_once(model_of(m), m, sh, opt.threads, opt.seed + uint64_t(rep), opt.keys, opt.path));
         rss[m.name] = peak_rss_mb();
       }
     for (const BenchMode& m : opt.modes) {
@@ -211,9 +212,11 @@ std::vector<BenchRow> run_bench(const Model& lowrank_model, const Model* dense_m
       r.tok_s = 1000.0 / r.decode_ms;
       r.dispatches = med(&Sample::dispatches);
       r.barriers = med(&Sample::barriers);
+      r.kernels = med(&Sample::kernels);
       r.weight_mb = double(model.weights->bytes_per_token()) / 1e6;
       double kv = 0;
-      for (int i = 0; i < sh.gen; ++i) kv += double(decode_cache_bytes(*model.weights, m.exec.kv, sh.prompt + i));
+      for (int i = 0; i < sh.gen; ++i) kv += double(decode_cache_bytes(*model.weights, m.exec.kv, sh.prompt + i,
+                                                                  opt.path == ExecPath::Cuda ? 2 : 4));
       r.kv_mb = m.keys == kv::KeyType::F32 ? kv / sh.gen / 1e6 : med(&Sample::kv_read_mb);
       r.gbs = (r.weight_mb + r.kv_mb) / r.decode_ms;  // MB per ms = GB/s
       r.pct_bw = opt.read_bw_gbs > 0 ? 100.0 * r.gbs / opt.read_bw_gbs : 0;

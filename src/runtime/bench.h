@@ -42,6 +42,7 @@ struct BenchOptions {
   uint64_t seed = 1234;
   double read_bw_gbs = 0;  // the machine's measured read bandwidth (for % of it), 0: unknown
   kv::KeyCacheConfig keys;  // SVDq / KIVI settings of the k-* modes
+  ExecPath path = ExecPath::Fast;  // Fast (CPU) or Cuda: where every mode runs
 };
 
 struct BenchRow {
@@ -54,7 +55,8 @@ struct BenchRow {
   double decode_ms = 0;         // per token
   double e2e_s = 0;             // prefill + gen decode steps
   double tok_s = 0;             // decode tokens per second
-  double dispatches = 0, barriers = 0;  // per decode token
+  double dispatches = 0, barriers = 0;  // per decode token (CUDA: host launches; no barriers)
+  double kernels = 0;           // CUDA: kernels run per decode token (launched or graph nodes)
   double weight_mb = 0;         // weight bytes read per decode token (MB = 1e6 bytes)
   double kv_mb = 0;             // cache bytes read per decode token, averaged over the run
   double gbs = 0;               // (weight + cache bytes) per token / decode time
@@ -77,7 +79,8 @@ std::vector<BenchRow> run_bench(const Model& lowrank_model, const Model* dense_m
 // much larger than the caches, best of several passes.
 double measure_read_bandwidth(int threads, size_t bytes = size_t(1) << 30);
 
-// Weight and cache bytes one decode step at position `pos` reads.
-uint64_t decode_cache_bytes(const Weights& w, KvMode kv, int pos);
+// Cache bytes one decode step at position `pos` reads, with `elem_bytes` per
+// cached element (the CPU's f32 cache: 4; the GPU's f16 cache: 2).
+uint64_t decode_cache_bytes(const Weights& w, KvMode kv, int pos, int elem_bytes = 4);
 
 }  // namespace lr

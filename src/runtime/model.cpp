@@ -63,6 +63,7 @@ ExecUnit parse_exec_unit(const std::string& name) {
 
 std::unique_ptr<Backend> make_backend(const Model& m, ExecPath path, const BackendOptions& opt) {
   if (path == ExecPath::Reference) return make_reference_backend(m.weights, opt);
+  if (path == ExecPath::Cuda) return make_cuda_backend(m.weights, opt);
   return make_cpu_backend(m.weights, opt);
 }
 

@@ -13,7 +13,7 @@
 
 namespace lr {
 
-enum class ExecPath { Fast, Reference };
+enum class ExecPath { Fast, Reference, Cuda };  // fast CPU, scalar reference, GPU
 
 struct Model {
   std::string path;

@@ -1,0 +1,544 @@
+// CUDA kernels of the forward pass (see kernels.cuh for the conventions).
+// Each mirrors a function of the reference backend (backend/ref/forward_ref.cpp):
+// matmul -> gemv/gemm, rms_norm, rope, attend (split-K online softmax here),
+// silu * mul, residual add.
+#include "backend/cuda/kernels.cuh"
+
+#include <algorithm>
+
+namespace lr::cuda {
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kGemvRows = 8;     // rows per GEMV block (one warp each)
+constexpr int kTile = 64;        // GEMM tile: rows x tokens
+constexpr int kTileK = 32;
+constexpr int kAttendWarps = 4;
+constexpr int kMaxGroup = 8;     // query heads per KV head
+constexpr int kReconPositions = 4;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+__device__ float block_sum(float v) {
+  __shared__ float part[32];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  v = warp_sum(v);
+  __syncthreads();  // part[] may still be read by a previous call
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  const int nw = blockDim.x / kWarp;
+  float t = lane < nw ? part[lane] : 0.f;
+  return warp_sum(t);
+}
+__device__ float block_max(float v) {
+  __shared__ float part[32];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  const int nw = blockDim.x / kWarp;
+  float t = lane < nw ? part[lane] : -INFINITY;
+  return warp_max(t);
+}
+
+__device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); }
+
+// Which job of a multi-job launch block `b` belongs to, given `per` rows per block.
+__device__ __forceinline__ int job_of(const GemvArgs& a, int& b, int per) {
+  int j = 0;
+  for (; j + 1 < a.n_jobs; ++j) {
+    const int nb = int((a.job[j].m.rows + per - 1) / per);
+    if (b < nb) break;
+    b -= nb;
+  }
+  return j;
+}
+
+int blocks_of(const GemvArgs& a, int per) {
+  int n = 0;
+  for (int j = 0; j < a.n_jobs; ++j) n += int((a.job[j].m.rows + per - 1) / per);
+  return n;
+}
+
+// --- matrix products -----------------------------------------------------------
+
+// Decode: the input (normed, or SiLU*mul'd) staged in shared memory, padded
+// with zeros to the matrix's ld; one warp per row, 8 bf16 per lane per load.
+__global__ void gemv_kernel(GemvArgs a) {
+  extern __shared__ float xs[];
+  int b = blockIdx.x;
+  const int j = job_of(a, b, kGemvRows);
+  const GemvJob& J = a.job[j];
+  const int64_t cols = J.m.cols, ld = J.m.ld;
+  const float* in = J.in.p + J.in_off;
+  float inv = 1.f;
+  if (J.norm) {
+    float ss = 0.f;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) ss += in[c] * in[c];
+    ss = block_sum(ss);
+    inv = rsqrtf(ss / float(cols) + a.eps);
+  }
+  for (int64_t c = threadIdx.x; c < ld; c += blockDim.x) {
+    float x = 0.f;
+    if (c < cols) {
+      x = in[c];
+      if (J.norm) x = x * inv * J.norm[c];
+      if (J.in2.p) x = silu(x) * J.in2.p[J.in_off + c];
+    }
+    xs[c] = x;
+  }
+  __syncthreads();
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t r = int64_t(b) * kGemvRows + warp;
+  if (r >= J.m.rows) return;
+  const __nv_bfloat16* row = J.m.w + r * ld;
+  float acc = 0.f;
+  for (int64_t c = int64_t(lane) * 8; c < ld; c += kWarp * 8) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(row + c);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = __bfloat1622float2(h[k]);
+      acc += f.x * xs[c + 2 * k] + f.y * xs[c + 2 * k + 1];
+    }
+  }
+  acc = warp_sum(acc);
+  if (lane == 0) {
+    float* out = J.out.p + J.out_off;
+    out[r] = J.accumulate ? out[r] + acc : acc;
+  }
+}
+
+// Prefill: Y[t, r] over a 64-row x 64-token tile per block, 4 x 4 per thread.
+__global__ void gemm_kernel(GemvArgs a, int n) {
+  __shared__ float ws[kTileK][kTile + 1];
+  __shared__ float xs[kTileK][kTile + 1];
+  int b = blockIdx.x;
+  const int j = job_of(a, b, kTile);
+  const GemvJob& J = a.job[j];
+  const int64_t r0 = int64_t(b) * kTile, t0 = int64_t(blockIdx.y) * kTile;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < J.m.cols; k0 += kTileK) {
+    for (int e = threadIdx.x; e < kTile * kTileK; e += blockDim.x) {
+      const int rr = e / kTileK, kk = e % kTileK;
+      const int64_t r = r0 + rr, k = k0 + kk, t = t0 + rr;
+      ws[kk][rr] = r < J.m.rows && k < J.m.cols ? __bfloat162float(J.m.w[r * J.m.ld + k]) : 0.f;
+      xs[kk][rr] = t < n && k < J.m.cols ? J.in.p[t * J.in.stride + J.in_off + k] : 0.f;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int kk = 0; kk < kTileK; ++kk) {
+      float wv[4], xv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) wv[i] = ws[kk][tx + 16 * i];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) xv[i] = xs[kk][ty + 16 * i];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[i][q] += wv[i] * xv[q];
+    }
+    __syncthreads();
+  }
+  for (int i = 0; i < 4; ++i)
+    for (int q = 0; q < 4; ++q) {
+      const int64_t r = r0 + tx + 16 * i, t = t0 + ty + 16 * q;
+      if (r >= J.m.rows || t >= n) continue;
+      float* out = J.out.p + t * J.out.stride + J.out_off + r;
+      *out = J.accumulate ? *out + acc[i][q] : acc[i][q];
+    }
+}
+
+// --- elementwise ---------------------------------------------------------------
+
+__global__ void embed_kernel(const int32_t* tokens, DevMatrix emb, DevVec x) {
+  const int t = blockIdx.x;
+  const __nv_bfloat16* row = emb.w + int64_t(tokens[t]) * emb.ld;
+  for (int64_t c = threadIdx.x; c < emb.cols; c += blockDim.x) x.p[t * x.stride + c] = __bfloat162float(row[c]);
+}
+
+__global__ void rms_norm_kernel(DevVec a, DevVec b, const float* norm, int64_t width, float eps) {
+  const int t = blockIdx.x;
+  const float* x = a.p + t * a.stride;
+  float ss = 0.f;
+  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) ss += x[c] * x[c];
+  const float inv = rsqrtf(block_sum(ss) / float(width) + eps);
+  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) b.p[t * b.stride + c] = x[c] * inv * norm[c];
+}
+
+__global__ void add_kernel(int n, DevVec x, DevVec y, int64_t width) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= int64_t(n) * width) return;
+  const int64_t t = i / width, c = i % width;
+  x.p[t * x.stride + c] += y.p[t * y.stride + c];
+}
+
+__global__ void silu_mul_kernel(int n, DevVec g, DevVec u, int64_t width) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= int64_t(n) * width) return;
+  const int64_t t = i / width, c = i % width;
+  float& x = g.p[t * g.stride + c];
+  x = silu(x) * u.p[t * u.stride + c];
+}
+
+// Rotates the pair (x[2i], x[2i+1]) by pos * inv_freq[i] (angle in double, as the reference).
+__device__ __forceinline__ void rotate(float* x, int i, int pos, const double* inv_freq) {
+  double sn, cs;
+  sincos(double(pos) * inv_freq[i], &sn, &cs);
+  const double a = x[2 * i], b = x[2 * i + 1];
+  x[2 * i] = float(a * cs - b * sn);
+  x[2 * i + 1] = float(a * sn + b * cs);
+}
+
+__global__ void rope_kernel(const int* pos0, RopeArgs r, DevVec q, DevVec k) {
+  const int t = blockIdx.x, pos = *pos0 + t, half = r.head_dim / 2;
+  const int heads = r.n_heads + (k.p ? r.n_kv_heads : 0);
+  for (int e = threadIdx.x; e < heads * half; e += blockDim.x) {
+    const int h = e / half, i = e % half;
+    float* x = h < r.n_heads ? q.p + t * q.stride + h * r.head_dim : k.p + t * k.stride + (h - r.n_heads) * r.head_dim;
+    rotate(x, i, pos, r.inv_freq);
+  }
+}
+
+__global__ void rope_append_kernel(const int* pos0, RopeArgs r, DevVec q, DevVec k, DevVec v, CacheRef c, bool rope) {
+  const int t = blockIdx.x, pos = *pos0 + t, half = r.head_dim / 2;
+  if (rope) {
+    for (int e = threadIdx.x; e < r.n_heads * half; e += blockDim.x)
+      rotate(q.p + t * q.stride + (e / half) * r.head_dim, e % half, pos, r.inv_freq);
+    for (int e = threadIdx.x; e < r.n_kv_heads * half; e += blockDim.x) {
+      float* x = k.p + t * k.stride + (e / half) * r.head_dim;
+      rotate(x, e % half, pos, r.inv_freq);
+    }
+    __syncthreads();  // the roped k row is read below by other threads
+  }
+  for (int64_t e = threadIdx.x; e < c.kv_dim; e += blockDim.x) {
+    c.k[int64_t(pos) * c.kv_dim + e] = __float2half(k.p[t * k.stride + e]);
+    c.v[int64_t(pos) * c.kv_dim + e] = __float2half(v.p[t * v.stride + e]);
+  }
+}
+
+// --- attention -----------------------------------------------------------------
+
+template <typename T>
+__device__ __forceinline__ float load_f(const T* p) {
+  if constexpr (sizeof(T) == 2) return __half2float(*p);
+  else return *p;
+}
+
+// One block: token t, KV head kvh, keys [c * chunk, ...) up to its position;
+// its kAttendWarps warps take every 4th key, each with an online softmax per
+// query head of the group, merged at the end into one partial per head.
+template <int D, typename T>
+__global__ void attend_kernel(AttendArgs a, DevVec q, const int* pos0) {
+  constexpr int E = D / kWarp;
+  const int c = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z;
+  const int pos = *pos0 + t;
+  const int start = c * kAttendChunk;
+  if (start > pos) return;
+  const int end = min(start + kAttendChunk, pos + 1);
+  const int G = a.n_heads / a.n_kv_heads;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const float scale = rsqrtf(float(D));
+  float qr[kMaxGroup][E], acc[kMaxGroup][E], m[kMaxGroup], l[kMaxGroup];
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      qr[g][e] = g < G ? q.p[t * q.stride + (kvh * G + g) * D + lane * E + e] * scale : 0.f;
+      acc[g][e] = 0.f;
+    }
+  }
+  const T* K = static_cast<const T*>(a.k);
+  const T* V = static_cast<const T*>(a.v);
+  for (int j = start + warp; j < end; j += kAttendWarps) {
+    float kv[E], vv[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      kv[e] = load_f(K + int64_t(j) * a.kv_dim + kvh * D + lane * E + e);
+      vv[e] = load_f(V + int64_t(j) * a.kv_dim + kvh * D + lane * E + e);
+    }
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+      if (g >= G) break;
+      float s = 0.f;
+#pragma unroll
+      for (int e = 0; e < E; ++e) s += qr[g][e] * kv[e];
+      s = warp_sum(s);
+      const float mn = fmaxf(m[g], s), corr = __expf(m[g] - mn), p = __expf(s - mn);
+      l[g] = l[g] * corr + p;
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[g][e] = acc[g][e] * corr + p * vv[e];
+      m[g] = mn;
+    }
+  }
+  __shared__ float sm[kAttendWarps][kMaxGroup], sl[kAttendWarps][kMaxGroup];
+  __shared__ float sacc[kAttendWarps][kMaxGroup][D];
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    if (g >= G) break;
+    if (lane == 0) {
+      sm[warp][g] = m[g];
+      sl[warp][g] = l[g];
+    }
+#pragma unroll
+    for (int e = 0; e < E; ++e) sacc[warp][g][lane * E + e] = acc[g][e];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
+    const int g = e / D, d = e % D;
+    float M = -INFINITY;
+    for (int w = 0; w < kAttendWarps; ++w) M = fmaxf(M, sm[w][g]);
+    float L = 0.f, A = 0.f;
+    for (int w = 0; w < kAttendWarps; ++w) {
+      const float f = sm[w][g] == -INFINITY ? 0.f : __expf(sm[w][g] - M);
+      L += sl[w][g] * f;
+      A += sacc[w][g][d] * f;
+    }
+    const int64_t slot = (int64_t(t) * a.n_heads + kvh * G + g) * a.chunks + c;
+    a.part_acc[slot * D + d] = A;
+    if (d == 0) {
+      a.part_m[slot] = M;
+      a.part_l[slot] = L;
+    }
+  }
+}
+
+// att[t, h] = sum over the token's chunks of the partials, renormalized.
+__global__ void merge_kernel(AttendArgs a, DevVec att, const int* pos0) {
+  const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
+  const int pos = *pos0 + t, nc = pos / kAttendChunk + 1;
+  const int64_t base = (int64_t(t) * a.n_heads + h) * a.chunks;
+  float M = -INFINITY;
+  for (int c = 0; c < nc; ++c) M = fmaxf(M, a.part_m[base + c]);
+  float L = 0.f, A = 0.f;
+  for (int c = 0; c < nc; ++c) {
+    const float f = __expf(a.part_m[base + c] - M);
+    L += a.part_l[base + c] * f;
+    A += a.part_acc[(base + c) * a.head_dim + d] * f;
+  }
+  att.p[t * att.stride + h * a.head_dim + d] = A / L;
+}
+
+// Static: one warp per key, every query head's score.
+__global__ void scores_kernel(const int* pos0, StaticArgs a, DevVec q) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int j = blockIdx.x * (blockDim.x / kWarp) + warp, pos = *pos0;
+  if (j > pos) return;
+  const int G = a.n_heads / a.n_kv_heads;
+  const float scale = rsqrtf(float(a.head_dim));
+  for (int h = 0; h < a.n_heads; ++h) {
+    const __half* k = a.k + int64_t(j) * a.kv_dim + (h / G) * a.head_dim;
+    float s = 0.f;
+    for (int d = lane; d < a.head_dim; d += kWarp) s += q.p[h * a.head_dim + d] * __half2float(k[d]);
+    s = warp_sum(s);
+    if (lane == 0) a.scores[int64_t(h) * a.ctx + j] = s * scale;
+  }
+}
+
+__global__ void softmax_kernel(const int* pos0, StaticArgs a) {
+  float* s = a.scores + int64_t(blockIdx.x) * a.ctx;
+  const int n = *pos0 + 1;
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, s[j]);
+  mx = block_max(mx);
+  float sum = 0.f;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) sum += (s[j] = __expf(s[j] - mx));
+  sum = block_sum(sum);
+  for (int j = threadIdx.x; j < n; j += blockDim.x) s[j] /= sum;
+}
+
+__global__ void mix_kernel(const int* pos0, StaticArgs a, DevVec att) {
+  extern __shared__ float part[];  // [groups, head_dim]
+  const int h = blockIdx.x, G = a.n_heads / a.n_kv_heads, D = a.head_dim;
+  const int groups = blockDim.x / D, grp = threadIdx.x / D, d = threadIdx.x % D, n = *pos0 + 1;
+  const float* s = a.scores + int64_t(h) * a.ctx;
+  float acc = 0.f;
+  for (int j = grp; j < n; j += groups) acc += s[j] * __half2float(a.v[int64_t(j) * a.kv_dim + (h / G) * D + d]);
+  part[grp * D + d] = acc;
+  __syncthreads();
+  if (grp == 0) {
+    for (int g = 1; g < groups; ++g) acc += part[g * D + d];
+    att.p[h * D + d] = acc;
+  }
+}
+
+// --- legacy KV -----------------------------------------------------------------
+
+__global__ void latent_append_kernel(const int* pos0, DevVec p, LatentRef l) {
+  const int t = blockIdx.x, pos = *pos0 + t;
+  const float* x = p.p + t * p.stride;
+  for (int64_t i = threadIdx.x; i < l.k_rank; i += blockDim.x) l.k[pos * l.k_ld + i] = __float2half(x[l.k_off + i]);
+  for (int64_t i = threadIdx.x; i < l.v_rank; i += blockDim.x) l.v[pos * l.v_ld + i] = __float2half(x[l.v_off + i]);
+}
+
+// Positions [j0, j0 + kReconPositions) of one side: out[j] = U L[j] (roped for k).
+__device__ void reconstruct_side(int j0, int last, const __half* lat, int64_t lat_ld, int64_t rank, DevMatrix u,
+                                 float* out, int64_t kv_dim, const RopeArgs* rope, float* ls) {
+  const int np = min(kReconPositions, last - j0 + 1);
+  __syncthreads();  // ls may still be read for the other side
+  for (int64_t e = threadIdx.x; e < int64_t(np) * rank; e += blockDim.x)
+    ls[e] = __half2float(lat[(j0 + e / rank) * lat_ld + e % rank]);
+  __syncthreads();
+  for (int64_t r = threadIdx.x; r < kv_dim; r += blockDim.x) {
+    const __nv_bfloat16* row = u.w + r * u.ld;
+    float acc[kReconPositions] = {};
+    for (int64_t i = 0; i < rank; ++i) {
+      const float w = __bfloat162float(row[i]);
+#pragma unroll
+      for (int p = 0; p < kReconPositions; ++p)
+        if (p < np) acc[p] += w * ls[p * rank + i];
+    }
+    for (int p = 0; p < np; ++p) out[(j0 + p) * kv_dim + r] = acc[p];
+  }
+  if (!rope) return;
+  __syncthreads();
+  const int half = rope->head_dim / 2;
+  for (int64_t e = threadIdx.x; e < int64_t(np) * (kv_dim / 2); e += blockDim.x) {
+    const int p = int(e / (kv_dim / 2));
+    const int64_t pair = e % (kv_dim / 2);
+    rotate(out + (j0 + p) * kv_dim + (pair / half) * rope->head_dim, int(pair % half), j0 + p, rope->inv_freq);
+  }
+}
+
+__global__ void reconstruct_kernel(const int* pos0, int n, LatentRef l, DevMatrix uk, DevMatrix uv, RopeArgs r,
+                                   float* k_all, float* v_all, int64_t kv_dim) {
+  extern __shared__ float ls[];  // [kReconPositions, max rank]
+  const int last = *pos0 + n - 1, j0 = blockIdx.x * kReconPositions;
+  if (j0 > last) return;
+  reconstruct_side(j0, last, l.k, l.k_ld, l.k_rank, uk, k_all, kv_dim, &r, ls);
+  reconstruct_side(j0, last, l.v, l.v_ld, l.v_rank, uv, v_all, kv_dim, nullptr, ls);
+}
+
+__global__ void read_sum_kernel(const float4* x, int64_t n, float* out) {
+  float acc = 0.f;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float4 v = x[i];
+    acc += v.x + v.y + v.z + v.w;
+  }
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) out[blockIdx.x] = acc;
+}
+
+}  // namespace
+
+// --- launchers -----------------------------------------------------------------
+
+cudaError_t prepare_kernels(int64_t max_cols, int64_t max_latent) {
+  cudaError_t e = cudaFuncSetAttribute(gemv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(gemv_smem(max_cols)));
+  if (e != cudaSuccess) return e;
+  return cudaFuncSetAttribute(reconstruct_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              int(std::max<int64_t>(max_latent, 1) * kReconPositions * sizeof(float)));
+}
+
+cudaError_t launch_read_sum(cudaStream_t s, const float4* x, int64_t n, float* out, int blocks) {
+  read_sum_kernel<<<blocks, 512, 0, s>>>(x, n, out);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_embed(cudaStream_t s, const int32_t* tokens, int n, DevMatrix emb, DevVec x) {
+  embed_kernel<<<n, 256, 0, s>>>(tokens, emb, x);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rms_norm(cudaStream_t s, int n, DevVec a, DevVec b, const float* norm, int64_t width, float eps) {
+  rms_norm_kernel<<<n, 256, 0, s>>>(a, b, norm, width, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_gemv(cudaStream_t s, const GemvArgs& a, int n) {
+  if (n == 1) {
+    size_t smem = 0;
+    for (int j = 0; j < a.n_jobs; ++j) smem = std::max(smem, gemv_smem(a.job[j].m.cols));
+    gemv_kernel<<<blocks_of(a, kGemvRows), kGemvRows * kWarp, smem, s>>>(a);
+  } else {
+    for (int j = 0; j < a.n_jobs; ++j)
+      if (a.job[j].norm || a.job[j].in2.p) return cudaErrorInvalidValue;  // prefill runs unfused
+    gemm_kernel<<<dim3(blocks_of(a, kTile), (n + kTile - 1) / kTile), 256, 0, s>>>(a, n);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_add(cudaStream_t s, int n, DevVec x, DevVec y, int64_t width) {
+  const int64_t total = int64_t(n) * width;
+  add_kernel<<<int((total + 255) / 256), 256, 0, s>>>(n, x, y, width);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_silu_mul(cudaStream_t s, int n, DevVec g, DevVec u, int64_t width) {
+  const int64_t total = int64_t(n) * width;
+  silu_mul_kernel<<<int((total + 255) / 256), 256, 0, s>>>(n, g, u, width);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rope(cudaStream_t s, int n, const int* pos0, RopeArgs r, DevVec q, DevVec k) {
+  rope_kernel<<<n, 128, 0, s>>>(pos0, r, q, k);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rope_append(cudaStream_t s, int n, const int* pos0, RopeArgs r, DevVec q, DevVec k, DevVec v,
+                               CacheRef c, bool rope) {
+  rope_append_kernel<<<n, 128, 0, s>>>(pos0, r, q, k, v, c, rope);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_attend(cudaStream_t s, int n, const int* pos0, const AttendArgs& a, DevVec q) {
+  const dim3 grid(a.chunks, a.n_kv_heads, n);
+  const int threads = kAttendWarps * kWarp;
+  if (a.head_dim == 64 && a.f32) attend_kernel<64, float><<<grid, threads, 0, s>>>(a, q, pos0);
+  else if (a.head_dim == 64) attend_kernel<64, __half><<<grid, threads, 0, s>>>(a, q, pos0);
+  else if (a.head_dim == 128 && a.f32) attend_kernel<128, float><<<grid, threads, 0, s>>>(a, q, pos0);
+  else if (a.head_dim == 128) attend_kernel<128, __half><<<grid, threads, 0, s>>>(a, q, pos0);
+  else return cudaErrorInvalidValue;
+  return cudaGetLastError();
+}
+
+cudaError_t launch_merge(cudaStream_t s, int n, const int* pos0, const AttendArgs& a, DevVec att) {
+  merge_kernel<<<dim3(a.n_heads, n), a.head_dim, 0, s>>>(a, att, pos0);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_scores(cudaStream_t s, const int* pos0, const StaticArgs& a, DevVec q) {
+  scores_kernel<<<(a.ctx + 7) / 8, 8 * kWarp, 0, s>>>(pos0, a, q);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_softmax(cudaStream_t s, const int* pos0, const StaticArgs& a) {
+  softmax_kernel<<<a.n_heads, 256, 0, s>>>(pos0, a);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_mix(cudaStream_t s, const int* pos0, const StaticArgs& a, DevVec att) {
+  mix_kernel<<<a.n_heads, 256, 256 * sizeof(float), s>>>(pos0, a, att);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_latent_append(cudaStream_t s, int n, const int* pos0, DevVec p, LatentRef l) {
+  latent_append_kernel<<<n, 256, 0, s>>>(pos0, p, l);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_reconstruct(cudaStream_t s, int n, const int* pos0, int ctx, LatentRef l, DevMatrix uk,
+                               DevMatrix uv, RopeArgs r, float* k_all, float* v_all, int64_t kv_dim) {
+  const size_t smem = size_t(std::max<int64_t>(std::max(l.k_rank, l.v_rank), 1)) * kReconPositions * sizeof(float);
+  reconstruct_kernel<<<(ctx + kReconPositions - 1) / kReconPositions, 256, smem, s>>>(pos0, n, l, uk, uv, r, k_all,
+                                                                                      v_all, kv_dim);
+  return cudaGetLastError();
+}
+
+}  // namespace lr::cuda

@@ -1,0 +1,120 @@
+// CUDA kernels of the forward pass, one launcher per operation of the plan
+// (backend/cuda/plan.h). Matrices are bf16, row-major with rows padded to
+// kRowPad elements (zeros in the padding); activations f32, [n_tokens, width]
+// with a per-buffer row stride; the KV cache f16 [layer][ctx][kv_dim].
+// Every kernel that depends on the position reads the first position of the
+// call from device memory (*pos0; token t is at *pos0 + t), so a captured
+// graph replays for every decode step. Launchers return the launch's error.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace lr::cuda {
+
+struct DevMatrix {
+  const __nv_bfloat16* w = nullptr;
+  int64_t rows = 0, cols = 0, ld = 0;  // ld: padded row length (elements)
+};
+
+// Activation row i of a buffer: p + i * stride.
+struct DevVec {
+  float* p = nullptr;
+  int64_t stride = 0;
+};
+
+constexpr int kMaxJobs = 4;
+constexpr int kAttendChunk = 256;  // keys per split-K attention block
+
+// One matrix of a GEMV/GEMM launch: out[t, out_off + r] (+)= sum_c M[r, c] x[t, c],
+// x = in[t, in_off + c], or rms_norm(in[t, :]) * norm, or silu(in) * in2.
+struct GemvJob {
+  DevMatrix m;
+  DevVec in, in2, out;  // in2.p null: no SiLU*mul
+  int64_t in_off = 0, out_off = 0;
+  const float* norm = nullptr;  // fused RMSNorm weight [cols] (in_off must be 0)
+  int accumulate = 0;
+};
+struct GemvArgs {
+  GemvJob job[kMaxJobs];
+  int n_jobs = 0;
+  float eps = 1e-5f;
+};
+
+// Shared memory the GEMV needs for inputs of `cols` columns (bytes).
+inline size_t gemv_smem(int64_t cols) { return size_t((cols + 7) / 8 * 8) * sizeof(float); }
+
+cudaError_t launch_embed(cudaStream_t s, const int32_t* tokens, int n, DevMatrix emb, DevVec x);
+cudaError_t launch_rms_norm(cudaStream_t s, int n, DevVec a, DevVec b, const float* norm, int64_t width, float eps);
+// n == 1: one warp per row (decode); n > 1: tiled GEMM (prefill, no fused input transforms).
+cudaError_t launch_gemv(cudaStream_t s, const GemvArgs& a, int n);
+// Raises the kernels' dynamic shared memory limits for the widest GEMV input
+// and the widest legacy latent (call once before launching or capturing).
+cudaError_t prepare_kernels(int64_t max_cols, int64_t max_latent);
+cudaError_t launch_add(cudaStream_t s, int n, DevVec x, DevVec y, int64_t width);
+cudaError_t launch_silu_mul(cudaStream_t s, int n, DevVec g, DevVec u, int64_t width);
+
+struct RopeArgs {
+  const double* inv_freq = nullptr;  // [head_dim / 2]: theta^(-2i/head_dim) / linear factor
+  int head_dim = 0, n_heads = 0, n_kv_heads = 0;
+};
+// rope(q) (and rope(k) when k.p) at positions *pos0 + t.
+cudaError_t launch_rope(cudaStream_t s, int n, const int* pos0, RopeArgs r, DevVec q, DevVec k);
+// K, V rows -> cache rows *pos0 + t (f16), k roped first when `rope`; q roped too when `rope`.
+struct CacheRef {
+  __half* k = nullptr;  // this layer's [ctx, kv_dim]
+  __half* v = nullptr;
+  int64_t kv_dim = 0;
+};
+cudaError_t launch_rope_append(cudaStream_t s, int n, const int* pos0, RopeArgs r, DevVec q, DevVec k, DevVec v,
+                               CacheRef c, bool rope);
+
+// Split-K attention of n query tokens (token t sees keys 0..*pos0 + t) over
+// keys and values either f16 (the cache) or f32 (legacy reconstruction).
+struct AttendArgs {
+  const void* k = nullptr;
+  const void* v = nullptr;
+  bool f32 = false;           // k, v are float (else __half)
+  int64_t kv_dim = 0;         // row stride of k and v
+  int head_dim = 0, n_heads = 0, n_kv_heads = 0;
+  int chunks = 0;             // split-K blocks per (token, KV head), covering the context
+  float* part_m = nullptr;    // [n, n_heads, chunks]
+  float* part_l = nullptr;    // [n, n_heads, chunks]
+  float* part_acc = nullptr;  // [n, n_heads, chunks, head_dim]
+};
+cudaError_t launch_attend(cudaStream_t s, int n, const int* pos0, const AttendArgs& a, DevVec q);
+cudaError_t launch_merge(cudaStream_t s, int n, const int* pos0, const AttendArgs& a, DevVec att);
+
+// Static (eager baseline) decode attention: scores [n_heads, ctx], softmax, mix.
+struct StaticArgs {
+  const __half* k = nullptr;
+  const __half* v = nullptr;
+  int64_t kv_dim = 0;
+  int head_dim = 0, n_heads = 0, n_kv_heads = 0, ctx = 0;
+  float* scores = nullptr;  // [n_heads, ctx]
+};
+cudaError_t launch_scores(cudaStream_t s, const int* pos0, const StaticArgs& a, DevVec q);
+cudaError_t launch_softmax(cudaStream_t s, const int* pos0, const StaticArgs& a);
+cudaError_t launch_mix(cudaStream_t s, const int* pos0, const StaticArgs& a, DevVec att);
+
+// Legacy KV: latents P[t, off .. off + rank) -> latent cache rows *pos0 + t
+// (f16, row stride `ld`), for k and v.
+struct LatentRef {
+  __half* k = nullptr;
+  __half* v = nullptr;
+  int64_t k_ld = 0, v_ld = 0;
+  int64_t k_off = 0, v_off = 0, k_rank = 0, v_rank = 0;
+};
+cudaError_t launch_latent_append(cudaStream_t s, int n, const int* pos0, DevVec p, LatentRef l);
+// K_all[j] = rope(Uk L_k[j], j), V_all[j] = Uv L_v[j] for j <= *pos0 + n - 1
+// (grid over `ctx` positions; blocks past the last position exit).
+cudaError_t launch_reconstruct(cudaStream_t s, int n, const int* pos0, int ctx, LatentRef l, DevMatrix uk,
+                               DevMatrix uv, RopeArgs r, float* k_all, float* v_all, int64_t kv_dim);
+
+// out[block] = sum of the block's share of x (a read-bandwidth probe).
+cudaError_t launch_read_sum(cudaStream_t s, const float4* x, int64_t n, float* out, int blocks);
+
+}  // namespace lr::cuda

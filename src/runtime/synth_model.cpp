@@ -1,0 +1,176 @@
+#include "runtime/synth_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <thread>
+
+#include "compress/factorize.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "format/gguf.h"
+#include "model/load.h"
+#include "model/weights.h"
+
+namespace lr {
+
+namespace {
+
+struct Shape {
+  const char* name;
+  Config c;
+};
+
+Config make(int layers, int dim, int ffn, int heads, int kv_heads, int vocab, int ctx, float theta, float eps,
+            bool tied) {
+  Config c;
+  c.n_layers = layers;
+  c.dim = dim;
+  c.ffn_dim = ffn;
+  c.n_heads = heads;
+  c.n_kv_heads = kv_heads;
+  c.head_dim = dim / heads;
+  c.vocab = vocab;
+  c.ctx_train = ctx;
+  c.rope_theta = theta;
+  c.rms_eps = eps;
+  c.tied_output = tied;
+  return c;
+}
+
+const std::vector<Shape>& shapes() {
+  static const std::vector<Shape> s = {
+      {"tiny", make(2, 256, 384, 4, 2, 300, 1024, 10000.f, 1e-5f, false)},
+      {"smollm2-135m", make(30, 576, 1536, 9, 3, 49152, 8192, 100000.f, 1e-5f, true)},
+      {"llama-7b", make(32, 4096, 11008, 32, 32, 32000, 4096, 10000.f, 1e-6f, false)},
+  };
+  return s;
+}
+
+// splitmix64: a counter-based generator, so any element can be made on any thread.
+inline uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+std::vector<std::string> synth_shapes() {
+  std::vector<std::string> out;
+  for (const Shape& s : shapes()) out.push_back(s.name);
+  return out;
+}
+
+Config synth_config(const std::string& shape) {
+  for (const Shape& s : shapes())
+    if (shape == s.name) {
+      Config c = s.c;
+      c.name = "synthetic " + shape;
+      return c;
+    }
+  std::string names;
+  for (const Shape& s : shapes()) names += (names.empty() ? "" : ", ") + std::string(s.name);
+  fail("unknown synthetic model shape '{}' (expected one of: {})", shape, names);
+}
+
+uint64_t write_synthetic_model(const std::string& path, const SynthOptions& o) {
+  const Config c = synth_config(o.shape);
+  if (!(o.keep > 0 && o.keep <= 1)) fail("synth: --keep must be in (0, 1] (got {})", o.keep);
+  if (o.wtype != DType::F32 && o.wtype != DType::F16 && o.wtype != DType::BF16)
+    fail("synth: weights can be f32, f16 or bf16, not {}", dtype_name(o.wtype));
+  const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  auto pool = std::make_shared<ThreadPool>(threads);
+
+  gguf::Writer w;
+  const std::string a = "llama";
+  w.set_string("general.architecture", a);
+  w.set_string("general.name", c.name);
+  w.set_u32(a + ".block_count", uint32_t(c.n_layers));
+  w.set_u32(a + ".embedding_length", uint32_t(c.dim));
+  w.set_u32(a + ".feed_forward_length", uint32_t(c.ffn_dim));
+  w.set_u32(a + ".attention.head_count", uint32_t(c.n_heads));
+  w.set_u32(a + ".attention.head_count_kv", uint32_t(c.n_kv_heads));
+  w.set_u32(a + ".context_length", uint32_t(c.ctx_train));
+  w.set_u32(a + ".vocab_size", uint32_t(c.vocab));
+  w.set_f32(a + ".attention.layer_norm_rms_epsilon", c.rms_eps);
+  w.set_f32(a + ".rope.freq_base", c.rope_theta);
+  // Byte-level tokenizer: <unk>, <s>, </s>, the 256 bytes, then filler pieces.
+  std::vector<std::string> toks = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};
+  for (int b = 0; b < 256; ++b) {
+    toks.push_back(fmt::format("<0x{:02X}>", b));
+    types.push_back(6);
+  }
+  if (c.vocab < int(toks.size())) fail("synth: vocabulary {} is smaller than the byte tokenizer", c.vocab);
+  while (int(toks.size()) < c.vocab) {
+    toks.push_back(fmt::format("<synth{}>", toks.size()));
+    types.push_back(1);
+  }
+  w.set_string("tokenizer.ggml.model", "llama");
+  w.set_strings("tokenizer.ggml.tokens", toks);
+  w.set_f32s("tokenizer.ggml.scores", std::vector<float>(toks.size(), 0.f));
+  w.set_i32s("tokenizer.ggml.token_type", types);
+  w.set_u32("tokenizer.ggml.bos_token_id", 1);
+  w.set_u32("tokenizer.ggml.eos_token_id", 2);
+  if (o.keep < 1) {
+    w.set_u32("lowrank.format_version", 1);
+    w.set_string("lowrank.method", "synthetic");
+    w.set_f32("lowrank.keep", float(o.keep));
+  }
+
+  uint64_t params = 0, id = 0;
+  // A [rows, cols] tensor of uniform values with standard deviation `sd` around `mean`.
+  auto add = [&](const std::string& name, int64_t rows, int64_t cols, double sd, double mean, DType dt) {
+    const uint64_t tid = ++id, seed = o.seed;
+    params += uint64_t(rows) * uint64_t(cols);
+    const std::vector<uint64_t> shape =
+        rows == 1 ? std::vector<uint64_t>{uint64_t(cols)} : std::vector<uint64_t>{uint64_t(cols), uint64_t(rows)};
+    w.add_tensor_generated(name, dt, shape, [=](uint8_t* dst, uint64_t) {
+      const int64_t n = rows * cols;
+      const size_t eb = dt == DType::F32 ? 4 : 2;
+      const double half_width = sd * std::sqrt(3.0);
+      pool->parallel_for((n + 4095) / 4096, [&](int64_t b, int64_t e) {
+        std::vector<float> v(4096);
+        for (int64_t blk = b; blk < e; ++blk) {
+          const int64_t i0 = blk * 4096, m = std::min<int64_t>(4096, n - i0);
+          for (int64_t i = 0; i < m; ++i) {
+            const double u = double(mix(seed * 0x100000001b3ull ^ (tid << 40) ^ uint64_t(i0 + i)) >> 11) * 0x1p-53;
+            v[size_t(i)] = float(mean + (2 * u - 1) * half_width);
+          }
+          quantize(dt, v.data(), dst + size_t(i0) * eb, m);
+        }
+      });
+    });
+  };
+  add("token_embd.weight", c.vocab, c.dim, 1.0, 0.0, o.wtype);
+  add("output_norm.weight", 1, c.dim, 0.0, 1.0, DType::F32);
+  if (!c.tied_output) add("output.weight", c.vocab, c.dim, 1.0 / std::sqrt(double(c.dim)), 0.0, o.wtype);
+  std::map<std::string, std::vector<int32_t>> ranks;
+  for (int l = 0; l < c.n_layers; ++l)
+    for (const WeightSpec& spec : kWeightTable) {
+      if (!spec.per_layer) continue;
+      const std::string name = fmt::format(fmt::runtime(spec.gguf), l);
+      if (spec.is_norm) {
+        add(name, 1, c.dim, 0.0, 1.0, DType::F32);
+        continue;
+      }
+      const auto [out, in] = slot_shape(c, spec.slot);
+      const double sd = 1.0 / std::sqrt(double(in));
+      if (o.keep >= 1) {
+        add(name, out, in, sd, 0.0, o.wtype);
+        continue;
+      }
+      const int64_t r = compress::rank_for_keep(o.keep, out, in);
+      ranks[spec.kind].push_back(int32_t(r));
+      // W = U V: V [r, in] with sd 1/sqrt(in), U [out, r] with sd 1/sqrt(r).
+      add(lowrank_in_name(spec, l), r, in, sd, 0.0, o.wtype);
+      add(lowrank_out_name(spec, l), out, r, 1.0 / std::sqrt(double(r)), 0.0, o.wtype);
+    }
+  for (auto& [kind, rs] : ranks) w.set_i32s("lowrank.rank." + kind, rs);
+  w.write(path);
+  return params;
+}
+
+}  // namespace lr

@@ -1,0 +1,269 @@
+// The CUDA backend's host side, checked without a GPU: the launches one
+// decode token makes in every rung of the ablation (counted by hand from the
+// model's blocks), what the host issues per execution unit (graphs and their
+// nodes), the device weight layout (shared storage once, rows padded) and the
+// device memory plan; and `lowrank synth`, which makes the models the GPU
+// check runs on.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <iterator>
+
+#include "backend/cuda/plan.h"
+#include "compress/factorize.h"
+#include "core/error.h"
+#include "model/load.h"
+#include "model/pack.h"
+#include "runtime/model.h"
+#include "runtime/synth_model.h"
+#include "model_test_util.h"
+
+namespace lr {
+namespace {
+
+using cuda::launch_stats;
+using cuda::plan_forward;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+struct Synth {
+  test::TempDir t;
+  std::string path;
+  explicit Synth(double keep, const std::string& shape = "tiny", uint64_t seed = 1) {
+    SynthOptions o;
+    o.shape = shape;
+    o.keep = keep;
+    o.seed = seed;
+    o.threads = 2;
+    path = t.file("synth.gguf");
+    write_synthetic_model(path, o);
+  }
+};
+
+std::vector<std::string> names(const cuda::Plan& p, int layer) {
+  std::vector<std::string> out;
+  for (const cuda::Launch& l : p.launches)
+    if (l.layer == layer) out.push_back(l.name);
+  return out;
+}
+
+ExecOptions exec(KvMode kv, bool packed, bool fused, ExecUnit unit) {
+  ExecOptions e;
+  e.kv = kv;
+  e.packed = packed;
+  e.fused = fused;
+  e.unit = unit;
+  return e;
+}
+
+TEST(CudaPlan, LaunchesPerTokenInEveryRung) {
+  Synth s(0.5);  // every block matrix low-rank, the output head dense
+  Model m = load_model(s.path, DType::BF16);
+  const Weights& w = *m.weights;
+  // Fastest: 11 launches per layer, the embedding, the output head (norm fused).
+  const cuda::Plan fast = plan_forward(w, exec(KvMode::Dense, true, true, ExecUnit::PerToken));
+  EXPECT_EQ(names(fast, 0), (std::vector<std::string>{"blk.0.qkv_in", "blk.0.qkv_out", "blk.0.rope_append",
+                                                      "blk.0.attend", "blk.0.merge", "blk.0.o_in", "blk.0.o_out",
+                                                      "blk.0.gate_up_in", "blk.0.gate_up_out", "blk.0.down_in",
+                                                      "blk.0.down_out"}));
+  EXPECT_EQ(fast.launches.size(), 2u * 11 + 2);
+  const cuda::Launch& qkv_in = fast.launches[1];
+  ASSERT_EQ(qkv_in.jobs.size(), 3u);  // one launch, three matrices, one normed input
+  EXPECT_EQ(qkv_in.jobs[1].m, &w.layers[0].k.v);
+  EXPECT_EQ(qkv_in.jobs[1].out_off, w.layers[0].q.rank());
+  EXPECT_EQ(qkv_in.jobs[2].norm, &w.layers[0].attn_norm);
+  const cuda::Launch& down_in = fast.launches[10];
+  EXPECT_EQ(down_in.jobs[0].in, cuda::Buf::G);
+  EXPECT_EQ(down_in.jobs[0].in2, cuda::Buf::U);  // SiLU*mul fused into the GEMV input
+  EXPECT_TRUE(fast.launches[11].jobs[0].accumulate);  // down_out: x += U P
+  EXPECT_EQ(fast.launches.back().name, "output");
+  // Ranks of a layer add up in the latent scratch.
+  const Layer& L = w.layers[0];
+  EXPECT_EQ(fast.p_width, L.q.rank() + L.k.rank() + L.v.rank() + L.o.rank() + L.gate.rank() + L.up.rank() +
+                              L.down.rank());
+
+  // Naive (static KV, unpacked, unfused): 24 per layer; every input side, then every output side.
+  const cuda::Plan naive = plan_forward(w, exec(KvMode::Static, false, false, ExecUnit::PerOp));
+  EXPECT_EQ(names(naive, 1),
+            (std::vector<std::string>{"blk.1.attn_norm", "blk.1.q_in", "blk.1.k_in", "blk.1.v_in", "blk.1.q_out",
+                                      "blk.1.k_out", "blk.1.v_out", "blk.1.rope", "blk.1.append", "blk.1.scores",
+                                      "blk.1.softmax", "blk.1.mix", "blk.1.o_in", "blk.1.o_out",
+                                      "blk.1.attn_residual", "blk.1.ffn_norm", "blk.1.gate_in", "blk.1.up_in",
+                                      "blk.1.gate_out", "blk.1.up_out", "blk.1.silu_mul", "blk.1.down_in",
+                                      "blk.1.down_out", "blk.1.ffn_residual"}));
+  EXPECT_EQ(naive.launches.size(), 2u * 24 + 3);  // + embed, output_norm, output
+  // Legacy: k and v stay latents, the history is rebuilt: 22 per layer.
+  const cuda::Plan legacy = plan_forward(w, exec(KvMode::Legacy, false, false, ExecUnit::PerOp));
+  auto l0 = names(legacy, 0);
+  EXPECT_EQ(std::vector<std::string>(l0.begin(), l0.begin() + 10),
+            (std::vector<std::string>{"blk.0.attn_norm", "blk.0.q_in", "blk.0.k_in", "blk.0.v_in", "blk.0.q_out",
+                                      "blk.0.latent_append", "blk.0.reconstruct", "blk.0.rope_q", "blk.0.attend",
+                                      "blk.0.merge"}));
+  EXPECT_EQ(legacy.launches.size(), 2u * 22 + 3);
+  EXPECT_EQ(legacy.k_latent, L.k.rank());
+  // Packed alone (dense KV, unfused): q/k/v and gate/up inputs one launch each.
+  const cuda::Plan packed = plan_forward(w, exec(KvMode::Dense, true, false, ExecUnit::PerOp));
+  EXPECT_EQ(packed.launches.size(), 2u * 16 + 3);
+  const cuda::Plan densekv = plan_forward(w, exec(KvMode::Dense, false, false, ExecUnit::PerOp));
+  EXPECT_EQ(densekv.launches.size(), 2u * 22 + 3);
+
+  // What the host issues for the fastest plan in each unit.
+  const auto eager = launch_stats(fast, ExecUnit::PerOp);
+  EXPECT_EQ(eager.host_launches, 24 + 2);
+  EXPECT_EQ(eager.graphs, 0);
+  const auto per_layer = launch_stats(fast, ExecUnit::PerLayer);
+  EXPECT_EQ(per_layer.host_launches, 3);
+  EXPECT_EQ(per_layer.nodes_per_graph, (std::vector<int64_t>{1 + 1 + 11, 11, 1 + 1}));
+  const auto per_token = launch_stats(fast, ExecUnit::PerToken);
+  EXPECT_EQ(per_token.host_launches, 1);
+  EXPECT_EQ(per_token.nodes_per_graph, (std::vector<int64_t>{24 + 2}));
+}
+
+TEST(CudaPlan, DenseModelAndWhatTheGpuDoesNotRun) {
+  Synth s(1.0);
+  Model m = load_model(s.path, DType::BF16);
+  // Dense maps: one GEMV each, q/k/v and gate/up grouped: 7 per layer.
+  const cuda::Plan p = plan_forward(*m.weights, exec(KvMode::Dense, true, true, ExecUnit::PerToken));
+  EXPECT_EQ(names(p, 0), (std::vector<std::string>{"blk.0.qkv", "blk.0.rope_append", "blk.0.attend", "blk.0.merge",
+                                                   "blk.0.o", "blk.0.gate_up", "blk.0.down"}));
+  EXPECT_EQ(p.launches.size(), 2u * 7 + 2);
+  EXPECT_NE(error_of([&] { plan_forward(*m.weights, exec(KvMode::Legacy, false, false, ExecUnit::PerOp)); })
+                .find("legacy KV on the GPU caches the k and v latents: layer 0 has a dense k projection"),
+            std::string::npos);
+  Model q8 = load_model(s.path, DType::Q8_0);
+  EXPECT_NE(error_of([&] { cuda::plan_weights(*q8.weights); }).find("reads F32, F16 or BF16 weights, not Q8_0"),
+            std::string::npos);
+  // Prefill runs unfused and packed, eagerly; static KV attends with the split-K kernels there.
+  const ExecOptions pre = cuda::prefill_options(exec(KvMode::Static, false, true, ExecUnit::PerToken));
+  EXPECT_EQ(pre.kv, KvMode::Dense);
+  EXPECT_TRUE(pre.packed);
+  EXPECT_FALSE(pre.fused);
+  EXPECT_EQ(pre.unit, ExecUnit::PerOp);
+}
+
+TEST(CudaPlan, WeightLayoutStoresEachAllocationOnceWithPaddedRows) {
+  Synth s(0.5);
+  Model m = load_model(s.path, DType::BF16);
+  Weights& w = const_cast<Weights&>(*m.weights);
+  pack_projections(w);  // q/k/v input factors become row views of one allocation
+  const cuda::WeightLayout lay = cuda::plan_weights(w);
+  const Layer& L = w.layers[0];
+  const int64_t ld = cuda::padded_cols(w.cfg.dim);
+  EXPECT_EQ(ld, 256);
+  EXPECT_EQ(lay.offset_of(L.k.v), lay.offset_of(L.q.v) + uint64_t(L.q.rank() * ld));
+  EXPECT_EQ(lay.offset_of(L.v.v), lay.offset_of(L.k.v) + uint64_t(L.k.rank() * ld));
+  // U factors have rank columns: padded to 8.
+  EXPECT_EQ(cuda::padded_cols(L.q.rank()), (L.q.rank() + 7) / 8 * 8);
+  uint64_t want = 0;  // every matrix once, rows x padded cols
+  auto count = [&](const Matrix& x) { want += uint64_t(x.rows) * uint64_t(cuda::padded_cols(x.cols)); };
+  count(w.tok_embd);
+  count(w.output.w);
+  for (const Layer& y : w.layers)
+    for (const Linear* l : {&y.q, &y.k, &y.v, &y.o, &y.gate, &y.up, &y.down}) {
+      count(l->v);
+      count(l->u);
+    }
+  EXPECT_EQ(lay.elements, want);
+  const cuda::Plan p = plan_forward(w, exec(KvMode::Dense, true, true, ExecUnit::PerToken));
+  const cuda::MemoryPlan mem = cuda::plan_memory(w, p, exec(KvMode::Dense, true, true, ExecUnit::PerToken), 100, 16);
+  const Config& c = w.cfg;
+  EXPECT_EQ(mem.weights, want * 2 + uint64_t(c.dim) * 4 * (2 * c.n_layers + 1));  // + the f32 norms
+  EXPECT_EQ(mem.kv, 2ull * c.n_layers * 100 * c.kv_dim() * 2);  // f16 K and V
+  EXPECT_EQ(mem.partials, 16ull * c.n_heads * 1 * (c.head_dim + 2) * 4);  // 100 positions: one split-K block
+  // A tied embedding is one allocation with the output head.
+  Synth tied(0.5, "smollm2-135m");
+  Model t = load_model(tied.path, DType::BF16);
+  ASSERT_TRUE(t.weights->cfg.tied_output);
+  const cuda::WeightLayout tl = cuda::plan_weights(*t.weights);
+  EXPECT_EQ(tl.offset_of(t.weights->output.w), tl.offset_of(t.weights->tok_embd));
+}
+
+TEST(Synth, ShapesKeepAndDeterminism) {
+  Synth a(0.5), b(0.5), c(0.5, "tiny", 2);
+  auto bytes = [](const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  EXPECT_EQ(bytes(a.path), bytes(b.path));  // the same seed: the same file
+  EXPECT_NE(bytes(a.path), bytes(c.path));
+  Model m = load_model(a.path, DType::F32);
+  const Config& cfg = m.weights->cfg;
+  EXPECT_EQ(cfg.n_layers, 2);
+  EXPECT_EQ(cfg.vocab, 300);
+  for (const Layer& L : m.weights->layers) {
+    EXPECT_EQ(L.q.rank(), compress::rank_for_keep(0.5, 256, 256));
+    EXPECT_EQ(L.k.rank(), compress::rank_for_keep(0.5, 128, 256));
+    EXPECT_EQ(L.gate.rank(), compress::rank_for_keep(0.5, 384, 256));
+    EXPECT_EQ(L.down.rank(), compress::rank_for_keep(0.5, 256, 384));
+  }
+  // Values: uniform with the stated spread (V of q: sd 1/sqrt(256) = 0.0625, |x| <= 0.0625 sqrt 3).
+  const Matrix& v = m.weights->layers[0].q.v;
+  double ss = 0, mx = 0;
+  for (int64_t i = 0; i < v.rows * v.cols; ++i) {
+    ss += double(v.f32()[i]) * v.f32()[i];
+    mx = std::max(mx, double(std::abs(v.f32()[i])));
+  }
+  EXPECT_NEAR(std::sqrt(ss / double(v.rows * v.cols)), 0.0625, 0.002);
+  EXPECT_LE(mx, 0.0625 * std::sqrt(3.0) * (1 + 1.0 / 128));  // bf16 rounding
+  // It runs, and its logits are finite and not all alike.
+  auto be = make_backend(m, ExecPath::Fast, {64, 1});
+  std::vector<int32_t> toks = {1, 50, 100, 150, 7};
+  std::vector<float> out(size_t(cfg.vocab));
+  be->forward(toks.data(), int(toks.size()), out.data(), false);
+  float lo = out[0], hi = out[0];
+  for (float x : out) {
+    ASSERT_TRUE(std::isfinite(x));
+    lo = std::min(lo, x);
+    hi = std::max(hi, x);
+  }
+  EXPECT_GT(hi - lo, 0.1f);
+  EXPECT_NE(error_of([] { synth_config("llama-70b"); })
+                .find("unknown synthetic model shape 'llama-70b' (expected one of: tiny, smollm2-135m, llama-7b)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              SynthOptions o;
+              o.keep = 0;
+              write_synthetic_model(a.t.file("x.gguf"), o);
+            }).find("--keep must be in (0, 1]"),
+            std::string::npos);
+}
+
+// The default model's shape, as the GPU check's stand-in for it (skipped when not cached).
+TEST(DefaultModel, SynthShapeIsTheDefaultModels) {
+  if (!std::filesystem::exists(default_model_path())) GTEST_SKIP() << "default model not cached";
+  Model real = load_model(default_model_path(), DType::BF16);
+  const Config s = synth_config("smollm2-135m"), &r = real.weights->cfg;
+  EXPECT_EQ(s.n_layers, r.n_layers);
+  EXPECT_EQ(s.dim, r.dim);
+  EXPECT_EQ(s.ffn_dim, r.ffn_dim);
+  EXPECT_EQ(s.n_heads, r.n_heads);
+  EXPECT_EQ(s.n_kv_heads, r.n_kv_heads);
+  EXPECT_EQ(s.head_dim, r.head_dim);
+  EXPECT_EQ(s.vocab, r.vocab);
+  EXPECT_EQ(s.tied_output, r.tied_output);
+  EXPECT_FLOAT_EQ(s.rope_theta, r.rope_theta);
+}
+
+TEST(CudaBackend, WithoutCudaOrAGpuTheErrorSaysSo) {
+  Synth s(0.5);
+  Model m = load_model(s.path, DType::BF16);
+  bool ok = true;
+  const std::string info = cuda_device_info(&ok);
+  if (ok) GTEST_SKIP() << "a GPU is present: " << info;
+  const std::string e = error_of([&] { make_backend(m, ExecPath::Cuda, {64, 1}); });
+#ifdef LOWRANK_HAVE_CUDA
+  EXPECT_NE(e.find("the CUDA backend needs a GPU"), std::string::npos) << e;
+#else
+  EXPECT_NE(e.find("built without the CUDA backend (configure with -DLOWRANK_CUDA=ON"), std::string::npos) << e;
+#endif
+}
+
+}  // namespace
+}  // namespace lr
