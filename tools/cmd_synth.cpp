@@ -19,8 +19,9 @@ struct SynthCli {
 int run(SynthCli& s) {
   s.o.wtype = parse_weight_type(s.wtype);
   const uint64_t params = write_synthetic_model(s.out, s.o);
-  std::printf("%s: synthetic %s, keep %.2f, %s, %.1f M parameters, seed %llu\n", s.out.c_str(), s.o.shape.c_str(),
-              s.o.keep, s.wtype.c_str(), double(params) / 1e6, (unsigned long long)s.o.seed);
+  std::printf("%s: synthetic %s, keep %.2f, %s, %.1f M parameters, seed %llu\n", s.out.c_str(),
+              s.o.shape.c_str(), s.o.keep, s.wtype.c_str(), double(params) / 1e6,
+              (unsigned long long)s.o.seed);
   return 0;
 }
 
@@ -30,12 +31,18 @@ Runner add_synth_command(CLI::App& app) {
   auto s = std::make_shared<SynthCli>();
   std::string shapes;
   for (const std::string& n : synth_shapes()) shapes += (shapes.empty() ? "" : ", ") + n;
-  CLI::App* sub = app.add_subcommand("synth", "write a random-weight model of a real model's shape (for benchmarks)");
+  CLI::App* sub = app.add_subcommand(
+      "synth", "write a random-weight model of a real model's shape (for benchmarks)");
   sub->add_option("--shape", s->o.shape, "model shape: " + shapes)->capture_default_str();
-  sub->add_option("--keep", s->o.keep, "fraction of each block matrix's parameters kept as low-rank factors (1: dense)")->capture_default_str();
-  sub->add_option("--wtype", s->wtype, "weight type: f32, f16 or bf16")->capture_default_str()->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  sub->add_option("--keep", s->o.keep,
+                  "fraction of each block matrix's parameters kept as low-rank factors (1: dense)")
+      ->capture_default_str();
+  sub->add_option("--wtype", s->wtype, "weight type: f32, f16 or bf16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
   sub->add_option("--seed", s->o.seed, "random seed")->capture_default_str();
-  sub->add_option("-t,--threads", s->o.threads, "threads generating values (default: all cores)")->check(CLI::Range(0, 1024));
+  sub->add_option("-t,--threads", s->o.threads, "threads generating values (default: all cores)")
+      ->check(CLI::Range(0, 1024));
   sub->add_option("-o,--output", s->out, "output GGUF file")->required();
   return [s] { return run(*s); };
 }

@@ -1,6 +1,6 @@
 #include "compress/gram.h"
 
-#include <cblas.h>
+#include "compress/blas.h"
 
 #include <algorithm>
 #include <climits>

@@ -1,7 +1,6 @@
 #include "compress/linalg.h"
 
-#include <cblas.h>
-#include <lapacke.h>
+#include "compress/blas.h"
 
 #include <algorithm>
 #include <climits>

@@ -16,7 +16,8 @@ namespace {
 std::vector<float> linspace_f32(float start, float end, int steps) {
   const float step = (end - start) / float(steps - 1);
   std::vector<float> x(static_cast<size_t>(steps));
-  for (int i = 0; i < steps; ++i) x[size_t(i)] = i < steps / 2 ? start + step * float(i) : end - step * float(steps - 1 - i);
+  for (int i = 0; i < steps; ++i)
+    x[size_t(i)] = i < steps / 2 ? start + step * float(i) : end - step * float(steps - 1 - i);
   return x;
 }
 
@@ -27,9 +28,10 @@ std::string dims(const std::vector<uint64_t>& shape) {  // GGML order -> "[rows,
 }
 
 // A float tensor of shape [rows, cols] (torch order) as f32 values.
-std::vector<float> floats(const std::string& what, const char* field, const TensorView& t, uint64_t rows,
-                          uint64_t cols) {
-  const std::vector<uint64_t> want = rows == 0 ? std::vector<uint64_t>{cols} : std::vector<uint64_t>{cols, rows};
+std::vector<float> floats(const std::string& what, const char* field, const TensorView& t,
+                          uint64_t rows, uint64_t cols) {
+  const std::vector<uint64_t> want =
+      rows == 0 ? std::vector<uint64_t>{cols} : std::vector<uint64_t>{cols, rows};
   if (t.shape != want)
     fail("{}: {} has shape {}, expected {}", what, field, dims(t.shape), dims(want));
   std::vector<float> out(static_cast<size_t>(std::max<uint64_t>(rows, 1) * cols));
@@ -39,10 +41,13 @@ std::vector<float> floats(const std::string& what, const char* field, const Tens
   return out;
 }
 
-void check_codes(const std::string& what, const char* field, const TorchCheckpoint::Raw& r, uint64_t k, uint64_t q) {
-  if (r.storage != "ByteStorage") fail("{}: {} is stored as {}, expected uint8 codes (ByteStorage)", what, field, r.storage);
+void check_codes(const std::string& what, const char* field, const TorchCheckpoint::Raw& r,
+                 uint64_t k, uint64_t q) {
+  if (r.storage != "ByteStorage")
+    fail("{}: {} is stored as {}, expected uint8 codes (ByteStorage)", what, field, r.storage);
   if (r.shape != std::vector<uint64_t>{q, k})
-    fail("{}: {} has shape {}, expected [{}, {}] (rank x min(out, in))", what, field, dims(r.shape), k, q);
+    fail("{}: {} has shape {}, expected [{}, {}] (rank x min(out, in))", what, field, dims(r.shape),
+         k, q);
 }
 
 }  // namespace
@@ -73,7 +78,8 @@ const std::array<float, 256>& dynamic_map() {
 Factors dequantize(const std::string& what, const RemappedTensors& t, int64_t m, int64_t n) {
   LR_ASSERT(m > 0 && n > 0);
   const uint64_t q = uint64_t(std::min(m, n));
-  if (t.us_quan.shape.size() != 2) fail("{}: us_quan has shape {}, expected [rank, {}]", what, dims(t.us_quan.shape), q);
+  if (t.us_quan.shape.size() != 2)
+    fail("{}: us_quan has shape {}, expected [rank, {}]", what, dims(t.us_quan.shape), q);
   const uint64_t k = t.us_quan.shape[1];
   if (k == 0 || k > q) fail("{}: us_quan has {} rank vectors, expected 1 to {}", what, k, q);
   check_codes(what, "us_quan", t.us_quan, k, q);
@@ -85,16 +91,21 @@ Factors dequantize(const std::string& what, const RemappedTensors& t, int64_t m,
   std::vector<float> over;
   if (!want_side) {
     if (t.side || t.overhang)
-      fail("{}: tuple_info holds a '{}' overhang, but a square [{}, {}] matrix has none", what, t.side.value_or("?"), m, n);
+      fail("{}: tuple_info holds a '{}' overhang, but a square [{}, {}] matrix has none", what,
+           t.side.value_or("?"), m, n);
   } else {
     if (!t.overhang || t.side != std::string(want_side))
-      fail("{}: tuple_info must be (\"{}\", overhang) for a [{}, {}] matrix; found {}", what, want_side, m, n,
-           t.side ? "(\"" + *t.side + "\", ...)" : t.overhang ? "a tensor without its tag" : "None");
+      fail("{}: tuple_info must be (\"{}\", overhang) for a [{}, {}] matrix; found {}", what,
+           want_side, m, n,
+           t.side       ? "(\"" + *t.side + "\", ...)"
+           : t.overhang ? "a tensor without its tag"
+                        : "None");
     over = m > n ? floats(what, "tuple_info[1]", *t.overhang, uint64_t(m - n), k)
                  : floats(what, "tuple_info[1]", *t.overhang, k, uint64_t(n - m));
   }
   const std::array<float, 256>& code = dynamic_map();
-  auto decoded = [&](const TorchCheckpoint::Raw& r, const std::vector<float>& scale, uint64_t i, uint64_t j) {
+  auto decoded = [&](const TorchCheckpoint::Raw& r, const std::vector<float>& scale, uint64_t i,
+                     uint64_t j) {
     return f16_to_f32(f32_to_f16(code[r.data[i * q + j]] * scale[i]));
   };
   Factors f;
@@ -109,7 +120,8 @@ Factors dequantize(const std::string& what, const RemappedTensors& t, int64_t m,
       f.vt[i * uint64_t(n) + j] = decoded(t.vt_quan, vt_scale, i, j);
     }
     for (uint64_t j = q; j < uint64_t(m); ++j) f.us[j * k + i] = over[(j - q) * k + i];
-    for (uint64_t j = q; j < uint64_t(n); ++j) f.vt[i * uint64_t(n) + j] = over[i * (uint64_t(n) - q) + (j - q)];
+    for (uint64_t j = q; j < uint64_t(n); ++j)
+      f.vt[i * uint64_t(n) + j] = over[i * (uint64_t(n) - q) + (j - q)];
   }
   return f;
 }

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include <cblas.h>
+#include "compress/blas.h"
 
 #include "compress/linalg.h"
 #include "core/error.h"

@@ -21,8 +21,8 @@ struct Shape {
   Config c;
 };
 
-Config make(int layers, int dim, int ffn, int heads, int kv_heads, int vocab, int ctx, float theta, float eps,
-            bool tied) {
+Config make(int layers, int dim, int ffn, int heads, int kv_heads, int vocab, int ctx, float theta,
+            float eps, bool tied) {
   Config c;
   c.n_layers = layers;
   c.dim = dim;
@@ -80,7 +80,8 @@ uint64_t write_synthetic_model(const std::string& path, const SynthOptions& o) {
   if (!(o.keep > 0 && o.keep <= 1)) fail("synth: --keep must be in (0, 1] (got {})", o.keep);
   if (o.wtype != DType::F32 && o.wtype != DType::F16 && o.wtype != DType::BF16)
     fail("synth: weights can be f32, f16 or bf16, not {}", dtype_name(o.wtype));
-  const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads =
+      o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   auto pool = std::make_shared<ThreadPool>(threads);
 
   gguf::Writer w;
@@ -103,7 +104,8 @@ uint64_t write_synthetic_model(const std::string& path, const SynthOptions& o) {
     toks.push_back(fmt::format("<0x{:02X}>", b));
     types.push_back(6);
   }
-  if (c.vocab < int(toks.size())) fail("synth: vocabulary {} is smaller than the byte tokenizer", c.vocab);
+  if (c.vocab < int(toks.size()))
+    fail("synth: vocabulary {} is smaller than the byte tokenizer", c.vocab);
   while (int(toks.size()) < c.vocab) {
     toks.push_back(fmt::format("<synth{}>", toks.size()));
     types.push_back(1);
@@ -122,11 +124,13 @@ uint64_t write_synthetic_model(const std::string& path, const SynthOptions& o) {
 
   uint64_t params = 0, id = 0;
   // A [rows, cols] tensor of uniform values with standard deviation `sd` around `mean`.
-  auto add = [&](const std::string& name, int64_t rows, int64_t cols, double sd, double mean, DType dt) {
+  auto add = [&](const std::string& name, int64_t rows, int64_t cols, double sd, double mean,
+                 DType dt) {
     const uint64_t tid = ++id, seed = o.seed;
     params += uint64_t(rows) * uint64_t(cols);
-    const std::vector<uint64_t> shape =
-        rows == 1 ? std::vector<uint64_t>{uint64_t(cols)} : std::vector<uint64_t>{uint64_t(cols), uint64_t(rows)};
+    const std::vector<uint64_t> shape = rows == 1
+                                            ? std::vector<uint64_t>{uint64_t(cols)}
+                                            : std::vector<uint64_t>{uint64_t(cols), uint64_t(rows)};
     w.add_tensor_generated(name, dt, shape, [=](uint8_t* dst, uint64_t) {
       const int64_t n = rows * cols;
       const size_t eb = dt == DType::F32 ? 4 : 2;
@@ -136,7 +140,9 @@ uint64_t write_synthetic_model(const std::string& path, const SynthOptions& o) {
         for (int64_t blk = b; blk < e; ++blk) {
           const int64_t i0 = blk * 4096, m = std::min<int64_t>(4096, n - i0);
           for (int64_t i = 0; i < m; ++i) {
-            const double u = double(mix(seed * 0x100000001b3ull ^ (tid << 40) ^ uint64_t(i0 + i)) >> 11) * 0x1p-53;
+            const double u =
+                double(mix(seed * 0x100000001b3ull ^ (tid << 40) ^ uint64_t(i0 + i)) >> 11) *
+                0x1p-53;
             v[size_t(i)] = float(mean + (2 * u - 1) * half_width);
           }
           quantize(dt, v.data(), dst + size_t(i0) * eb, m);
@@ -146,7 +152,8 @@ uint64_t write_synthetic_model(const std::string& path, const SynthOptions& o) {
   };
   add("token_embd.weight", c.vocab, c.dim, 1.0, 0.0, o.wtype);
   add("output_norm.weight", 1, c.dim, 0.0, 1.0, DType::F32);
-  if (!c.tied_output) add("output.weight", c.vocab, c.dim, 1.0 / std::sqrt(double(c.dim)), 0.0, o.wtype);
+  if (!c.tied_output)
+    add("output.weight", c.vocab, c.dim, 1.0 / std::sqrt(double(c.dim)), 0.0, o.wtype);
   std::map<std::string, std::vector<int32_t>> ranks;
   for (int l = 0; l < c.n_layers; ++l)
     for (const WeightSpec& spec : kWeightTable) {

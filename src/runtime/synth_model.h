@@ -21,10 +21,10 @@ std::vector<std::string> synth_shapes();
 
 struct SynthOptions {
   std::string shape = "smollm2-135m";
-  double keep = 1.0;         // 1: dense; else every block matrix low-rank at rank_for_keep(keep, out, in)
-  DType wtype = DType::BF16; // F32, F16 or BF16
+  double keep = 1.0;  // 1: dense; else every block matrix low-rank at rank_for_keep(keep, out, in)
+  DType wtype = DType::BF16;  // F32, F16 or BF16
   uint64_t seed = 1;
-  int threads = 0;           // 0: all cores
+  int threads = 0;  // 0: all cores
 };
 
 // Writes the model to `path`; returns its parameter count.

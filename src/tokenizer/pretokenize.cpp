@@ -1,7 +1,9 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer/pretokenize.h"
 
+#ifndef LOWRANK_NO_PCRE2
 #include <pcre2.h>
+#endif
 
 #include <algorithm>
 
@@ -24,14 +26,27 @@ constexpr const char* kLlama3 =
 constexpr const char* kQwen2 =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+#ifndef LOWRANK_NO_PCRE2
 std::string pcre2_message(int code) {
   PCRE2_UCHAR buf[256];
   if (pcre2_get_error_message(code, buf, sizeof buf) < 0) return "error " + std::to_string(code);
   return reinterpret_cast<const char*>(buf);
 }
 
+#endif
+
 }  // namespace
 
+#ifdef LOWRANK_NO_PCRE2
+// A build without PCRE2 (LOWRANK_NO_PCRE2: a LOWRANK_DEPS build on a machine without it): SentencePiece vocabularies work,
+// byte-level BPE ones (which split text with these regexes) say what is missing.
+struct PreTokenizer::Regex {};
+PreTokenizer::PreTokenizer(std::vector<std::string> patterns) : patterns_(std::move(patterns)) {
+  fail("tokenizer: byte-level BPE vocabularies need PCRE2, and this lowrank was built without it "
+       "(none was found for this LOWRANK_DEPS build)");
+}
+void PreTokenizer::split_valid(std::string_view, std::vector<std::string_view>&) const {}
+#else
 struct PreTokenizer::Regex {
   pcre2_code* code = nullptr;
   ~Regex() { pcre2_code_free(code); }
@@ -52,6 +67,8 @@ PreTokenizer::PreTokenizer(std::vector<std::string> patterns) : patterns_(std::m
     regexes_.push_back(std::move(re));
   }
 }
+
+#endif
 
 PreTokenizer::~PreTokenizer() = default;
 
@@ -92,6 +109,7 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& o
   if (i > start) split_valid(text.substr(start, i - start), out);
 }
 
+#ifndef LOWRANK_NO_PCRE2
 void PreTokenizer::split_valid(std::string_view text, std::vector<std::string_view>& out) const {
   if (text.empty()) return;
   std::vector<std::string_view> cur{text}, next;
@@ -129,5 +147,7 @@ void PreTokenizer::split_valid(std::string_view text, std::vector<std::string_vi
   }
   out.insert(out.end(), cur.begin(), cur.end());
 }
+
+#endif
 
 }  // namespace lr

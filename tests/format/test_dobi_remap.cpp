@@ -23,7 +23,9 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
-float f16(float x) { return f16_to_f32(f32_to_f16(x)); }
+float f16(float x) {
+  return f16_to_f32(f32_to_f16(x));
+}
 
 TEST(DobiRemap, DynamicMapIsBitsandbytesSignedTable) {
   const auto& a = dobi::dynamic_map();
@@ -48,17 +50,19 @@ TEST(DobiRemap, DynamicMapIsBitsandbytesSignedTable) {
   }
   EXPECT_EQ(a[127], 0.0f);
   EXPECT_EQ(a[255], 1.0f);
-  for (size_t i = 0; i < 127; ++i) EXPECT_EQ(a[i], -a[254 - i]) << i;  // signed: every value and its negative
-  EXPECT_NEAR(a[128], 5.5e-7, 1e-13);       // smallest magnitude: 10^-6 * (0.1 + 1) / 2
-  EXPECT_NEAR(a[254], 0.99296875, 1e-7);    // largest below 1: the last midpoint of linspace(0.1, 1, 65)
+  for (size_t i = 0; i < 127; ++i)
+    EXPECT_EQ(a[i], -a[254 - i]) << i;  // signed: every value and its negative
+  EXPECT_NEAR(a[128], 5.5e-7, 1e-13);   // smallest magnitude: 10^-6 * (0.1 + 1) / 2
+  EXPECT_NEAR(a[254], 0.99296875,
+              1e-7);  // largest below 1: the last midpoint of linspace(0.1, 1, 65)
 }
 
 TEST(DobiRemap, PythonWrittenFixtureDequantizesByHand) {
   auto c = TorchCheckpoint::open(LOWRANK_SOURCE_DIR "/tests/fixtures/torch/dobi_remap.pt");
   auto tensors = [&](const std::string& m) {
-    dobi::RemappedTensors t{*c->find_raw(m + ".us_quan"), *c->find_raw(m + ".vt_quan"), *c->find(m + ".us_absmax"),
-                            *c->find(m + ".vt_absmax"), c->find_string(m + ".tuple_info.0"),
-                            c->find(m + ".tuple_info.1")};
+    dobi::RemappedTensors t{*c->find_raw(m + ".us_quan"),        *c->find_raw(m + ".vt_quan"),
+                            *c->find(m + ".us_absmax"),          *c->find(m + ".vt_absmax"),
+                            c->find_string(m + ".tuple_info.0"), c->find(m + ".tuple_info.1")};
     return t;
   };
   // "a": [3, 2], rank 2, Σ on the longer (us) side with its third row unquantized.
@@ -69,7 +73,8 @@ TEST(DobiRemap, PythonWrittenFixtureDequantizesByHand) {
   const float c0 = dobi::dynamic_map()[0];  // code 0: about -0.99296875
   dobi::Factors a = dobi::dequantize("a", tensors("a"), 3, 2);
   EXPECT_EQ(a.k, 2);
-  // us [3, 2]: column i is rank vector i: codes us_quan[i][j] times us_absmax[i]; row 2 is the overhang.
+  // us [3, 2]: column i is rank vector i: codes us_quan[i][j] times us_absmax[i]; row 2 is the
+  // overhang.
   EXPECT_EQ(a.us, (std::vector<float>{2.0f, f16(c0 * 0.5f), 0.0f, 0.5f, 0.25f, -3.0f}));
   EXPECT_EQ(f16(c0 * 0.5f), -0.49658203125f);  // the f16 rounding Dobi's loader applies
   // vt [2, 2]: row i: codes vt_quan[i][j] times vt_absmax[i].
@@ -84,25 +89,35 @@ TEST(DobiRemap, PythonWrittenFixtureDequantizesByHand) {
     const std::string e = error_of(f);
     EXPECT_NE(e.find(want), std::string::npos) << e;
   };
-  has([&] { dobi::dequantize("a", tensors("a"), 2, 3); }, "a: tuple_info must be (\"vt\", overhang) for a [2, 3] matrix; found (\"us\", ...)");
-  has([&] { dobi::dequantize("b", tensors("b"), 3, 2); }, "b: tuple_info must be (\"us\", overhang) for a [3, 2] matrix; found None");
-  has([&] { dobi::dequantize("a", tensors("a"), 4, 2); }, "a: tuple_info[1] has shape [1, 2], expected [2, 2]");
-  has([&] { dobi::dequantize("a", tensors("a"), 3, 3); }, "a: us_quan has shape [2, 2], expected [2, 3]");
-  has([&] { dobi::dequantize("a", tensors("a"), 3, 1); }, "a: us_quan has 2 rank vectors, expected 1 to 1");
+  has([&] { dobi::dequantize("a", tensors("a"), 2, 3); },
+      "a: tuple_info must be (\"vt\", overhang) for a [2, 3] matrix; found (\"us\", ...)");
+  has([&] { dobi::dequantize("b", tensors("b"), 3, 2); },
+      "b: tuple_info must be (\"us\", overhang) for a [3, 2] matrix; found None");
+  has([&] { dobi::dequantize("a", tensors("a"), 4, 2); },
+      "a: tuple_info[1] has shape [1, 2], expected [2, 2]");
+  has([&] { dobi::dequantize("a", tensors("a"), 3, 3); },
+      "a: us_quan has shape [2, 2], expected [2, 3]");
+  has([&] { dobi::dequantize("a", tensors("a"), 3, 1); },
+      "a: us_quan has 2 rank vectors, expected 1 to 1");
   dobi::RemappedTensors sq = tensors("b");
   sq.side = "us";
-  has([&] { dobi::dequantize("b", sq, 2, 2); }, "b: tuple_info holds a 'us' overhang, but a square [2, 2] matrix has none");
+  has([&] { dobi::dequantize("b", sq, 2, 2); },
+      "b: tuple_info holds a 'us' overhang, but a square [2, 2] matrix has none");
   dobi::RemappedTensors f32codes = tensors("a");
   f32codes.vt_quan.storage = "FloatStorage";
-  has([&] { dobi::dequantize("a", f32codes, 3, 2); }, "a: vt_quan is stored as FloatStorage, expected uint8 codes");
+  has([&] { dobi::dequantize("a", f32codes, 3, 2); },
+      "a: vt_quan is stored as FloatStorage, expected uint8 codes");
   dobi::RemappedTensors short_scale = tensors("a");
   short_scale.vt_absmax.shape = {1};
   short_scale.vt_absmax.nbytes = 2;
-  has([&] { dobi::dequantize("a", short_scale, 3, 2); }, "a: vt_absmax has shape [1], expected [2]");
+  has([&] { dobi::dequantize("a", short_scale, 3, 2); },
+      "a: vt_absmax has shape [1], expected [2]");
 }
 
 TEST(TorchCheckpoint, ContainersSharedExponentiallyAreRefused) {
-  const std::string e = error_of([] { TorchCheckpoint::open(LOWRANK_SOURCE_DIR "/tests/fixtures/torch/shared_containers.pt"); });
+  const std::string e = error_of([] {
+    TorchCheckpoint::open(LOWRANK_SOURCE_DIR "/tests/fixtures/torch/shared_containers.pt");
+  });
   EXPECT_NE(e.find("refer to each other too many times over"), std::string::npos) << e;
 }
 

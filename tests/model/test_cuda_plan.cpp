@@ -14,9 +14,9 @@
 #include "core/error.h"
 #include "model/load.h"
 #include "model/pack.h"
+#include "model_test_util.h"
 #include "runtime/model.h"
 #include "runtime/synth_model.h"
-#include "model_test_util.h"
 
 namespace lr {
 namespace {
@@ -69,10 +69,11 @@ TEST(CudaPlan, LaunchesPerTokenInEveryRung) {
   const Weights& w = *m.weights;
   // Fastest: 11 launches per layer, the embedding, the output head (norm fused).
   const cuda::Plan fast = plan_forward(w, exec(KvMode::Dense, true, true, ExecUnit::PerToken));
-  EXPECT_EQ(names(fast, 0), (std::vector<std::string>{"blk.0.qkv_in", "blk.0.qkv_out", "blk.0.rope_append",
-                                                      "blk.0.attend", "blk.0.merge", "blk.0.o_in", "blk.0.o_out",
-                                                      "blk.0.gate_up_in", "blk.0.gate_up_out", "blk.0.down_in",
-                                                      "blk.0.down_out"}));
+  EXPECT_EQ(names(fast, 0),
+            (std::vector<std::string>{"blk.0.qkv_in", "blk.0.qkv_out", "blk.0.rope_append",
+                                      "blk.0.attend", "blk.0.merge", "blk.0.o_in", "blk.0.o_out",
+                                      "blk.0.gate_up_in", "blk.0.gate_up_out", "blk.0.down_in",
+                                      "blk.0.down_out"}));
   EXPECT_EQ(fast.launches.size(), 2u * 11 + 2);
   const cuda::Launch& qkv_in = fast.launches[1];
   ASSERT_EQ(qkv_in.jobs.size(), 3u);  // one launch, three matrices, one normed input
@@ -81,31 +82,32 @@ TEST(CudaPlan, LaunchesPerTokenInEveryRung) {
   EXPECT_EQ(qkv_in.jobs[2].norm, &w.layers[0].attn_norm);
   const cuda::Launch& down_in = fast.launches[10];
   EXPECT_EQ(down_in.jobs[0].in, cuda::Buf::G);
-  EXPECT_EQ(down_in.jobs[0].in2, cuda::Buf::U);  // SiLU*mul fused into the GEMV input
+  EXPECT_EQ(down_in.jobs[0].in2, cuda::Buf::U);       // SiLU*mul fused into the GEMV input
   EXPECT_TRUE(fast.launches[11].jobs[0].accumulate);  // down_out: x += U P
   EXPECT_EQ(fast.launches.back().name, "output");
   // Ranks of a layer add up in the latent scratch.
   const Layer& L = w.layers[0];
-  EXPECT_EQ(fast.p_width, L.q.rank() + L.k.rank() + L.v.rank() + L.o.rank() + L.gate.rank() + L.up.rank() +
-                              L.down.rank());
+  EXPECT_EQ(fast.p_width, L.q.rank() + L.k.rank() + L.v.rank() + L.o.rank() + L.gate.rank() +
+                              L.up.rank() + L.down.rank());
 
   // Naive (static KV, unpacked, unfused): 24 per layer; every input side, then every output side.
   const cuda::Plan naive = plan_forward(w, exec(KvMode::Static, false, false, ExecUnit::PerOp));
   EXPECT_EQ(names(naive, 1),
-            (std::vector<std::string>{"blk.1.attn_norm", "blk.1.q_in", "blk.1.k_in", "blk.1.v_in", "blk.1.q_out",
-                                      "blk.1.k_out", "blk.1.v_out", "blk.1.rope", "blk.1.append", "blk.1.scores",
-                                      "blk.1.softmax", "blk.1.mix", "blk.1.o_in", "blk.1.o_out",
-                                      "blk.1.attn_residual", "blk.1.ffn_norm", "blk.1.gate_in", "blk.1.up_in",
-                                      "blk.1.gate_out", "blk.1.up_out", "blk.1.silu_mul", "blk.1.down_in",
-                                      "blk.1.down_out", "blk.1.ffn_residual"}));
+            (std::vector<std::string>{
+                "blk.1.attn_norm", "blk.1.q_in",    "blk.1.k_in",          "blk.1.v_in",
+                "blk.1.q_out",     "blk.1.k_out",   "blk.1.v_out",         "blk.1.rope",
+                "blk.1.append",    "blk.1.scores",  "blk.1.softmax",       "blk.1.mix",
+                "blk.1.o_in",      "blk.1.o_out",   "blk.1.attn_residual", "blk.1.ffn_norm",
+                "blk.1.gate_in",   "blk.1.up_in",   "blk.1.gate_out",      "blk.1.up_out",
+                "blk.1.silu_mul",  "blk.1.down_in", "blk.1.down_out",      "blk.1.ffn_residual"}));
   EXPECT_EQ(naive.launches.size(), 2u * 24 + 3);  // + embed, output_norm, output
   // Legacy: k and v stay latents, the history is rebuilt: 22 per layer.
   const cuda::Plan legacy = plan_forward(w, exec(KvMode::Legacy, false, false, ExecUnit::PerOp));
   auto l0 = names(legacy, 0);
   EXPECT_EQ(std::vector<std::string>(l0.begin(), l0.begin() + 10),
-            (std::vector<std::string>{"blk.0.attn_norm", "blk.0.q_in", "blk.0.k_in", "blk.0.v_in", "blk.0.q_out",
-                                      "blk.0.latent_append", "blk.0.reconstruct", "blk.0.rope_q", "blk.0.attend",
-                                      "blk.0.merge"}));
+            (std::vector<std::string>{"blk.0.attn_norm", "blk.0.q_in", "blk.0.k_in", "blk.0.v_in",
+                                      "blk.0.q_out", "blk.0.latent_append", "blk.0.reconstruct",
+                                      "blk.0.rope_q", "blk.0.attend", "blk.0.merge"}));
   EXPECT_EQ(legacy.launches.size(), 2u * 22 + 3);
   EXPECT_EQ(legacy.k_latent, L.k.rank());
   // Packed alone (dense KV, unfused): q/k/v and gate/up inputs one launch each.
@@ -130,18 +132,25 @@ TEST(CudaPlan, DenseModelAndWhatTheGpuDoesNotRun) {
   Synth s(1.0);
   Model m = load_model(s.path, DType::BF16);
   // Dense maps: one GEMV each, q/k/v and gate/up grouped: 7 per layer.
-  const cuda::Plan p = plan_forward(*m.weights, exec(KvMode::Dense, true, true, ExecUnit::PerToken));
-  EXPECT_EQ(names(p, 0), (std::vector<std::string>{"blk.0.qkv", "blk.0.rope_append", "blk.0.attend", "blk.0.merge",
-                                                   "blk.0.o", "blk.0.gate_up", "blk.0.down"}));
+  const cuda::Plan p =
+      plan_forward(*m.weights, exec(KvMode::Dense, true, true, ExecUnit::PerToken));
+  EXPECT_EQ(names(p, 0),
+            (std::vector<std::string>{"blk.0.qkv", "blk.0.rope_append", "blk.0.attend",
+                                      "blk.0.merge", "blk.0.o", "blk.0.gate_up", "blk.0.down"}));
   EXPECT_EQ(p.launches.size(), 2u * 7 + 2);
-  EXPECT_NE(error_of([&] { plan_forward(*m.weights, exec(KvMode::Legacy, false, false, ExecUnit::PerOp)); })
-                .find("legacy KV on the GPU caches the k and v latents: layer 0 has a dense k projection"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] {
+        plan_forward(*m.weights, exec(KvMode::Legacy, false, false, ExecUnit::PerOp));
+      }).find("legacy KV on the GPU caches the k and v latents: layer 0 has a dense k projection"),
+      std::string::npos);
   Model q8 = load_model(s.path, DType::Q8_0);
-  EXPECT_NE(error_of([&] { cuda::plan_weights(*q8.weights); }).find("reads F32, F16 or BF16 weights, not Q8_0"),
+  EXPECT_NE(error_of([&] {
+              cuda::plan_weights(*q8.weights);
+            }).find("reads F32, F16 or BF16 weights, not Q8_0"),
             std::string::npos);
   // Prefill runs unfused and packed, eagerly; static KV attends with the split-K kernels there.
-  const ExecOptions pre = cuda::prefill_options(exec(KvMode::Static, false, true, ExecUnit::PerToken));
+  const ExecOptions pre =
+      cuda::prefill_options(exec(KvMode::Static, false, true, ExecUnit::PerToken));
   EXPECT_EQ(pre.kv, KvMode::Dense);
   EXPECT_TRUE(pre.packed);
   EXPECT_FALSE(pre.fused);
@@ -162,7 +171,9 @@ TEST(CudaPlan, WeightLayoutStoresEachAllocationOnceWithPaddedRows) {
   // U factors have rank columns: padded to 8.
   EXPECT_EQ(cuda::padded_cols(L.q.rank()), (L.q.rank() + 7) / 8 * 8);
   uint64_t want = 0;  // every matrix once, rows x padded cols
-  auto count = [&](const Matrix& x) { want += uint64_t(x.rows) * uint64_t(cuda::padded_cols(x.cols)); };
+  auto count = [&](const Matrix& x) {
+    want += uint64_t(x.rows) * uint64_t(cuda::padded_cols(x.cols));
+  };
   count(w.tok_embd);
   count(w.output.w);
   for (const Layer& y : w.layers)
@@ -172,11 +183,13 @@ TEST(CudaPlan, WeightLayoutStoresEachAllocationOnceWithPaddedRows) {
     }
   EXPECT_EQ(lay.elements, want);
   const cuda::Plan p = plan_forward(w, exec(KvMode::Dense, true, true, ExecUnit::PerToken));
-  const cuda::MemoryPlan mem = cuda::plan_memory(w, p, exec(KvMode::Dense, true, true, ExecUnit::PerToken), 100, 16);
+  const cuda::MemoryPlan mem =
+      cuda::plan_memory(w, p, exec(KvMode::Dense, true, true, ExecUnit::PerToken), 100, 16);
   const Config& c = w.cfg;
   EXPECT_EQ(mem.weights, want * 2 + uint64_t(c.dim) * 4 * (2 * c.n_layers + 1));  // + the f32 norms
-  EXPECT_EQ(mem.kv, 2ull * c.n_layers * 100 * c.kv_dim() * 2);  // f16 K and V
-  EXPECT_EQ(mem.partials, 16ull * c.n_heads * 1 * (c.head_dim + 2) * 4);  // 100 positions: one split-K block
+  EXPECT_EQ(mem.kv, 2ull * c.n_layers * 100 * c.kv_dim() * 2);                    // f16 K and V
+  EXPECT_EQ(mem.partials,
+            16ull * c.n_heads * 1 * (c.head_dim + 2) * 4);  // 100 positions: one split-K block
   // A tied embedding is one allocation with the output head.
   Synth tied(0.5, "smollm2-135m");
   Model t = load_model(tied.path, DType::BF16);
@@ -225,7 +238,8 @@ TEST(Synth, ShapesKeepAndDeterminism) {
   }
   EXPECT_GT(hi - lo, 0.1f);
   EXPECT_NE(error_of([] { synth_config("llama-70b"); })
-                .find("unknown synthetic model shape 'llama-70b' (expected one of: tiny, smollm2-135m, llama-7b)"),
+                .find("unknown synthetic model shape 'llama-70b' (expected one of: tiny, "
+                      "smollm2-135m, llama-7b)"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
               SynthOptions o;
@@ -261,7 +275,9 @@ TEST(CudaBackend, WithoutCudaOrAGpuTheErrorSaysSo) {
 #ifdef LOWRANK_HAVE_CUDA
   EXPECT_NE(e.find("the CUDA backend needs a GPU"), std::string::npos) << e;
 #else
-  EXPECT_NE(e.find("built without the CUDA backend (configure with -DLOWRANK_CUDA=ON"), std::string::npos) << e;
+  EXPECT_NE(e.find("built without the CUDA backend (configure with -DLOWRANK_CUDA=ON"),
+            std::string::npos)
+      << e;
 #endif
 }
 

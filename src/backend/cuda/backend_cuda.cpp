@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
 
@@ -36,7 +37,8 @@ constexpr int kMaxPrefill = 512;
 static_assert(kAttendChunk == kAttendKeys, "plan and kernels split attention alike");
 
 void check(cudaError_t e, const char* what, const char* file, int line) {
-  if (e != cudaSuccess) fail("CUDA: {} failed ({}:{}): {}", what, file, line, cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    fail("CUDA: {} failed ({}:{}): {}", what, file, line, cudaGetErrorString(e));
 }
 #define CK(x) check((x), #x, __FILE__, __LINE__)
 
@@ -50,7 +52,7 @@ T* device_alloc(size_t n) {
 
 // Weights on the device, shared by every session of the process.
 struct DeviceWeights {
-  std::shared_ptr<const Weights> host;  // keeps the address key valid
+  std::weak_ptr<const Weights> host;  // the cache entry is stale once these weights are gone
   WeightLayout layout;
   __nv_bfloat16* w = nullptr;
   float* norms = nullptr;
@@ -112,26 +114,35 @@ std::shared_ptr<const DeviceWeights> upload(std::shared_ptr<const Weights> host)
   }
   std::vector<double> inv(size_t(c.head_dim / 2));
   for (int i = 0; i < c.head_dim / 2; ++i)
-    inv[size_t(i)] = std::pow(double(c.rope_theta), -2.0 * i / c.head_dim) / double(c.rope_linear_factor);
+    inv[size_t(i)] =
+        std::pow(double(c.rope_theta), -2.0 * i / c.head_dim) / double(c.rope_linear_factor);
   d->inv_freq = device_alloc<double>(inv.size());
   CK(cudaMemcpy(d->inv_freq, inv.data(), inv.size() * sizeof(double), cudaMemcpyHostToDevice));
+  // The copies above ran on the legacy default stream, which sessions' non-blocking streams do not
+  // wait for.
+  CK(cudaDeviceSynchronize());
   return d;
 }
 
+// The device copy of `w`: uploaded once and kept while the host weights live
+// (sessions come and go: bench makes one per run), dropped once they are gone.
 std::shared_ptr<const DeviceWeights> device_weights(const std::shared_ptr<const Weights>& w) {
   static std::mutex mu;
-  static std::map<const Weights*, std::weak_ptr<const DeviceWeights>> cache;
+  static std::map<const Weights*, std::shared_ptr<const DeviceWeights>> cache;
   std::lock_guard<std::mutex> lock(mu);
-  if (auto d = cache[w.get()].lock()) return d;
-  auto d = upload(w);
-  cache[w.get()] = d;
+  for (auto it = cache.begin(); it != cache.end();)
+    it = it->second->host.expired() ? cache.erase(it) : std::next(it);
+  auto& d = cache[w.get()];
+  if (!d) d = upload(w);
   return d;
 }
 
 class CudaBackend final : public Backend {
  public:
   CudaBackend(std::shared_ptr<const Weights> w, const BackendOptions& opt)
-      : Backend(w, opt.ctx), exec_(opt.exec), plan_(plan_forward(*w, opt.exec)),
+      : Backend(w, opt.ctx),
+        exec_(opt.exec),
+        plan_(plan_forward(*w, opt.exec)),
         prefill_(plan_forward(*w, prefill_options(opt.exec))) {
     if (opt.keys.type != kv::KeyType::F32)
       fail("the CUDA backend keeps an f16 KV cache; --cache-type-k {} runs on the CPU only",
@@ -145,8 +156,10 @@ class CudaBackend final : public Backend {
         for (const Job& j : L.jobs) max_cols = std::max(max_cols, j.m->cols);
     const int64_t max_latent = std::max(plan_.k_latent, plan_.v_latent);
     CK(prepare_kernels(max_cols, max_latent));
-    const int64_t widths[] = {0, c.dim, c.dim, c.dim, c.q_dim(), c.kv_dim(), c.kv_dim(), c.q_dim(),
-                              std::max(plan_.p_width, prefill_.p_width), c.ffn_dim, c.ffn_dim, c.vocab};
+    const int64_t widths[] = {0,          c.dim,     c.dim,
+                              c.dim,      c.q_dim(), c.kv_dim(),
+                              c.kv_dim(), c.q_dim(), std::max(plan_.p_width, prefill_.p_width),
+                              c.ffn_dim,  c.ffn_dim, c.vocab};
     for (int b = 1; b <= int(Buf::Logits); ++b) {
       bufs_[b].stride = widths[b];
       bufs_[b].p = device_alloc<float>(size_t(kMaxPrefill) * size_t(widths[b]));
@@ -170,13 +183,15 @@ class CudaBackend final : public Backend {
     CK(cudaMallocHost(&h_state_, (size_t(kMaxPrefill) + 1) * sizeof(int)));
     CK(cudaMallocHost(&h_logits_, size_t(c.vocab) * sizeof(float)));
     mem_ = plan_memory(*w, plan_, exec_, ctx_, kMaxPrefill);
+    CK(cudaDeviceSynchronize());  // the memsets of device_alloc, before stream_ uses the buffers
   }
 
   ~CudaBackend() override {
     for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
     for (const DevVec& b : bufs_) cudaFree(b.p);
-    for (void* p : {(void*)lk_, (void*)lv_, (void*)k_all_, (void*)v_all_, (void*)k_cache_, (void*)v_cache_,
-                    (void*)scores_, (void*)part_m_, (void*)part_l_, (void*)part_acc_, (void*)state_})
+    for (void* p :
+         {(void*)lk_, (void*)lv_, (void*)k_all_, (void*)v_all_, (void*)k_cache_, (void*)v_cache_,
+          (void*)scores_, (void*)part_m_, (void*)part_l_, (void*)part_acc_, (void*)state_})
       cudaFree(p);
     cudaFreeHost(h_state_);
     cudaFreeHost(h_logits_);
@@ -193,16 +208,19 @@ class CudaBackend final : public Backend {
       const int m = std::min(kMaxPrefill, n - done);
       h_state_[0] = n_past_;
       std::memcpy(h_state_ + 1, tokens + done, size_t(m) * sizeof(int));
-      CK(cudaMemcpyAsync(state_, h_state_, size_t(m + 1) * sizeof(int), cudaMemcpyHostToDevice, stream_));
+      CK(cudaMemcpyAsync(state_, h_state_, size_t(m + 1) * sizeof(int), cudaMemcpyHostToDevice,
+                         stream_));
       const bool last = done + m == n;
-      const int64_t k = issue(prefill_, 0, prefill_.launches.size(), m, !all_logits);
+      const Head head = all_logits ? Head::All : last ? Head::Last : Head::None;
+      const int64_t k = issue(prefill_, 0, prefill_.launches.size(), m, head);
       counters_.kernels += uint64_t(k);
       counters_.dispatches += uint64_t(k) + 2;
       if (all_logits)
-        CK(cudaMemcpyAsync(logits + size_t(done) * vocab, buf(Buf::Logits, 0).p, size_t(m) * vocab * 4,
-                           cudaMemcpyDeviceToHost, stream_));
+        CK(cudaMemcpyAsync(logits + size_t(done) * vocab, buf(Buf::Logits, 0).p,
+                           size_t(m) * vocab * 4, cudaMemcpyDeviceToHost, stream_));
       else if (last)
-        CK(cudaMemcpyAsync(logits, buf(Buf::Logits, m - 1).p, size_t(vocab) * 4, cudaMemcpyDeviceToHost, stream_));
+        CK(cudaMemcpyAsync(logits, buf(Buf::Logits, m - 1).p, size_t(vocab) * 4,
+                           cudaMemcpyDeviceToHost, stream_));
       CK(cudaStreamSynchronize(stream_));  // before h_state_ is reused
       n_past_ += m;
       done += m;
@@ -227,44 +245,67 @@ class CudaBackend final : public Backend {
     const int64_t kernels = int64_t(plan_.launches.size());
     if (exec_.unit == ExecUnit::PerOp) {
       copy_in();
-      issue(plan_, 0, plan_.launches.size(), 1, false);
+      issue(plan_, 0, plan_.launches.size(), 1, Head::All);
       copy_out();
       counters_.dispatches += uint64_t(kernels) + 2;
+      counters_.kernels += uint64_t(kernels);
     } else {
+      // Captured at the first step (launch errors surface there, naming the
+      // launch; a failed capture leaves no graph behind), replayed ever after.
       if (graphs_.empty()) capture();
       for (cudaGraphExec_t g : graphs_) CK(cudaGraphLaunch(g, stream_));
       counters_.dispatches += graphs_.size();
       counters_.graph_launches += graphs_.size();
       for (int64_t n : graph_nodes_) counters_.graph_nodes += uint64_t(n);
+      counters_.kernels += uint64_t(graph_kernels_);  // the kernel nodes read back from the graphs
     }
-    // Eagerly the launches issued; in graph modes the kernel nodes the graphs hold (read back from them).
-    counters_.kernels += uint64_t(exec_.unit == ExecUnit::PerOp ? kernels : graph_kernels_);
     CK(cudaStreamSynchronize(stream_));
     std::memcpy(logits, h_logits_, size_t(vocab) * sizeof(float));
     ++n_past_;
   }
 
-  void copy_in() { CK(cudaMemcpyAsync(state_, h_state_, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_)); }
+  void copy_in() {
+    CK(cudaMemcpyAsync(state_, h_state_, 2 * sizeof(int), cudaMemcpyHostToDevice, stream_));
+  }
   void copy_out() {
-    CK(cudaMemcpyAsync(h_logits_, buf(Buf::Logits, 0).p, size_t(weights_->cfg.vocab) * 4, cudaMemcpyDeviceToHost,
-                       stream_));
+    CK(cudaMemcpyAsync(h_logits_, buf(Buf::Logits, 0).p, size_t(weights_->cfg.vocab) * 4,
+                       cudaMemcpyDeviceToHost, stream_));
   }
 
-  // One graph per region (per-layer) or one for the whole token.
+  // One graph per region (per-layer) or one for the whole token. A failure
+  // leaves no graph behind (the next step captures again) and names the cause.
   void capture() {
+    try {
+      capture_regions();
+    } catch (...) {
+      cudaGraph_t g = nullptr;
+      cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(stream_, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone) {
+        cudaStreamEndCapture(stream_, &g);
+        if (g) cudaGraphDestroy(g);
+      }
+      for (cudaGraphExec_t e : graphs_) cudaGraphExecDestroy(e);
+      graphs_.clear();
+      graph_nodes_.clear();
+      graph_kernels_ = 0;
+      throw;
+    }
+  }
+  void capture_regions() {
     std::vector<std::pair<size_t, size_t>> regions;
     if (exec_.unit == ExecUnit::PerToken) {
       regions.push_back({0, plan_.launches.size()});
     } else {
       for (size_t r = 0; r < plan_.region_begin.size(); ++r)
-        regions.push_back({plan_.region_begin[r],
-                           r + 1 < plan_.region_begin.size() ? plan_.region_begin[r + 1] : plan_.launches.size()});
+        regions.push_back({plan_.region_begin[r], r + 1 < plan_.region_begin.size()
+                                                      ? plan_.region_begin[r + 1]
+                                                      : plan_.launches.size()});
     }
     for (size_t r = 0; r < regions.size(); ++r) {
       cudaGraph_t g = nullptr;
       CK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       if (r == 0) copy_in();
-      issue(plan_, regions[r].first, regions[r].second, 1, false);
+      issue(plan_, regions[r].first, regions[r].second, 1, Head::All);
       if (r + 1 == regions.size()) copy_out();
       CK(cudaStreamEndCapture(stream_, &g));
       size_t nodes = 0;
@@ -286,38 +327,56 @@ class CudaBackend final : public Backend {
     }
   }
 
-  // Issues launches [b, e) of `p` for n tokens; `last_only`: the output head
-  // on the last token only. Returns the kernels launched.
-  int64_t issue(const Plan& p, size_t b, size_t e, int n, bool last_only) {
+  // The output head in a call of n tokens: on every token, the last, or none
+  // (a prefill block before the last one, when only the last logits are asked for).
+  enum class Head { All, Last, None };
+
+  // Issues launches [b, e) of `p` for n tokens. Returns the kernels launched.
+  int64_t issue(const Plan& p, size_t b, size_t e, int n, Head head_mode) {
+    int64_t launched = 0;
     const Config& c = weights_->cfg;
     const int* pos0 = state_;
     const int32_t* toks = state_ + 1;
     const RopeArgs rope{dw_->inv_freq, c.head_dim, c.n_heads, c.n_kv_heads};
     for (size_t i = b; i < e; ++i) {
       const Launch& L = p.launches[i];
-      const bool head = last_only && L.layer < 0 && L.op != Op::Embed;
+      const bool in_head = L.layer < 0 && L.op != Op::Embed;
+      if (in_head && head_mode == Head::None) continue;
+      const bool head = in_head && head_mode == Head::Last;
+      ++launched;
       const int nt = head ? 1 : n;
       const int64_t row = head ? n - 1 : 0;
       auto v = [&](Buf x) { return x == Buf::None ? DevVec{} : buf(x, row); };
       const size_t layer = size_t(std::max(L.layer, 0));
       const size_t kv_layer = layer * size_t(ctx_) * size_t(c.kv_dim());
-      const CacheRef cache{k_cache_ + (k_cache_ ? kv_layer : 0), v_cache_ + (v_cache_ ? kv_layer : 0), c.kv_dim()};
-      AttendArgs att{cache.k, cache.v, false, c.kv_dim(), c.head_dim, c.n_heads, c.n_kv_heads,
-                     attend_chunks(ctx_), part_m_, part_l_, part_acc_};
+      const CacheRef cache{k_cache_ + (k_cache_ ? kv_layer : 0),
+                           v_cache_ + (v_cache_ ? kv_layer : 0), c.kv_dim()};
+      AttendArgs att{cache.k,    cache.v,   false,        c.kv_dim(),
+                     c.head_dim, c.n_heads, c.n_kv_heads, attend_chunks(ctx_),
+                     part_m_,    part_l_,   part_acc_};
       if (exec_.kv == KvMode::Legacy) {
         att.k = k_all_;
         att.v = v_all_;
         att.f32 = true;
       }
-      const StaticArgs st{cache.k, cache.v, c.kv_dim(), c.head_dim, c.n_heads, c.n_kv_heads, ctx_, scores_};
+      const StaticArgs st{cache.k,   cache.v,      c.kv_dim(), c.head_dim,
+                          c.n_heads, c.n_kv_heads, ctx_,       scores_};
       const LatentRef lat{lk_ + (lk_ ? layer * size_t(ctx_) * size_t(p.k_latent) : 0),
                           lv_ + (lv_ ? layer * size_t(ctx_) * size_t(p.v_latent) : 0),
-                          p.k_latent, p.v_latent, L.k_off, L.v_off, L.k_rank, L.v_rank};
+                          p.k_latent,
+                          p.v_latent,
+                          L.k_off,
+                          L.v_off,
+                          L.k_rank,
+                          L.v_rank};
       cudaError_t err = cudaSuccess;
       switch (L.op) {
-        case Op::Embed: err = launch_embed(stream_, toks, n, dw_->matrix(weights_->tok_embd), v(Buf::X)); break;
+        case Op::Embed:
+          err = launch_embed(stream_, toks, n, dw_->matrix(weights_->tok_embd), v(Buf::X));
+          break;
         case Op::RmsNorm:
-          err = launch_rms_norm(stream_, nt, v(L.a), v(L.b), dw_->norm(*L.norm), L.width, c.rms_eps);
+          err =
+              launch_rms_norm(stream_, nt, v(L.a), v(L.b), dw_->norm(*L.norm), L.width, c.rms_eps);
           break;
         case Op::Gemv: {
           GemvArgs a;
@@ -337,33 +396,54 @@ class CudaBackend final : public Backend {
           err = launch_gemv(stream_, a, nt);
           break;
         }
-        case Op::Add: err = launch_add(stream_, nt, v(Buf::X), v(L.a), L.width); break;
-        case Op::SiluMul: err = launch_silu_mul(stream_, nt, v(Buf::G), v(Buf::U), L.width); break;
+        case Op::Add:
+          err = launch_add(stream_, nt, v(Buf::X), v(L.a), L.width);
+          break;
+        case Op::SiluMul:
+          err = launch_silu_mul(stream_, nt, v(Buf::G), v(Buf::U), L.width);
+          break;
         case Op::RopeAppend:
-          err = launch_rope_append(stream_, n, pos0, rope, v(Buf::Q), v(Buf::K), v(Buf::V), cache, true);
+          err = launch_rope_append(stream_, n, pos0, rope, v(Buf::Q), v(Buf::K), v(Buf::V), cache,
+                                   true);
           break;
-        case Op::Rope: err = launch_rope(stream_, n, pos0, rope, v(L.a), v(L.b)); break;
+        case Op::Rope:
+          err = launch_rope(stream_, n, pos0, rope, v(L.a), v(L.b));
+          break;
         case Op::Append:
-          err = launch_rope_append(stream_, n, pos0, rope, v(Buf::Q), v(Buf::K), v(Buf::V), cache, false);
+          err = launch_rope_append(stream_, n, pos0, rope, v(Buf::Q), v(Buf::K), v(Buf::V), cache,
+                                   false);
           break;
-        case Op::Scores: err = launch_scores(stream_, pos0, st, v(Buf::Q)); break;
-        case Op::Softmax: err = launch_softmax(stream_, pos0, st); break;
-        case Op::Mix: err = launch_mix(stream_, pos0, st, v(Buf::Att)); break;
-        case Op::Attend: err = launch_attend(stream_, n, pos0, att, v(Buf::Q)); break;
-        case Op::Merge: err = launch_merge(stream_, n, pos0, att, v(Buf::Att)); break;
-        case Op::LatentAppend: err = launch_latent_append(stream_, n, pos0, v(Buf::P), lat); break;
+        case Op::Scores:
+          err = launch_scores(stream_, pos0, st, v(Buf::Q));
+          break;
+        case Op::Softmax:
+          err = launch_softmax(stream_, pos0, st);
+          break;
+        case Op::Mix:
+          err = launch_mix(stream_, pos0, st, v(Buf::Att));
+          break;
+        case Op::Attend:
+          err = launch_attend(stream_, n, pos0, att, v(Buf::Q));
+          break;
+        case Op::Merge:
+          err = launch_merge(stream_, n, pos0, att, v(Buf::Att));
+          break;
+        case Op::LatentAppend:
+          err = launch_latent_append(stream_, n, pos0, v(Buf::P), lat);
+          break;
         case Op::Reconstruct: {
           LatentRef r = lat;
           r.k_rank = L.k_rank;
           r.v_rank = L.v_rank;
-          err = launch_reconstruct(stream_, n, pos0, ctx_, r, dw_->matrix(*L.uk), dw_->matrix(*L.uv), rope, k_all_,
-                                   v_all_, c.kv_dim());
+          err = launch_reconstruct(stream_, n, pos0, ctx_, r, dw_->matrix(*L.uk),
+                                   dw_->matrix(*L.uv), rope, k_all_, v_all_, c.kv_dim());
           break;
         }
       }
-      if (err != cudaSuccess) fail("CUDA: launching {} ({}) failed: {}", L.name, op_name(L.op), cudaGetErrorString(err));
+      if (err != cudaSuccess)
+        fail("CUDA: launching {} ({}) failed: {}", L.name, op_name(L.op), cudaGetErrorString(err));
     }
-    return int64_t(e - b);
+    return launched;
   }
 
   ExecOptions exec_;
@@ -375,8 +455,8 @@ class CudaBackend final : public Backend {
   __half *k_cache_ = nullptr, *v_cache_ = nullptr, *lk_ = nullptr, *lv_ = nullptr;
   float *k_all_ = nullptr, *v_all_ = nullptr, *scores_ = nullptr;
   float *part_m_ = nullptr, *part_l_ = nullptr, *part_acc_ = nullptr;
-  int* state_ = nullptr;  // [pos0, tokens...] on the device
-  int* h_state_ = nullptr;  // pinned
+  int* state_ = nullptr;       // [pos0, tokens...] on the device
+  int* h_state_ = nullptr;     // pinned
   float* h_logits_ = nullptr;  // pinned [vocab]
   std::vector<cudaGraphExec_t> graphs_;
   std::vector<int64_t> graph_nodes_;  // nodes of each graph (kernels and copies)
@@ -394,13 +474,15 @@ std::string cuda_device_info(bool* available) {
   if (e != cudaSuccess) return fmt::format("no CUDA device ({})", cudaGetErrorString(e));
   if (n == 0) return "no CUDA device";
   cudaDeviceProp p{};
-  if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) return "a CUDA device whose properties cannot be read";
+  if (cudaGetDeviceProperties(&p, 0) != cudaSuccess)
+    return "a CUDA device whose properties cannot be read";
   int driver = 0, runtime = 0;
   cudaDriverGetVersion(&driver);
   cudaRuntimeGetVersion(&runtime);
   return fmt::format("{}, {:.0f} GiB, sm_{}{}, {} SMs, driver {}.{}, runtime {}.{}", p.name,
-                     double(p.totalGlobalMem) / double(1ull << 30), p.major, p.minor, p.multiProcessorCount,
-                     driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+                     double(p.totalGlobalMem) / double(1ull << 30), p.major, p.minor,
+                     p.multiProcessorCount, driver / 1000, driver % 1000 / 10, runtime / 1000,
+                     runtime % 1000 / 10);
 }
 
 double cuda_read_bandwidth_gbs() {
@@ -425,7 +507,8 @@ double cuda_read_bandwidth_gbs() {
     CK(cudaEventSynchronize(b));
     float ms = 0;
     CK(cudaEventElapsedTime(&ms, a, b));
-    if (rep > 0) best = std::max(best, double(n) * 16 / (double(ms) * 1e6));  // the first pass warms up
+    if (rep > 0)
+      best = std::max(best, double(n) * 16 / (double(ms) * 1e6));  // the first pass warms up
   }
   cudaEventDestroy(a);
   cudaEventDestroy(b);
@@ -434,7 +517,8 @@ double cuda_read_bandwidth_gbs() {
   return best;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(std::shared_ptr<const Weights> w, const BackendOptions& opt) {
+std::unique_ptr<Backend> make_cuda_backend(std::shared_ptr<const Weights> w,
+                                           const BackendOptions& opt) {
   bool ok = false;
   const std::string info = cuda_device_info(&ok);
   if (!ok) fail("the CUDA backend needs a GPU: {}", info);

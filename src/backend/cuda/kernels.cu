@@ -2,20 +2,20 @@
 // Each mirrors a function of the reference backend (backend/ref/forward_ref.cpp):
 // matmul -> gemv/gemm, rms_norm, rope, attend (split-K online softmax here),
 // silu * mul, residual add.
-#include "backend/cuda/kernels.cuh"
-
 #include <algorithm>
+
+#include "backend/cuda/kernels.cuh"
 
 namespace lr::cuda {
 
 namespace {
 
 constexpr int kWarp = 32;
-constexpr int kGemvRows = 8;     // rows per GEMV block (one warp each)
-constexpr int kTile = 64;        // GEMM tile: rows x tokens
+constexpr int kGemvRows = 8;  // rows per GEMV block (one warp each)
+constexpr int kTile = 64;     // GEMM tile: rows x tokens
 constexpr int kTileK = 32;
 constexpr int kAttendWarps = 4;
-constexpr int kMaxGroup = 8;     // query heads per KV head
+constexpr int kMaxGroup = 8;  // query heads per KV head
 constexpr int kReconPositions = 4;
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -53,7 +53,9 @@ __device__ float block_max(float v) {
   return warp_max(t);
 }
 
-__device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); }
+__device__ __forceinline__ float silu(float x) {
+  return x / (1.f + __expf(-x));
+}
 
 // Which job of a multi-job launch block `b` belongs to, given `per` rows per block.
 __device__ __forceinline__ int job_of(const GemvArgs& a, int& b, int per) {
@@ -77,7 +79,8 @@ int blocks_of(const GemvArgs& a, int per) {
 // Decode: the input (normed, or SiLU*mul'd) staged in shared memory, padded
 // with zeros to the matrix's ld; one warp per row, 8 bf16 per lane per load.
 __global__ void gemv_kernel(GemvArgs a) {
-  extern __shared__ float xs[];
+  extern __shared__ float4 xs_vec[];  // 16-byte aligned: read as float4 below
+  float* xs = reinterpret_cast<float*>(xs_vec);
   int b = blockIdx.x;
   const int j = job_of(a, b, kGemvRows);
   const GemvJob& J = a.job[j];
@@ -108,11 +111,12 @@ __global__ void gemv_kernel(GemvArgs a) {
   for (int64_t c = int64_t(lane) * 8; c < ld; c += kWarp * 8) {
     const uint4 raw = *reinterpret_cast<const uint4*>(row + c);
     const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float2 f = __bfloat1622float2(h[k]);
-      acc += f.x * xs[c + 2 * k] + f.y * xs[c + 2 * k + 1];
-    }
+    const float4 x0 = *reinterpret_cast<const float4*>(xs + c),
+                 x1 = *reinterpret_cast<const float4*>(xs + c + 4);
+    const float2 f0 = __bfloat1622float2(h[0]), f1 = __bfloat1622float2(h[1]);
+    const float2 f2 = __bfloat1622float2(h[2]), f3 = __bfloat1622float2(h[3]);
+    acc += f0.x * x0.x + f0.y * x0.y + f1.x * x0.z + f1.y * x0.w + f2.x * x1.x + f2.y * x1.y +
+           f3.x * x1.z + f3.y * x1.w;
   }
   acc = warp_sum(acc);
   if (lane == 0) {
@@ -167,7 +171,8 @@ __global__ void gemm_kernel(GemvArgs a, int n) {
 __global__ void embed_kernel(const int32_t* tokens, DevMatrix emb, DevVec x) {
   const int t = blockIdx.x;
   const __nv_bfloat16* row = emb.w + int64_t(tokens[t]) * emb.ld;
-  for (int64_t c = threadIdx.x; c < emb.cols; c += blockDim.x) x.p[t * x.stride + c] = __bfloat162float(row[c]);
+  for (int64_t c = threadIdx.x; c < emb.cols; c += blockDim.x)
+    x.p[t * x.stride + c] = __bfloat162float(row[c]);
 }
 
 __global__ void rms_norm_kernel(DevVec a, DevVec b, const float* norm, int64_t width, float eps) {
@@ -176,7 +181,8 @@ __global__ void rms_norm_kernel(DevVec a, DevVec b, const float* norm, int64_t w
   float ss = 0.f;
   for (int64_t c = threadIdx.x; c < width; c += blockDim.x) ss += x[c] * x[c];
   const float inv = rsqrtf(block_sum(ss) / float(width) + eps);
-  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) b.p[t * b.stride + c] = x[c] * inv * norm[c];
+  for (int64_t c = threadIdx.x; c < width; c += blockDim.x)
+    b.p[t * b.stride + c] = x[c] * inv * norm[c];
 }
 
 __global__ void add_kernel(int n, DevVec x, DevVec y, int64_t width) {
@@ -208,12 +214,14 @@ __global__ void rope_kernel(const int* pos0, RopeArgs r, DevVec q, DevVec k) {
   const int heads = r.n_heads + (k.p ? r.n_kv_heads : 0);
   for (int e = threadIdx.x; e < heads * half; e += blockDim.x) {
     const int h = e / half, i = e % half;
-    float* x = h < r.n_heads ? q.p + t * q.stride + h * r.head_dim : k.p + t * k.stride + (h - r.n_heads) * r.head_dim;
+    float* x = h < r.n_heads ? q.p + t * q.stride + h * r.head_dim
+                             : k.p + t * k.stride + (h - r.n_heads) * r.head_dim;
     rotate(x, i, pos, r.inv_freq);
   }
 }
 
-__global__ void rope_append_kernel(const int* pos0, RopeArgs r, DevVec q, DevVec k, DevVec v, CacheRef c, bool rope) {
+__global__ void rope_append_kernel(const int* pos0, RopeArgs r, DevVec q, DevVec k, DevVec v,
+                                   CacheRef c, bool rope) {
   const int t = blockIdx.x, pos = *pos0 + t, half = r.head_dim / 2;
   if (rope) {
     for (int e = threadIdx.x; e < r.n_heads * half; e += blockDim.x)
@@ -234,8 +242,10 @@ __global__ void rope_append_kernel(const int* pos0, RopeArgs r, DevVec q, DevVec
 
 template <typename T>
 __device__ __forceinline__ float load_f(const T* p) {
-  if constexpr (sizeof(T) == 2) return __half2float(*p);
-  else return *p;
+  if constexpr (sizeof(T) == 2)
+    return __half2float(*p);
+  else
+    return *p;
 }
 
 // One block: token t, KV head kvh, keys [c * chunk, ...) up to its position;
@@ -344,7 +354,8 @@ __global__ void scores_kernel(const int* pos0, StaticArgs a, DevVec q) {
   for (int h = 0; h < a.n_heads; ++h) {
     const __half* k = a.k + int64_t(j) * a.kv_dim + (h / G) * a.head_dim;
     float s = 0.f;
-    for (int d = lane; d < a.head_dim; d += kWarp) s += q.p[h * a.head_dim + d] * __half2float(k[d]);
+    for (int d = lane; d < a.head_dim; d += kWarp)
+      s += q.p[h * a.head_dim + d] * __half2float(k[d]);
     s = warp_sum(s);
     if (lane == 0) a.scores[int64_t(h) * a.ctx + j] = s * scale;
   }
@@ -368,7 +379,8 @@ __global__ void mix_kernel(const int* pos0, StaticArgs a, DevVec att) {
   const int groups = blockDim.x / D, grp = threadIdx.x / D, d = threadIdx.x % D, n = *pos0 + 1;
   const float* s = a.scores + int64_t(h) * a.ctx;
   float acc = 0.f;
-  for (int j = grp; j < n; j += groups) acc += s[j] * __half2float(a.v[int64_t(j) * a.kv_dim + (h / G) * D + d]);
+  for (int j = grp; j < n; j += groups)
+    acc += s[j] * __half2float(a.v[int64_t(j) * a.kv_dim + (h / G) * D + d]);
   part[grp * D + d] = acc;
   __syncthreads();
   if (grp == 0) {
@@ -382,13 +394,16 @@ __global__ void mix_kernel(const int* pos0, StaticArgs a, DevVec att) {
 __global__ void latent_append_kernel(const int* pos0, DevVec p, LatentRef l) {
   const int t = blockIdx.x, pos = *pos0 + t;
   const float* x = p.p + t * p.stride;
-  for (int64_t i = threadIdx.x; i < l.k_rank; i += blockDim.x) l.k[pos * l.k_ld + i] = __float2half(x[l.k_off + i]);
-  for (int64_t i = threadIdx.x; i < l.v_rank; i += blockDim.x) l.v[pos * l.v_ld + i] = __float2half(x[l.v_off + i]);
+  for (int64_t i = threadIdx.x; i < l.k_rank; i += blockDim.x)
+    l.k[pos * l.k_ld + i] = __float2half(x[l.k_off + i]);
+  for (int64_t i = threadIdx.x; i < l.v_rank; i += blockDim.x)
+    l.v[pos * l.v_ld + i] = __float2half(x[l.v_off + i]);
 }
 
 // Positions [j0, j0 + kReconPositions) of one side: out[j] = U L[j] (roped for k).
-__device__ void reconstruct_side(int j0, int last, const __half* lat, int64_t lat_ld, int64_t rank, DevMatrix u,
-                                 float* out, int64_t kv_dim, const RopeArgs* rope, float* ls) {
+__device__ void reconstruct_side(int j0, int last, const __half* lat, int64_t lat_ld, int64_t rank,
+                                 DevMatrix u, float* out, int64_t kv_dim, const RopeArgs* rope,
+                                 float* ls) {
   const int np = min(kReconPositions, last - j0 + 1);
   __syncthreads();  // ls may still be read for the other side
   for (int64_t e = threadIdx.x; e < int64_t(np) * rank; e += blockDim.x)
@@ -411,12 +426,13 @@ __device__ void reconstruct_side(int j0, int last, const __half* lat, int64_t la
   for (int64_t e = threadIdx.x; e < int64_t(np) * (kv_dim / 2); e += blockDim.x) {
     const int p = int(e / (kv_dim / 2));
     const int64_t pair = e % (kv_dim / 2);
-    rotate(out + (j0 + p) * kv_dim + (pair / half) * rope->head_dim, int(pair % half), j0 + p, rope->inv_freq);
+    rotate(out + (j0 + p) * kv_dim + (pair / half) * rope->head_dim, int(pair % half), j0 + p,
+           rope->inv_freq);
   }
 }
 
-__global__ void reconstruct_kernel(const int* pos0, int n, LatentRef l, DevMatrix uk, DevMatrix uv, RopeArgs r,
-                                   float* k_all, float* v_all, int64_t kv_dim) {
+__global__ void reconstruct_kernel(const int* pos0, int n, LatentRef l, DevMatrix uk, DevMatrix uv,
+                                   RopeArgs r, float* k_all, float* v_all, int64_t kv_dim) {
   extern __shared__ float ls[];  // [kReconPositions, max rank]
   const int last = *pos0 + n - 1, j0 = blockIdx.x * kReconPositions;
   if (j0 > last) return;
@@ -426,7 +442,8 @@ __global__ void reconstruct_kernel(const int* pos0, int n, LatentRef l, DevMatri
 
 __global__ void read_sum_kernel(const float4* x, int64_t n, float* out) {
   float acc = 0.f;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
     const float4 v = x[i];
     acc += v.x + v.y + v.z + v.w;
   }
@@ -439,11 +456,23 @@ __global__ void read_sum_kernel(const float4* x, int64_t n, float* out) {
 // --- launchers -----------------------------------------------------------------
 
 cudaError_t prepare_kernels(int64_t max_cols, int64_t max_latent) {
-  cudaError_t e = cudaFuncSetAttribute(gemv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(gemv_smem(max_cols)));
-  if (e != cudaSuccess) return e;
-  return cudaFuncSetAttribute(reconstruct_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              int(std::max<int64_t>(max_latent, 1) * kReconPositions * sizeof(float)));
+  // The limits are per process: only ever raised, so an earlier session's launches stay valid.
+  static size_t gemv_limit = 0, recon_limit = 0;
+  const size_t g = gemv_smem(max_cols),
+               r = size_t(std::max<int64_t>(max_latent, 1)) * kReconPositions * sizeof(float);
+  if (g > gemv_limit) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(gemv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g));
+    if (e != cudaSuccess) return e;
+    gemv_limit = g;
+  }
+  if (r > recon_limit) {
+    const cudaError_t e = cudaFuncSetAttribute(reconstruct_kernel,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, int(r));
+    if (e != cudaSuccess) return e;
+    recon_limit = r;
+  }
+  return cudaSuccess;
 }
 
 cudaError_t launch_read_sum(cudaStream_t s, const float4* x, int64_t n, float* out, int blocks) {
@@ -456,7 +485,8 @@ cudaError_t launch_embed(cudaStream_t s, const int32_t* tokens, int n, DevMatrix
   return cudaGetLastError();
 }
 
-cudaError_t launch_rms_norm(cudaStream_t s, int n, DevVec a, DevVec b, const float* norm, int64_t width, float eps) {
+cudaError_t launch_rms_norm(cudaStream_t s, int n, DevVec a, DevVec b, const float* norm,
+                            int64_t width, float eps) {
   rms_norm_kernel<<<n, 256, 0, s>>>(a, b, norm, width, eps);
   return cudaGetLastError();
 }
@@ -491,8 +521,8 @@ cudaError_t launch_rope(cudaStream_t s, int n, const int* pos0, RopeArgs r, DevV
   return cudaGetLastError();
 }
 
-cudaError_t launch_rope_append(cudaStream_t s, int n, const int* pos0, RopeArgs r, DevVec q, DevVec k, DevVec v,
-                               CacheRef c, bool rope) {
+cudaError_t launch_rope_append(cudaStream_t s, int n, const int* pos0, RopeArgs r, DevVec q,
+                               DevVec k, DevVec v, CacheRef c, bool rope) {
   rope_append_kernel<<<n, 128, 0, s>>>(pos0, r, q, k, v, c, rope);
   return cudaGetLastError();
 }
@@ -500,11 +530,16 @@ cudaError_t launch_rope_append(cudaStream_t s, int n, const int* pos0, RopeArgs 
 cudaError_t launch_attend(cudaStream_t s, int n, const int* pos0, const AttendArgs& a, DevVec q) {
   const dim3 grid(a.chunks, a.n_kv_heads, n);
   const int threads = kAttendWarps * kWarp;
-  if (a.head_dim == 64 && a.f32) attend_kernel<64, float><<<grid, threads, 0, s>>>(a, q, pos0);
-  else if (a.head_dim == 64) attend_kernel<64, __half><<<grid, threads, 0, s>>>(a, q, pos0);
-  else if (a.head_dim == 128 && a.f32) attend_kernel<128, float><<<grid, threads, 0, s>>>(a, q, pos0);
-  else if (a.head_dim == 128) attend_kernel<128, __half><<<grid, threads, 0, s>>>(a, q, pos0);
-  else return cudaErrorInvalidValue;
+  if (a.head_dim == 64 && a.f32)
+    attend_kernel<64, float><<<grid, threads, 0, s>>>(a, q, pos0);
+  else if (a.head_dim == 64)
+    attend_kernel<64, __half><<<grid, threads, 0, s>>>(a, q, pos0);
+  else if (a.head_dim == 128 && a.f32)
+    attend_kernel<128, float><<<grid, threads, 0, s>>>(a, q, pos0);
+  else if (a.head_dim == 128)
+    attend_kernel<128, __half><<<grid, threads, 0, s>>>(a, q, pos0);
+  else
+    return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
 
@@ -533,11 +568,13 @@ cudaError_t launch_latent_append(cudaStream_t s, int n, const int* pos0, DevVec 
   return cudaGetLastError();
 }
 
-cudaError_t launch_reconstruct(cudaStream_t s, int n, const int* pos0, int ctx, LatentRef l, DevMatrix uk,
-                               DevMatrix uv, RopeArgs r, float* k_all, float* v_all, int64_t kv_dim) {
-  const size_t smem = size_t(std::max<int64_t>(std::max(l.k_rank, l.v_rank), 1)) * kReconPositions * sizeof(float);
-  reconstruct_kernel<<<(ctx + kReconPositions - 1) / kReconPositions, 256, smem, s>>>(pos0, n, l, uk, uv, r, k_all,
-                                                                                      v_all, kv_dim);
+cudaError_t launch_reconstruct(cudaStream_t s, int n, const int* pos0, int ctx, LatentRef l,
+                               DevMatrix uk, DevMatrix uv, RopeArgs r, float* k_all, float* v_all,
+                               int64_t kv_dim) {
+  const size_t smem =
+      size_t(std::max<int64_t>(std::max(l.k_rank, l.v_rank), 1)) * kReconPositions * sizeof(float);
+  reconstruct_kernel<<<(ctx + kReconPositions - 1) / kReconPositions, 256, smem, s>>>(
+      pos0, n, l, uk, uv, r, k_all, v_all, kv_dim);
   return cudaGetLastError();
 }
 

@@ -45,10 +45,13 @@ struct GemvArgs {
 };
 
 // Shared memory the GEMV needs for inputs of `cols` columns (bytes).
-inline size_t gemv_smem(int64_t cols) { return size_t((cols + 7) / 8 * 8) * sizeof(float); }
+inline size_t gemv_smem(int64_t cols) {
+  return size_t((cols + 7) / 8 * 8) * sizeof(float);
+}
 
 cudaError_t launch_embed(cudaStream_t s, const int32_t* tokens, int n, DevMatrix emb, DevVec x);
-cudaError_t launch_rms_norm(cudaStream_t s, int n, DevVec a, DevVec b, const float* norm, int64_t width, float eps);
+cudaError_t launch_rms_norm(cudaStream_t s, int n, DevVec a, DevVec b, const float* norm,
+                            int64_t width, float eps);
 // n == 1: one warp per row (decode); n > 1: tiled GEMM (prefill, no fused input transforms).
 cudaError_t launch_gemv(cudaStream_t s, const GemvArgs& a, int n);
 // Raises the kernels' dynamic shared memory limits for the widest GEMV input
@@ -69,16 +72,16 @@ struct CacheRef {
   __half* v = nullptr;
   int64_t kv_dim = 0;
 };
-cudaError_t launch_rope_append(cudaStream_t s, int n, const int* pos0, RopeArgs r, DevVec q, DevVec k, DevVec v,
-                               CacheRef c, bool rope);
+cudaError_t launch_rope_append(cudaStream_t s, int n, const int* pos0, RopeArgs r, DevVec q,
+                               DevVec k, DevVec v, CacheRef c, bool rope);
 
 // Split-K attention of n query tokens (token t sees keys 0..*pos0 + t) over
 // keys and values either f16 (the cache) or f32 (legacy reconstruction).
 struct AttendArgs {
   const void* k = nullptr;
   const void* v = nullptr;
-  bool f32 = false;           // k, v are float (else __half)
-  int64_t kv_dim = 0;         // row stride of k and v
+  bool f32 = false;    // k, v are float (else __half)
+  int64_t kv_dim = 0;  // row stride of k and v
   int head_dim = 0, n_heads = 0, n_kv_heads = 0;
   int chunks = 0;             // split-K blocks per (token, KV head), covering the context
   float* part_m = nullptr;    // [n, n_heads, chunks]
@@ -111,8 +114,9 @@ struct LatentRef {
 cudaError_t launch_latent_append(cudaStream_t s, int n, const int* pos0, DevVec p, LatentRef l);
 // K_all[j] = rope(Uk L_k[j], j), V_all[j] = Uv L_v[j] for j <= *pos0 + n - 1
 // (grid over `ctx` positions; blocks past the last position exit).
-cudaError_t launch_reconstruct(cudaStream_t s, int n, const int* pos0, int ctx, LatentRef l, DevMatrix uk,
-                               DevMatrix uv, RopeArgs r, float* k_all, float* v_all, int64_t kv_dim);
+cudaError_t launch_reconstruct(cudaStream_t s, int n, const int* pos0, int ctx, LatentRef l,
+                               DevMatrix uk, DevMatrix uv, RopeArgs r, float* k_all, float* v_all,
+                               int64_t kv_dim);
 
 // out[block] = sum of the block's share of x (a read-bandwidth probe).
 cudaError_t launch_read_sum(cudaStream_t s, const float4* x, int64_t n, float* out, int blocks);

@@ -6,7 +6,9 @@
 namespace lr {
 
 std::unique_ptr<Backend> make_cuda_backend(std::shared_ptr<const Weights>, const BackendOptions&) {
-  fail("this lowrank was built without the CUDA backend (configure with -DLOWRANK_CUDA=ON and a CUDA toolkit)");
+  fail(
+      "this lowrank was built without the CUDA backend (configure with -DLOWRANK_CUDA=ON and a "
+      "CUDA toolkit)");
 }
 
 std::string cuda_device_info(bool* available) {
@@ -14,6 +16,8 @@ std::string cuda_device_info(bool* available) {
   return "built without CUDA (LOWRANK_CUDA=OFF)";
 }
 
-double cuda_read_bandwidth_gbs() { fail("this lowrank was built without the CUDA backend (LOWRANK_CUDA=OFF)"); }
+double cuda_read_bandwidth_gbs() {
+  fail("this lowrank was built without the CUDA backend (LOWRANK_CUDA=OFF)");
+}
 
 }  // namespace lr

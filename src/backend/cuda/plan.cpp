@@ -8,39 +8,66 @@ namespace lr::cuda {
 
 const char* buf_name(Buf b) {
   switch (b) {
-    case Buf::None: return "-";
-    case Buf::X: return "x";
-    case Buf::H: return "h";
-    case Buf::Y: return "y";
-    case Buf::Q: return "q";
-    case Buf::K: return "k";
-    case Buf::V: return "v";
-    case Buf::Att: return "att";
-    case Buf::P: return "p";
-    case Buf::G: return "g";
-    case Buf::U: return "u";
-    case Buf::Logits: return "logits";
+    case Buf::None:
+      return "-";
+    case Buf::X:
+      return "x";
+    case Buf::H:
+      return "h";
+    case Buf::Y:
+      return "y";
+    case Buf::Q:
+      return "q";
+    case Buf::K:
+      return "k";
+    case Buf::V:
+      return "v";
+    case Buf::Att:
+      return "att";
+    case Buf::P:
+      return "p";
+    case Buf::G:
+      return "g";
+    case Buf::U:
+      return "u";
+    case Buf::Logits:
+      return "logits";
   }
   return "?";
 }
 
 const char* op_name(Op o) {
   switch (o) {
-    case Op::Embed: return "embed";
-    case Op::RmsNorm: return "rms_norm";
-    case Op::Gemv: return "gemv";
-    case Op::Add: return "add";
-    case Op::SiluMul: return "silu_mul";
-    case Op::RopeAppend: return "rope_append";
-    case Op::Rope: return "rope";
-    case Op::Append: return "append";
-    case Op::Scores: return "scores";
-    case Op::Softmax: return "softmax";
-    case Op::Mix: return "mix";
-    case Op::Attend: return "attend";
-    case Op::Merge: return "merge";
-    case Op::LatentAppend: return "latent_append";
-    case Op::Reconstruct: return "reconstruct";
+    case Op::Embed:
+      return "embed";
+    case Op::RmsNorm:
+      return "rms_norm";
+    case Op::Gemv:
+      return "gemv";
+    case Op::Add:
+      return "add";
+    case Op::SiluMul:
+      return "silu_mul";
+    case Op::RopeAppend:
+      return "rope_append";
+    case Op::Rope:
+      return "rope";
+    case Op::Append:
+      return "append";
+    case Op::Scores:
+      return "scores";
+    case Op::Softmax:
+      return "softmax";
+    case Op::Mix:
+      return "mix";
+    case Op::Attend:
+      return "attend";
+    case Op::Merge:
+      return "merge";
+    case Op::LatentAppend:
+      return "latent_append";
+    case Op::Reconstruct:
+      return "reconstruct";
   }
   return "?";
 }
@@ -71,7 +98,9 @@ class Planner {
     L.name = std::move(name);
     return L;
   }
-  void gemv(int layer, std::string name, std::vector<Job> jobs) { add(Op::Gemv, layer, std::move(name)).jobs = std::move(jobs); }
+  void gemv(int layer, std::string name, std::vector<Job> jobs) {
+    add(Op::Gemv, layer, std::move(name)).jobs = std::move(jobs);
+  }
 
   // The input of a block's first GEMVs: rms_norm(x) fused, or h from an RmsNorm launch.
   Job norm_input(int l, const Matrix& norm, const std::string& name) {
@@ -95,8 +124,9 @@ class Planner {
   // low-rank ones. Packed: each side is one launch; else one launch per matrix.
   // Latents go to P from `p0` on. Returns the P offsets of the maps' latents.
   std::vector<int64_t> group(int l, const std::string& base, const std::vector<const Linear*>& maps,
-                             const std::vector<std::string>& names, const Job& in, const std::vector<Buf>& outs,
-                             int64_t p0, const std::vector<bool>& reconstruct, bool accumulate = false) {
+                             const std::vector<std::string>& names, const Job& in,
+                             const std::vector<Buf>& outs, int64_t p0,
+                             const std::vector<bool>& reconstruct, bool accumulate = false) {
     std::vector<int64_t> off(maps.size(), -1);
     std::vector<Job> first, second;
     int64_t p = p0;
@@ -141,7 +171,8 @@ class Planner {
         gemv(l, prefix(l) + names[i] + (lowrank_side ? "_out" : lr ? "_in" : ""), {jobs[k++]});
       }
     };
-    const bool any_lowrank = std::any_of(maps.begin(), maps.end(), [](const Linear* m) { return m->low_rank(); });
+    const bool any_lowrank =
+        std::any_of(maps.begin(), maps.end(), [](const Linear* m) { return m->low_rank(); });
     emit(first, any_lowrank ? "_in" : "", false);
     emit(second, "_out", true);
     return off;
@@ -238,7 +269,8 @@ Plan plan_forward(const Weights& w, const ExecOptions& e) {
   if (w.cfg.head_dim != 64 && w.cfg.head_dim != 128)
     fail("the CUDA backend runs head_dim 64 or 128 (the model has {})", w.cfg.head_dim);
   if (w.cfg.n_heads / w.cfg.n_kv_heads > 8)
-    fail("the CUDA backend runs up to 8 query heads per KV head (the model has {})", w.cfg.n_heads / w.cfg.n_kv_heads);
+    fail("the CUDA backend runs up to 8 query heads per KV head (the model has {})",
+         w.cfg.n_heads / w.cfg.n_kv_heads);
   return Planner(w, e).run();
 }
 
@@ -261,10 +293,11 @@ LaunchStats launch_stats(const Plan& p, ExecUnit unit) {
       break;
     case ExecUnit::PerLayer:
       for (size_t r = 0; r < p.region_begin.size(); ++r) {
-        const size_t end = r + 1 < p.region_begin.size() ? p.region_begin[r + 1] : p.launches.size();
+        const size_t end =
+            r + 1 < p.region_begin.size() ? p.region_begin[r + 1] : p.launches.size();
         int64_t nodes = int64_t(end - p.region_begin[r]);
-        if (r == 0) ++nodes;                            // the copy of token and position
-        if (r + 1 == p.region_begin.size()) ++nodes;    // the copy of the logits
+        if (r == 0) ++nodes;                          // the copy of token and position
+        if (r + 1 == p.region_begin.size()) ++nodes;  // the copy of the logits
         s.nodes_per_graph.push_back(nodes);
       }
       s.graphs = int64_t(s.nodes_per_graph.size());
@@ -290,8 +323,10 @@ WeightLayout plan_weights(const Weights& w) {
     for (const Linear* l : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) add(*l);
   for (const Matrix* m : ms)
     if (m->dtype != DType::F32 && m->dtype != DType::F16 && m->dtype != DType::BF16)
-      fail("the CUDA backend reads F32, F16 or BF16 weights, not {} (load the model as bf16)", dtype_name(m->dtype));
-  std::sort(ms.begin(), ms.end(), [](const Matrix* a, const Matrix* b) { return a->ptr() < b->ptr(); });
+      fail("the CUDA backend reads F32, F16 or BF16 weights, not {} (load the model as bf16)",
+           dtype_name(m->dtype));
+  std::sort(ms.begin(), ms.end(),
+            [](const Matrix* a, const Matrix* b) { return a->ptr() < b->ptr(); });
   WeightLayout lay;
   for (const Matrix* m : ms) {
     const uint8_t* end = m->ptr() + m->data_bytes();
@@ -321,7 +356,8 @@ uint64_t WeightLayout::offset_of(const Matrix& m) const {
   return r.offset + uint64_t(m.ptr() - r.begin) / row_bytes * uint64_t(padded_cols(r.cols));
 }
 
-MemoryPlan plan_memory(const Weights& w, const Plan& p, const ExecOptions& e, int ctx, int max_tokens) {
+MemoryPlan plan_memory(const Weights& w, const Plan& p, const ExecOptions& e, int ctx,
+                       int max_tokens) {
   const Config& c = w.cfg;
   MemoryPlan m;
   m.weights = plan_weights(w).elements * 2;
@@ -332,11 +368,12 @@ MemoryPlan plan_memory(const Weights& w, const Plan& p, const ExecOptions& e, in
   else
     m.kv = 2 * L * T * kv * 2;
   const uint64_t n = uint64_t(max_tokens);
-  const uint64_t per_token = 3 * uint64_t(c.dim) + 2 * uint64_t(c.q_dim()) + 2 * kv + uint64_t(p.p_width) +
-                             2 * uint64_t(c.ffn_dim) + uint64_t(c.vocab);
+  const uint64_t per_token = 3 * uint64_t(c.dim) + 2 * uint64_t(c.q_dim()) + 2 * kv +
+                             uint64_t(p.p_width) + 2 * uint64_t(c.ffn_dim) + uint64_t(c.vocab);
   m.scratch = n * per_token * 4 + n * 4 * 2;  // + token ids and positions
   if (e.kv == KvMode::Static) m.scratch += uint64_t(c.n_heads) * T * 4;
-  m.partials = n * uint64_t(c.n_heads) * uint64_t(attend_chunks(ctx)) * uint64_t(c.head_dim + 2) * 4;
+  m.partials =
+      n * uint64_t(c.n_heads) * uint64_t(attend_chunks(ctx)) * uint64_t(c.head_dim + 2) * 4;
   return m;
 }
 

@@ -3,7 +3,7 @@
 // CPU decode plan: KV mode, packing, fusion, execution unit). Host-only code,
 // so the launch accounting, capture regions and device memory sizes are unit
 // tested on machines without a GPU (tests/model/test_cuda_plan.cpp); the
-// executor (backend_cuda.cu) turns each Launch into one kernel launch.
+// executor (backend_cuda.cpp) turns each Launch into one kernel launch.
 //
 // One token (decode) or a block of tokens (prefill) runs the same plan; every
 // kernel reads the positions from device memory, so one captured CUDA graph
@@ -37,27 +37,27 @@ enum class Buf : uint8_t { None, X, H, Y, Q, K, V, Att, P, G, U, Logits };
 const char* buf_name(Buf b);
 
 enum class Op : uint8_t {
-  Embed,        // X = tok_embd[token]
-  RmsNorm,      // b = rms_norm(a) * norm
-  Gemv,         // every job: out (+)= M in   (GEMM over the tokens in prefill)
-  Add,          // X += a
-  SiluMul,      // G = silu(G) * U
-  RopeAppend,   // rope(Q), rope(K) at their positions; K, V -> cache
-  Rope,         // static: rope(Q), rope(K)
-  Append,       // static: K, V -> cache
-  Scores,       // static: S[h, j] = q_h . k_j / sqrt(head_dim), j <= pos
-  Softmax,      // static: S rows
-  Mix,          // static: Att = S V
-  Attend,       // split-K attention partials over the cache
-  Merge,        // partials -> Att
-  LatentAppend, // legacy: the k and v latents (segments of P) -> latent cache
-  Reconstruct,  // legacy: K_all = rope(Uk L_k), V_all = Uv L_v over the history
+  Embed,         // X = tok_embd[token]
+  RmsNorm,       // b = rms_norm(a) * norm
+  Gemv,          // every job: out (+)= M in   (GEMM over the tokens in prefill)
+  Add,           // X += a
+  SiluMul,       // G = silu(G) * U
+  RopeAppend,    // rope(Q), rope(K) at their positions; K, V -> cache
+  Rope,          // static: rope(Q), rope(K)
+  Append,        // static: K, V -> cache
+  Scores,        // static: S[h, j] = q_h . k_j / sqrt(head_dim), j <= pos
+  Softmax,       // static: S rows
+  Mix,           // static: Att = S V
+  Attend,        // split-K attention partials over the cache
+  Merge,         // partials -> Att
+  LatentAppend,  // legacy: the k and v latents (segments of P) -> latent cache
+  Reconstruct,   // legacy: K_all = rope(Uk L_k), V_all = Uv L_v over the history
 };
 const char* op_name(Op o);
 
 // One matrix of a Gemv launch: out[:, out_off + r] (+)= M[r, :] in[:, in_off + ...].
 struct Job {
-  const Matrix* m = nullptr;     // [rows, cols], host matrix (its device copy by address)
+  const Matrix* m = nullptr;  // [rows, cols], host matrix (its device copy by address)
   Buf in = Buf::None;
   int64_t in_off = 0;
   Buf out = Buf::None;
@@ -69,12 +69,12 @@ struct Job {
 
 struct Launch {
   Op op = Op::Gemv;
-  int layer = -1;                // -1: embedding or output head
-  std::string name;              // "blk.3.qkv_in", "output", ...
-  std::vector<Job> jobs;         // Gemv
-  const Matrix* norm = nullptr;  // RmsNorm
+  int layer = -1;                    // -1: embedding or output head
+  std::string name;                  // "blk.3.qkv_in", "output", ...
+  std::vector<Job> jobs;             // Gemv
+  const Matrix* norm = nullptr;      // RmsNorm
   Buf a = Buf::None, b = Buf::None;  // RmsNorm a -> b; Add: X += a
-  int64_t width = 0;             // elements per token of the elementwise ops
+  int64_t width = 0;                 // elements per token of the elementwise ops
   // Legacy: the k and v latent segments of P and the output factors that reconstruct them.
   int64_t k_off = 0, v_off = 0, k_rank = 0, v_rank = 0;
   const Matrix* uk = nullptr;
@@ -83,26 +83,31 @@ struct Launch {
 
 struct Plan {
   std::vector<Launch> launches;
-  std::vector<size_t> region_begin;  // first launch of each layer's region, then the output's
-  int64_t p_width = 1;               // floats of the latent scratch P per token
+  std::vector<size_t> region_begin;    // first launch of each layer's region, then the output's
+  int64_t p_width = 1;                 // floats of the latent scratch P per token
   int64_t k_latent = 0, v_latent = 0;  // legacy: the widest k / v latent (cache row widths)
 };
 
 // The plan of one forward call. Throws lr::Error for what the GPU path does
-// not run (legacy KV with a dense k or v, legacy or static KV in graph modes).
+// not run (legacy KV with a dense k or v, head_dim other than 64 or 128, more
+// than 8 query heads per KV head). Every mode may run in every unit: the
+// static and legacy kernels also read the position from device memory.
 Plan plan_forward(const Weights& w, const ExecOptions& e);
 
 // Split-K attention: blocks for a context (kAttendChunk keys each; the
 // kernels' header says the same number).
 constexpr int kAttendKeys = 256;
-inline int attend_chunks(int ctx) { return (ctx + kAttendKeys - 1) / kAttendKeys; }
+inline int attend_chunks(int ctx) {
+  return (ctx + kAttendKeys - 1) / kAttendKeys;
+}
 
 // How one decode token is issued to the GPU.
 struct LaunchStats {
-  int64_t kernels = 0;        // kernel launches (or kernel nodes) per token
-  int64_t memcpys = 0;        // token/position in, logits out
-  int64_t host_launches = 0;  // what the host issues: kernels + memcpys eagerly, else graph launches
-  int64_t graphs = 0;         // graphs captured (0 eager)
+  int64_t kernels = 0;  // kernel launches (or kernel nodes) per token
+  int64_t memcpys = 0;  // token/position in, logits out
+  int64_t host_launches =
+      0;               // what the host issues: kernels + memcpys eagerly, else graph launches
+  int64_t graphs = 0;  // graphs captured (0 eager)
   std::vector<int64_t> nodes_per_graph;
 };
 LaunchStats launch_stats(const Plan& p, ExecUnit unit);
@@ -117,7 +122,9 @@ struct WeightLayout {
     int64_t cols = 0;
     DType dtype = DType::BF16;
     uint64_t offset = 0;  // bf16 elements into the device buffer
-    int64_t rows() const { return int64_t(uint64_t(end - begin) / (uint64_t(cols) * (dtype == DType::F32 ? 4 : 2))); }
+    int64_t rows() const {
+      return int64_t(uint64_t(end - begin) / (uint64_t(cols) * (dtype == DType::F32 ? 4 : 2)));
+    }
   };
   std::vector<Range> ranges;  // sorted by begin
   uint64_t elements = 0;      // bf16 elements of the buffer
@@ -140,10 +147,13 @@ struct MemoryPlan {
   uint64_t partials = 0;  // split-K attention partials
   uint64_t total() const { return weights + kv + scratch + partials; }
 };
-MemoryPlan plan_memory(const Weights& w, const Plan& p, const ExecOptions& e, int ctx, int max_tokens);
+MemoryPlan plan_memory(const Weights& w, const Plan& p, const ExecOptions& e, int ctx,
+                       int max_tokens);
 
 // Rows of a device matrix are padded to this many bf16 elements (16 bytes).
 constexpr int64_t kRowPad = 8;
-inline int64_t padded_cols(int64_t cols) { return (cols + kRowPad - 1) / kRowPad * kRowPad; }
+inline int64_t padded_cols(int64_t cols) {
+  return (cols + kRowPad - 1) / kRowPad * kRowPad;
+}
 
 }  // namespace lr::cuda
