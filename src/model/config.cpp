@@ -128,4 +128,38 @@ Config config_from_hf_json(const std::string& path) {
   return c;
 }
 
+void config_to_gguf(const Config& c, gguf::Writer& w, const std::string& arch) {
+  w.set_string("general.architecture", arch);
+  if (!c.name.empty()) w.set_string("general.name", c.name);
+  w.set_u32(arch + ".block_count", uint32_t(c.n_layers));
+  w.set_u32(arch + ".embedding_length", uint32_t(c.dim));
+  w.set_u32(arch + ".feed_forward_length", uint32_t(c.ffn_dim));
+  w.set_u32(arch + ".attention.head_count", uint32_t(c.n_heads));
+  w.set_u32(arch + ".attention.head_count_kv", uint32_t(c.n_kv_heads));
+  w.set_u32(arch + ".context_length", uint32_t(c.ctx_train));
+  w.set_u32(arch + ".vocab_size", uint32_t(c.vocab));
+  w.set_f32(arch + ".attention.layer_norm_rms_epsilon", c.rms_eps);
+  w.set_f32(arch + ".rope.freq_base", c.rope_theta);
+}
+
+void byte_vocab_to_gguf(int vocab, gguf::Writer& w) {
+  if (vocab < 259) fail("a byte vocabulary needs at least 259 pieces (got {})", vocab);
+  std::vector<std::string> toks = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};  // unknown, control, control
+  for (int b = 0; b < 256; ++b) {
+    toks.push_back(fmt::format("<0x{:02X}>", b));
+    types.push_back(6);  // byte
+  }
+  while (int(toks.size()) < vocab) {
+    toks.push_back(fmt::format("<fill{}>", toks.size()));
+    types.push_back(1);  // normal
+  }
+  w.set_string("tokenizer.ggml.model", "llama");
+  w.set_strings("tokenizer.ggml.tokens", toks);
+  w.set_f32s("tokenizer.ggml.scores", std::vector<float>(toks.size(), 0.f));
+  w.set_i32s("tokenizer.ggml.token_type", types);
+  w.set_u32("tokenizer.ggml.bos_token_id", 1);
+  w.set_u32("tokenizer.ggml.eos_token_id", 2);
+}
+
 }  // namespace lr

@@ -8,6 +8,7 @@
 namespace lr {
 namespace gguf {
 class File;
+class Writer;
 }
 
 struct Config {
@@ -35,6 +36,15 @@ struct Config {
 // Reads `llama.*` (or `<arch>.*` for LLaMA-compatible architectures) metadata.
 // Tied output is decided by the caller from the presence of `output.weight`.
 Config config_from_gguf(const gguf::File& f);
+
+// The inverse of config_from_gguf: `<arch>.*` keys, general.architecture and
+// general.name (the vocabulary size as <arch>.vocab_size; no tokenizer).
+void config_to_gguf(const Config& c, gguf::Writer& w, const std::string& arch = "llama");
+
+// A SentencePiece-style vocabulary of `vocab` pieces (at least 259): <unk>,
+// <s>, </s>, the 256 byte tokens (so every text encodes byte by byte), then
+// filler pieces "<fillN>". For synthetic and test models.
+void byte_vocab_to_gguf(int vocab, gguf::Writer& w);
 
 // Reads a HuggingFace config.json (LlamaForCausalLM and compatible).
 Config config_from_hf_json(const std::string& path);

@@ -85,37 +85,8 @@ uint64_t write_synthetic_model(const std::string& path, const SynthOptions& o) {
   auto pool = std::make_shared<ThreadPool>(threads);
 
   gguf::Writer w;
-  const std::string a = "llama";
-  w.set_string("general.architecture", a);
-  w.set_string("general.name", c.name);
-  w.set_u32(a + ".block_count", uint32_t(c.n_layers));
-  w.set_u32(a + ".embedding_length", uint32_t(c.dim));
-  w.set_u32(a + ".feed_forward_length", uint32_t(c.ffn_dim));
-  w.set_u32(a + ".attention.head_count", uint32_t(c.n_heads));
-  w.set_u32(a + ".attention.head_count_kv", uint32_t(c.n_kv_heads));
-  w.set_u32(a + ".context_length", uint32_t(c.ctx_train));
-  w.set_u32(a + ".vocab_size", uint32_t(c.vocab));
-  w.set_f32(a + ".attention.layer_norm_rms_epsilon", c.rms_eps);
-  w.set_f32(a + ".rope.freq_base", c.rope_theta);
-  // Byte-level tokenizer: <unk>, <s>, </s>, the 256 bytes, then filler pieces.
-  std::vector<std::string> toks = {"<unk>", "<s>", "</s>"};
-  std::vector<int32_t> types = {2, 3, 3};
-  for (int b = 0; b < 256; ++b) {
-    toks.push_back(fmt::format("<0x{:02X}>", b));
-    types.push_back(6);
-  }
-  if (c.vocab < int(toks.size()))
-    fail("synth: vocabulary {} is smaller than the byte tokenizer", c.vocab);
-  while (int(toks.size()) < c.vocab) {
-    toks.push_back(fmt::format("<synth{}>", toks.size()));
-    types.push_back(1);
-  }
-  w.set_string("tokenizer.ggml.model", "llama");
-  w.set_strings("tokenizer.ggml.tokens", toks);
-  w.set_f32s("tokenizer.ggml.scores", std::vector<float>(toks.size(), 0.f));
-  w.set_i32s("tokenizer.ggml.token_type", types);
-  w.set_u32("tokenizer.ggml.bos_token_id", 1);
-  w.set_u32("tokenizer.ggml.eos_token_id", 2);
+  config_to_gguf(c, w);
+  byte_vocab_to_gguf(c.vocab, w);
   if (o.keep < 1) {
     w.set_u32("lowrank.format_version", 1);
     w.set_string("lowrank.method", "synthetic");

@@ -10,18 +10,12 @@
 #include "core/half.h"
 #include "format/dobi_remap.h"
 #include "format/torch_checkpoint.h"
+#include "../error_of.h"
 
 namespace lr {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 float f16(float x) {
   return f16_to_f32(f32_to_f16(x));

@@ -13,6 +13,7 @@
 #include "format/pickle.h"
 #include "format/torch_checkpoint.h"
 #include "format/zip.h"
+#include "../error_of.h"
 
 namespace lr {
 namespace {
@@ -38,14 +39,7 @@ std::vector<float> floats(const TensorView& v) {
   return out;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(TorchCheckpoint, StateDictTensorsValuesAliasesAndViews) {
   for (const char* name : {"state_dict.pt", "other_prefix.pt"}) {

@@ -17,6 +17,7 @@
 #include "model_test_util.h"
 #include "runtime/model.h"
 #include "runtime/synth_model.h"
+#include "../error_of.h"
 
 namespace lr {
 namespace {
@@ -24,14 +25,7 @@ namespace {
 using cuda::launch_stats;
 using cuda::plan_forward;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 struct Synth {
   test::TempDir t;

@@ -38,35 +38,18 @@ inline std::vector<uint8_t> make_tiny_gguf(const TinySpec& spec_in, const std::s
   TinySpec s = spec_in;
   if (s.tokenizer) s.vocab = 259;
   gguf::Writer w;
-  w.set_string("general.architecture", arch);
-  w.set_string("general.name", "tiny");
-  w.set_u32(arch + ".block_count", uint32_t(s.n_layers));
-  w.set_u32(arch + ".embedding_length", uint32_t(s.dim));
-  w.set_u32(arch + ".feed_forward_length", uint32_t(s.ffn_dim));
-  w.set_u32(arch + ".attention.head_count", uint32_t(s.n_heads));
-  w.set_u32(arch + ".attention.head_count_kv", uint32_t(s.n_kv_heads));
-  w.set_u32(arch + ".context_length", uint32_t(s.ctx_train));
-  w.set_u32(arch + ".vocab_size", uint32_t(s.vocab));
-  w.set_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
-  w.set_f32(arch + ".rope.freq_base", s.rope_theta);
-
-  if (s.tokenizer) {
-    // <unk>, <s>, </s>, then the 256 byte tokens: every text encodes byte by byte.
-    std::vector<std::string> toks = {"<unk>", "<s>", "</s>"};
-    std::vector<int32_t> types = {2, 3, 3};
-    for (int b = 0; b < 256; ++b) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "<0x%02X>", b);
-      toks.push_back(buf);
-      types.push_back(6);
-    }
-    w.set_string("tokenizer.ggml.model", "llama");
-    w.set_strings("tokenizer.ggml.tokens", toks);
-    w.set_f32s("tokenizer.ggml.scores", std::vector<float>(toks.size(), 0.f));
-    w.set_i32s("tokenizer.ggml.token_type", types);
-    w.set_u32("tokenizer.ggml.bos_token_id", 1);
-    w.set_u32("tokenizer.ggml.eos_token_id", 2);
-  }
+  Config c;
+  c.name = "tiny";
+  c.n_layers = s.n_layers;
+  c.dim = s.dim;
+  c.ffn_dim = s.ffn_dim;
+  c.n_heads = s.n_heads;
+  c.n_kv_heads = s.n_kv_heads;
+  c.ctx_train = s.ctx_train;
+  c.vocab = s.vocab;
+  c.rope_theta = s.rope_theta;
+  config_to_gguf(c, w, arch);
+  if (s.tokenizer) byte_vocab_to_gguf(259, w);
   std::mt19937_64 rng(s.seed);
   std::normal_distribution<float> nd(0.f, 1.f);
   auto add = [&](const std::string& name, int64_t rows, int64_t cols, float scale, float offset,
