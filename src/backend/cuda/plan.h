@@ -150,6 +150,10 @@ struct MemoryPlan {
 MemoryPlan plan_memory(const Weights& w, const Plan& p, const ExecOptions& e, int ctx,
                        int max_tokens);
 
+// The plan executed on the CPU in plain loops (plan_ref.cpp): the slow twin of
+// the CUDA backend, same launches, buffers and cache layouts. Any weight type.
+std::unique_ptr<Backend> make_plan_reference_backend(std::shared_ptr<const Weights> w, const BackendOptions& opt);
+
 // Rows of a device matrix are padded to this many bf16 elements (16 bytes).
 constexpr int64_t kRowPad = 8;
 inline int64_t padded_cols(int64_t cols) {
