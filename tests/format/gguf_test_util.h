@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "format/gguf.h"
+#include "../error_of.h"
 
 // msg contains sub.
 #define EXPECT_HAS(msg, sub)                               \
@@ -77,16 +78,7 @@ inline std::string parse_error(std::vector<uint8_t> bytes) {
 }
 
 // The message of the lr::Error thrown by f ("" and a failure if none).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const lr::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no lr::Error thrown";
-  return "";
-}
+using lr::test::error_of;
 
 inline Value int_value(ValueType t, int64_t i) {
   Value v;
