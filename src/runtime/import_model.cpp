@@ -234,6 +234,12 @@ class ImportSource final : public TensorSource {
   mutable std::set<std::string> from_base_;
 };
 
+// A row-major f32 [rows, cols] buffer as a tensor view (for read_matrix).
+TensorView f32_view(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  return TensorView{DType::F32, {uint64_t(cols), uint64_t(rows)}, reinterpret_cast<const uint8_t*>(x.data()),
+                    x.size() * 4};
+}
+
 // Palu's k or v projection of layer l, when its factors are there: U is
 // block-diagonal over head groups, and is stored as one dense [out, sum r_g]
 // factor (exact; the off-block zeros are counted in the report's note).
@@ -290,8 +296,7 @@ bool import_palu(const Checkpoint& ck, const Config& c, const WeightSpec& spec, 
     r0 += uint64_t(m.rows);
     c0 += uint64_t(m.cols);
   }
-  const TensorView tv{DType::F32, {R, uint64_t(out_dim)}, reinterpret_cast<const uint8_t*>(U.data()), U.size() * 4};
-  lin.u = read_matrix(tv, DType::F32, spec.slot == Slot::K, c.head_dim);
+  lin.u = read_matrix(f32_view(U, out_dim, int64_t(R)), DType::F32, spec.slot == Slot::K, c.head_dim);
   lin.v = read_matrix(*vt, DType::F32, false, c.head_dim);
   MatrixReport mr{fmt::format("blk.{}.{}", l, spec.kind), out_dim, in_dim, int64_t(R), false, ""};
   std::string rs;
@@ -328,14 +333,10 @@ bool import_dobi_remap(const Checkpoint& ck, const Config& c, const WeightSpec& 
                           ck.find_string(M + ".tuple_info.0"), ck.find(M + ".tuple_info.1")};
   const dobi::Factors f = dobi::dequantize(what, t, out_dim, in_dim);
   const bool permute = spec.slot == Slot::Q || spec.slot == Slot::K;
-  auto view = [](const std::vector<float>& x, int64_t rows, int64_t cols) {
-    return TensorView{DType::F32, {uint64_t(cols), uint64_t(rows)}, reinterpret_cast<const uint8_t*>(x.data()),
-                      x.size() * 4};
-  };
   MatrixReport mr{fmt::format("blk.{}.{}", l, spec.kind), out_dim, in_dim, f.k, false, ""};
   if ((out_dim + in_dim) * f.k < out_dim * in_dim) {
-    lin.u = read_matrix(view(f.us, out_dim, f.k), DType::F32, permute, c.head_dim);
-    lin.v = read_matrix(view(f.vt, f.k, in_dim), DType::F32, false, c.head_dim);
+    lin.u = read_matrix(f32_view(f.us, out_dim, f.k), DType::F32, permute, c.head_dim);
+    lin.v = read_matrix(f32_view(f.vt, f.k, in_dim), DType::F32, false, c.head_dim);
     mr.note = "Dobi-SVD remapped: 8-bit codes dequantized";
   } else {
     compress::MatD us(out_dim, f.k), vt(f.k, in_dim);
@@ -343,7 +344,7 @@ bool import_dobi_remap(const Checkpoint& ck, const Config& c, const WeightSpec& 
     std::copy(f.vt.begin(), f.vt.end(), vt.a.begin());
     const compress::MatD prod = compress::matmul(us, vt);
     const std::vector<float> w(prod.a.begin(), prod.a.end());
-    lin.w = read_matrix(view(w, out_dim, in_dim), DType::F32, permute, c.head_dim);
+    lin.w = read_matrix(f32_view(w, out_dim, in_dim), DType::F32, permute, c.head_dim);
     mr.rank = 0;
     mr.note = fmt::format("Dobi-SVD remapped rank {} is not smaller than the matrix: multiplied back to dense", f.k);
   }
