@@ -147,13 +147,7 @@ class PlanReference final : public Backend {
   void gemv(const Job& j, int t) {
     const Matrix& M = *j.m;
     std::vector<float> x(row(j.in, t) + j.in_off, row(j.in, t) + j.in_off + M.cols);
-    if (j.norm) {
-      const float* in = row(j.in, t);
-      double ss = 0;
-      for (int64_t i = 0; i < M.cols; ++i) ss += double(in[i]) * in[i];
-      const float inv = float(1.0 / std::sqrt(ss / double(M.cols) + weights_->cfg.rms_eps));
-      for (int64_t i = 0; i < M.cols; ++i) x[size_t(i)] = in[i] * inv * j.norm->f32()[i];
-    }
+    if (j.norm) norm(row(j.in, t), j.norm->f32(), x.data(), M.cols, weights_->cfg.rms_eps);
     if (j.in2 != Buf::None)
       for (int64_t i = 0; i < M.cols; ++i)
         x[size_t(i)] = silu(x[size_t(i)]) * row(j.in2, t)[j.in_off + i];
