@@ -126,7 +126,7 @@ int run(const BenchCliOptions& o) {
     b.path = ExecPath::Cuda;
     std::printf("device: %s\n", cuda_device_info().c_str());
     bw = cuda_read_bandwidth_gbs();
-    std::printf("GPU read bandwidth: %.1f GB/s (a kernel summing 2 GiB, best of 5)\n", bw);
+    std::printf("GPU read bandwidth: %.1f GB/s (a kernel summing one large buffer, best of 5)\n", bw);
   } else {
     std::fprintf(stderr, "bench: measuring read bandwidth (%d threads)...\n", threads);
     bw = measure_read_bandwidth(threads);

@@ -41,6 +41,7 @@ Config make(int layers, int dim, int ffn, int heads, int kv_heads, int vocab, in
 const std::vector<Shape>& shapes() {
   static const std::vector<Shape> s = {
       {"tiny", make(2, 256, 384, 4, 2, 300, 1024, 10000.f, 1e-5f, false)},
+      {"tiny-mha128", make(2, 256, 384, 2, 2, 300, 1024, 10000.f, 1e-6f, false)},  // 7B's heads
       {"smollm2-135m", make(30, 576, 1536, 9, 3, 49152, 8192, 100000.f, 1e-5f, true)},
       {"llama-7b", make(32, 4096, 11008, 32, 32, 32000, 4096, 10000.f, 1e-6f, false)},
   };

@@ -14,8 +14,9 @@
 
 namespace lr {
 
-// "tiny" (2 layers, dim 256, head_dim 64, GQA 4/2), "smollm2-135m" (the default model's shape),
-// "llama-7b". Throws lr::Error naming the accepted shapes.
+// "tiny" (2 layers, dim 256, head_dim 64, GQA 4/2), "tiny-mha128" (tiny with LLaMA-7B's
+// attention: head_dim 128, as many KV heads as query heads), "smollm2-135m" (the default
+// model's shape), "llama-7b". Throws lr::Error naming the accepted shapes.
 Config synth_config(const std::string& shape);
 std::vector<std::string> synth_shapes();
 

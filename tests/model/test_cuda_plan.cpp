@@ -270,7 +270,7 @@ TEST(Synth, ShapesKeepAndDeterminism) {
   EXPECT_GT(hi - lo, 0.1f);
   EXPECT_NE(error_of([] { synth_config("llama-70b"); })
                 .find("unknown synthetic model shape 'llama-70b' (expected one of: tiny, "
-                      "smollm2-135m, llama-7b)"),
+                      "tiny-mha128, smollm2-135m, llama-7b)"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
               SynthOptions o;

@@ -12,8 +12,6 @@
 // graph's first node from pinned host memory) and every kernel covers the
 // whole context with blocks that exit past the current position.
 // Prefill runs the unfused plan eagerly in blocks of up to kMaxPrefill tokens.
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -22,6 +20,7 @@
 #include <mutex>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_api.h"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/plan.h"
 #include "core/dtype.h"
@@ -490,7 +489,11 @@ double cuda_read_bandwidth_gbs() {
   const std::string info = cuda_device_info(&ok);
   if (!ok) fail("no GPU to measure: {}", info);
   using namespace cuda;
+#ifdef LOWRANK_CUDA_EMU
+  const int64_t n = (int64_t(64) << 20) / 16;  // the emulator measures the CPU: 64 MiB will do
+#else
   const int64_t n = (int64_t(2) << 30) / 16;  // float4s in 2 GiB
+#endif
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int blocks = sms * 4;

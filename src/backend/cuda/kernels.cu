@@ -79,7 +79,7 @@ int blocks_of(const GemvArgs& a, int per) {
 // Decode: the input (normed, or SiLU*mul'd) staged in shared memory, padded
 // with zeros to the matrix's ld; one warp per row, 8 bf16 per lane per load.
 __global__ void gemv_kernel(GemvArgs a) {
-  extern __shared__ float4 xs_vec[];  // 16-byte aligned: read as float4 below
+  LR_DYNAMIC_SHARED(float4, xs_vec);  // 16-byte aligned: read as float4 below
   float* xs = reinterpret_cast<float*>(xs_vec);
   int b = blockIdx.x;
   const int j = job_of(a, b, kGemvRows);
@@ -374,7 +374,7 @@ __global__ void softmax_kernel(const int* pos0, StaticArgs a) {
 }
 
 __global__ void mix_kernel(const int* pos0, StaticArgs a, DevVec att) {
-  extern __shared__ float part[];  // [groups, head_dim]
+  LR_DYNAMIC_SHARED(float, part);  // [groups, head_dim]
   const int h = blockIdx.x, G = a.n_heads / a.n_kv_heads, D = a.head_dim;
   const int groups = blockDim.x / D, grp = threadIdx.x / D, d = threadIdx.x % D, n = *pos0 + 1;
   const float* s = a.scores + int64_t(h) * a.ctx;
@@ -433,7 +433,7 @@ __device__ void reconstruct_side(int j0, int last, const __half* lat, int64_t la
 
 __global__ void reconstruct_kernel(const int* pos0, int n, LatentRef l, DevMatrix uk, DevMatrix uv,
                                    RopeArgs r, float* k_all, float* v_all, int64_t kv_dim) {
-  extern __shared__ float ls[];  // [kReconPositions, max rank]
+  LR_DYNAMIC_SHARED(float, ls);  // [kReconPositions, max rank]
   const int last = *pos0 + n - 1, j0 = blockIdx.x * kReconPositions;
   if (j0 > last) return;
   reconstruct_side(j0, last, l.k, l.k_ld, l.k_rank, uk, k_all, kv_dim, &r, ls);
@@ -476,18 +476,18 @@ cudaError_t prepare_kernels(int64_t max_cols, int64_t max_latent) {
 }
 
 cudaError_t launch_read_sum(cudaStream_t s, const float4* x, int64_t n, float* out, int blocks) {
-  read_sum_kernel<<<blocks, 512, 0, s>>>(x, n, out);
+  LR_LAUNCH(blocks, 512, 0, s, read_sum_kernel)(x, n, out);
   return cudaGetLastError();
 }
 
 cudaError_t launch_embed(cudaStream_t s, const int32_t* tokens, int n, DevMatrix emb, DevVec x) {
-  embed_kernel<<<n, 256, 0, s>>>(tokens, emb, x);
+  LR_LAUNCH(n, 256, 0, s, embed_kernel)(tokens, emb, x);
   return cudaGetLastError();
 }
 
 cudaError_t launch_rms_norm(cudaStream_t s, int n, DevVec a, DevVec b, const float* norm,
                             int64_t width, float eps) {
-  rms_norm_kernel<<<n, 256, 0, s>>>(a, b, norm, width, eps);
+  LR_LAUNCH(n, 256, 0, s, rms_norm_kernel)(a, b, norm, width, eps);
   return cudaGetLastError();
 }
 
@@ -495,35 +495,35 @@ cudaError_t launch_gemv(cudaStream_t s, const GemvArgs& a, int n) {
   if (n == 1) {
     size_t smem = 0;
     for (int j = 0; j < a.n_jobs; ++j) smem = std::max(smem, gemv_smem(a.job[j].m.cols));
-    gemv_kernel<<<blocks_of(a, kGemvRows), kGemvRows * kWarp, smem, s>>>(a);
+    LR_LAUNCH(blocks_of(a, kGemvRows), kGemvRows * kWarp, smem, s, gemv_kernel)(a);
   } else {
     for (int j = 0; j < a.n_jobs; ++j)
       if (a.job[j].norm || a.job[j].in2.p) return cudaErrorInvalidValue;  // prefill runs unfused
-    gemm_kernel<<<dim3(blocks_of(a, kTile), (n + kTile - 1) / kTile), 256, 0, s>>>(a, n);
+    LR_LAUNCH(dim3(blocks_of(a, kTile), (n + kTile - 1) / kTile), 256, 0, s, gemm_kernel)(a, n);
   }
   return cudaGetLastError();
 }
 
 cudaError_t launch_add(cudaStream_t s, int n, DevVec x, DevVec y, int64_t width) {
   const int64_t total = int64_t(n) * width;
-  add_kernel<<<int((total + 255) / 256), 256, 0, s>>>(n, x, y, width);
+  LR_LAUNCH(int((total + 255) / 256), 256, 0, s, add_kernel)(n, x, y, width);
   return cudaGetLastError();
 }
 
 cudaError_t launch_silu_mul(cudaStream_t s, int n, DevVec g, DevVec u, int64_t width) {
   const int64_t total = int64_t(n) * width;
-  silu_mul_kernel<<<int((total + 255) / 256), 256, 0, s>>>(n, g, u, width);
+  LR_LAUNCH(int((total + 255) / 256), 256, 0, s, silu_mul_kernel)(n, g, u, width);
   return cudaGetLastError();
 }
 
 cudaError_t launch_rope(cudaStream_t s, int n, const int* pos0, RopeArgs r, DevVec q, DevVec k) {
-  rope_kernel<<<n, 128, 0, s>>>(pos0, r, q, k);
+  LR_LAUNCH(n, 128, 0, s, rope_kernel)(pos0, r, q, k);
   return cudaGetLastError();
 }
 
 cudaError_t launch_rope_append(cudaStream_t s, int n, const int* pos0, RopeArgs r, DevVec q,
                                DevVec k, DevVec v, CacheRef c, bool rope) {
-  rope_append_kernel<<<n, 128, 0, s>>>(pos0, r, q, k, v, c, rope);
+  LR_LAUNCH(n, 128, 0, s, rope_append_kernel)(pos0, r, q, k, v, c, rope);
   return cudaGetLastError();
 }
 
@@ -531,40 +531,40 @@ cudaError_t launch_attend(cudaStream_t s, int n, const int* pos0, const AttendAr
   const dim3 grid(a.chunks, a.n_kv_heads, n);
   const int threads = kAttendWarps * kWarp;
   if (a.head_dim == 64 && a.f32)
-    attend_kernel<64, float><<<grid, threads, 0, s>>>(a, q, pos0);
+    LR_LAUNCH(grid, threads, 0, s, attend_kernel<64, float>)(a, q, pos0);
   else if (a.head_dim == 64)
-    attend_kernel<64, __half><<<grid, threads, 0, s>>>(a, q, pos0);
+    LR_LAUNCH(grid, threads, 0, s, attend_kernel<64, __half>)(a, q, pos0);
   else if (a.head_dim == 128 && a.f32)
-    attend_kernel<128, float><<<grid, threads, 0, s>>>(a, q, pos0);
+    LR_LAUNCH(grid, threads, 0, s, attend_kernel<128, float>)(a, q, pos0);
   else if (a.head_dim == 128)
-    attend_kernel<128, __half><<<grid, threads, 0, s>>>(a, q, pos0);
+    LR_LAUNCH(grid, threads, 0, s, attend_kernel<128, __half>)(a, q, pos0);
   else
     return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
 
 cudaError_t launch_merge(cudaStream_t s, int n, const int* pos0, const AttendArgs& a, DevVec att) {
-  merge_kernel<<<dim3(a.n_heads, n), a.head_dim, 0, s>>>(a, att, pos0);
+  LR_LAUNCH(dim3(a.n_heads, n), a.head_dim, 0, s, merge_kernel)(a, att, pos0);
   return cudaGetLastError();
 }
 
 cudaError_t launch_scores(cudaStream_t s, const int* pos0, const StaticArgs& a, DevVec q) {
-  scores_kernel<<<(a.ctx + 7) / 8, 8 * kWarp, 0, s>>>(pos0, a, q);
+  LR_LAUNCH((a.ctx + 7) / 8, 8 * kWarp, 0, s, scores_kernel)(pos0, a, q);
   return cudaGetLastError();
 }
 
 cudaError_t launch_softmax(cudaStream_t s, const int* pos0, const StaticArgs& a) {
-  softmax_kernel<<<a.n_heads, 256, 0, s>>>(pos0, a);
+  LR_LAUNCH(a.n_heads, 256, 0, s, softmax_kernel)(pos0, a);
   return cudaGetLastError();
 }
 
 cudaError_t launch_mix(cudaStream_t s, const int* pos0, const StaticArgs& a, DevVec att) {
-  mix_kernel<<<a.n_heads, 256, 256 * sizeof(float), s>>>(pos0, a, att);
+  LR_LAUNCH(a.n_heads, 256, 256 * sizeof(float), s, mix_kernel)(pos0, a, att);
   return cudaGetLastError();
 }
 
 cudaError_t launch_latent_append(cudaStream_t s, int n, const int* pos0, DevVec p, LatentRef l) {
-  latent_append_kernel<<<n, 256, 0, s>>>(pos0, p, l);
+  LR_LAUNCH(n, 256, 0, s, latent_append_kernel)(pos0, p, l);
   return cudaGetLastError();
 }
 
@@ -573,8 +573,8 @@ cudaError_t launch_reconstruct(cudaStream_t s, int n, const int* pos0, int ctx, 
                                int64_t kv_dim) {
   const size_t smem =
       size_t(std::max<int64_t>(std::max(l.k_rank, l.v_rank), 1)) * kReconPositions * sizeof(float);
-  reconstruct_kernel<<<(ctx + kReconPositions - 1) / kReconPositions, 256, smem, s>>>(
-      pos0, n, l, uk, uv, r, k_all, v_all, kv_dim);
+  LR_LAUNCH((ctx + kReconPositions - 1) / kReconPositions, 256, smem, s, reconstruct_kernel)
+  (pos0, n, l, uk, uv, r, k_all, v_all, kv_dim);
   return cudaGetLastError();
 }
 

@@ -7,11 +7,9 @@
 // graph replays for every decode step. Launchers return the launch's error.
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
 #include <cstdint>
+
+#include "backend/cuda/cuda_api.h"
 
 namespace lr::cuda {
 
