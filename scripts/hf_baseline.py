@@ -21,6 +21,8 @@ import time
 
 SHAPES = {  # as lowrank synth (src/runtime/synth_model.cpp)
     "tiny": dict(layers=2, dim=256, ffn=384, heads=4, kv_heads=2, vocab=300, theta=10000.0, eps=1e-5, tied=False),
+    "tiny-mha128": dict(layers=2, dim=256, ffn=384, heads=2, kv_heads=2, vocab=300, theta=10000.0, eps=1e-6,
+                        tied=False),
     "smollm2-135m": dict(layers=30, dim=576, ffn=1536, heads=9, kv_heads=3, vocab=49152, theta=100000.0, eps=1e-5,
                          tied=True),
     "llama-7b": dict(layers=32, dim=4096, ffn=11008, heads=32, kv_heads=32, vocab=32000, theta=10000.0, eps=1e-6,

@@ -49,6 +49,14 @@ __global__ void reverse_kernel(float* x, int n) {
   if (t < n) x[t] = s[n - 1 - t];
 }
 
+// Reads a neighbour's shared write without a barrier in between.
+__global__ void racy_kernel(int* out) {
+  __shared__ int s[64];
+  const int t = int(threadIdx.x);
+  s[t] = t + 100 * int(blockIdx.x);
+  out[blockIdx.x * 64 + t] = s[(t + 1) % 64];  // __syncthreads() missing
+}
+
 __global__ void add_one_kernel(int* x, const int* by) {
   x[threadIdx.x] += *by;
 }
@@ -89,6 +97,24 @@ TEST(CudaEmu, ADeadlockOrAShuffleWithAnExitedLaneFailsTheLaunch) {
   EXPECT_NE(x.find("thread 0 reads lane 1, which did not take part"), std::string::npos) << x;
   LR_LAUNCH(2, 32, 0, nullptr, sum_kernel)(d);  // the emulator recovers for the next launch
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  cudaFree(d);
+}
+
+TEST(CudaEmu, AMissingBarrierShows) {
+  int* d = dev<int>(2 * 64);
+  LR_LAUNCH(2, 64, 0, nullptr, racy_kernel)(d);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<int> h(2 * 64);
+  ASSERT_EQ(cudaMemcpy(h.data(), d, h.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  // Block 0 runs its threads upwards, so each reads its neighbour before it writes;
+  // block 1 downwards, so the last thread reads s[0] before thread 0 has run.
+  int wrong0 = 0, wrong1 = 0;
+  for (int t = 0; t < 64; ++t) {
+    wrong0 += h[size_t(t)] != (t + 1) % 64;
+    wrong1 += h[size_t(64 + t)] != (t + 1) % 64 + 100;
+  }
+  EXPECT_EQ(wrong0, 63);
+  EXPECT_EQ(wrong1, 1);
   cudaFree(d);
 }
 

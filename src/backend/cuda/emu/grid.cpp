@@ -224,8 +224,12 @@ void wait(Fiber::State kind) {
   yield(f, false);
 }
 
-// Runs one block; false (and b.error) on a deadlock.
-bool run_block(Block& b) {
+// Runs one block; false (and b.error) on a deadlock. Between two barriers the
+// threads run one after another, in ascending order in every other round and
+// descending in the rest (`parity` alternates it between blocks too): a read
+// of another thread's write that lacks a barrier between them sees the value
+// unwritten in one of the two, wherever the reader comes first.
+bool run_block(Block& b, unsigned parity) {
   for (int i = 0; i < b.n; ++i) {
     Fiber& f = *b.pool[size_t(i)];
     f.reset();
@@ -238,9 +242,11 @@ bool run_block(Block& b) {
   b.live = b.n;
   const int warps = (b.n + kWarp - 1) / kWarp;
   std::vector<int> at_shuffle(static_cast<size_t>(warps)), live_in(static_cast<size_t>(warps));
-  for (;;) {
-    for (int i = 0; i < b.n; ++i)
+  for (unsigned round = parity;; ++round) {
+    for (int k = 0; k < b.n; ++k) {
+      const int i = round % 2 ? b.n - 1 - k : k;
       if (b.pool[size_t(i)]->state == Fiber::Ready) resume(b.pool[size_t(i)].get());
+    }
     if (!b.error.empty()) return false;
     if (b.live == 0) return true;
     int at_sync = 0;
@@ -339,7 +345,7 @@ std::string run_grid(dim3 grid, dim3 block, size_t smem, const std::function<voi
       for (unsigned x = 0; x < grid.x && err.empty(); ++x) {
         b.bid = {x, y, z};
         std::memset(b.smem, 0xff, smem);  // NaN: reads of unwritten shared memory show
-        if (!run_block(b))
+        if (!run_block(b, x + y + z))
           err = "block (" + std::to_string(x) + "," + std::to_string(y) + "," + std::to_string(z) +
                 "): " + b.error;
       }
