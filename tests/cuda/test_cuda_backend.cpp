@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
+#include "../error_of.h"
 #include "../model/model_test_util.h"
 #include "backend/cuda/plan.h"
 #include "core/error.h"
@@ -120,6 +122,22 @@ TEST_F(Gpu, HeadDim128AsInLlama7b) {
   for (const BenchMode& mode : bench_modes())
     if (mode.name == "naive" || mode.name == "legacy" || mode.name == "per-token")
       compare(m, mode.exec, 300, 6, fmt::format("head_dim 128 {}", mode.name));
+}
+
+// Prefill products on cuBLAS (the default, tested above) or on the own tiled
+// kernel; an unknown choice is an error naming the variable.
+TEST_F(Gpu, PrefillOnTheOwnGemmAndABadChoice) {
+  Model m = load_model(synth(0.5), DType::BF16);
+  ASSERT_EQ(setenv("LOWRANK_CUDA_PREFILL", "own", 1), 0);
+  compare(m, ExecOptions{}, 80, 4, "prefill on the own GEMM, per-token graph");
+  ASSERT_EQ(setenv("LOWRANK_CUDA_PREFILL", "magma", 1), 0);
+  BackendOptions o;
+  o.ctx = 16;
+  const std::string e = test::error_of([&] { make_backend(m, ExecPath::Cuda, o); });
+  unsetenv("LOWRANK_CUDA_PREFILL");
+  EXPECT_NE(e.find("LOWRANK_CUDA_PREFILL=magma: expected cublas (the default) or own"),
+            std::string::npos)
+      << e;
 }
 
 TEST_F(Gpu, LaunchCountsFollowThePlan) {

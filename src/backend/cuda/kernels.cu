@@ -185,6 +185,17 @@ __global__ void rms_norm_kernel(DevVec a, DevVec b, const float* norm, int64_t w
     b.p[t * b.stride + c] = x[c] * inv * norm[c];
 }
 
+__global__ void split_bf16_kernel(DevVec in, int64_t in_off, int64_t cols, __nv_bfloat16* hi,
+                                  __nv_bfloat16* lo, int64_t ld) {
+  const int t = blockIdx.x;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float x = in.p[t * in.stride + in_off + c];
+    const __nv_bfloat16 h = __float2bfloat16(x);
+    hi[t * ld + c] = h;
+    lo[t * ld + c] = __float2bfloat16(x - __bfloat162float(h));
+  }
+}
+
 __global__ void add_kernel(int n, DevVec x, DevVec y, int64_t width) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(n) * width) return;
@@ -501,6 +512,12 @@ cudaError_t launch_gemv(cudaStream_t s, const GemvArgs& a, int n) {
       if (a.job[j].norm || a.job[j].in2.p) return cudaErrorInvalidValue;  // prefill runs unfused
     LR_LAUNCH(dim3(blocks_of(a, kTile), (n + kTile - 1) / kTile), 256, 0, s, gemm_kernel)(a, n);
   }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_split_bf16(cudaStream_t s, int n, DevVec in, int64_t in_off, int64_t cols,
+                              __nv_bfloat16* hi, __nv_bfloat16* lo, int64_t ld) {
+  LR_LAUNCH(n, 256, 0, s, split_bf16_kernel)(in, in_off, cols, hi, lo, ld);
   return cudaGetLastError();
 }
 

@@ -55,6 +55,11 @@ cudaError_t launch_gemv(cudaStream_t s, const GemvArgs& a, int n);
 // Raises the kernels' dynamic shared memory limits for the widest GEMV input
 // and the widest legacy latent (call once before launching or capturing).
 cudaError_t prepare_kernels(int64_t max_cols, int64_t max_latent);
+// x = in[t, in_off + c] split in two bf16 parts for c < cols, rows `ld` apart:
+// hi = bf16(x), lo = bf16(x - hi), so hi + lo carries 16 of x's 24 mantissa
+// bits (the prefill products' inputs for cuBLAS: W hi + W lo).
+cudaError_t launch_split_bf16(cudaStream_t s, int n, DevVec in, int64_t in_off, int64_t cols,
+                              __nv_bfloat16* hi, __nv_bfloat16* lo, int64_t ld);
 cudaError_t launch_add(cudaStream_t s, int n, DevVec x, DevVec y, int64_t width);
 cudaError_t launch_silu_mul(cudaStream_t s, int n, DevVec g, DevVec u, int64_t width);
 

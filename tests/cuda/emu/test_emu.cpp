@@ -213,6 +213,47 @@ TEST(CudaEmu, AGraphRecordsLaunchesAndCopiesAndReplaysThemWithTodaysValues) {
   cudaStreamDestroy(s);
 }
 
+// cuBLAS's column-major semantics, worked by hand: A is 2 x 3 stored with lda 4,
+// op(A) = A^T is 3 x 2; B is 2 x 2; C = 2 A^T B + C is 3 x 2 with ldc 3.
+TEST(CudaEmu, CublasGemmExIsColumnMajorAndChecksItsArguments) {
+  const float a_host[8] = {1, 2, 0, 0, 3, 4, 0, 0};  // columns (1,2) (3,4), and (5,6) below
+  std::vector<__nv_bfloat16> a(12), b(4);
+  for (int i = 0; i < 8; ++i) a[size_t(i)] = __float2bfloat16(a_host[i]);
+  a[8] = __float2bfloat16(5);
+  a[9] = __float2bfloat16(6);
+  const float b_host[4] = {1, 1, 2, -1};  // columns (1,1) and (2,-1)
+  for (int i = 0; i < 4; ++i) b[size_t(i)] = __float2bfloat16(b_host[i]);
+  __nv_bfloat16* da = dev<__nv_bfloat16>(a.size());
+  __nv_bfloat16* db = dev<__nv_bfloat16>(b.size());
+  float* dc = dev<float>(6);
+  ASSERT_EQ(cudaMemcpy(da, a.data(), a.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(db, b.data(), b.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  const std::vector<float> c0 = {10, 20, 30, 40, 50, 60};
+  ASSERT_EQ(cudaMemcpy(dc, c0.data(), 24, cudaMemcpyHostToDevice), cudaSuccess);
+  cublasHandle_t h = nullptr;
+  ASSERT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+  const float alpha = 2, beta = 1;
+  auto gemm = [&](int lda, int ldc, cudaDataType ta) {
+    return cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, 3, 2, 2, &alpha, da, ta, lda, db, CUDA_R_16BF,
+                        2, &beta, dc, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  };
+  ASSERT_EQ(gemm(4, 3, CUDA_R_16BF), CUBLAS_STATUS_SUCCESS);
+  std::vector<float> c(6);
+  ASSERT_EQ(cudaMemcpy(c.data(), dc, 24, cudaMemcpyDeviceToHost), cudaSuccess);
+  // A^T = [[1,2],[3,4],[5,6]]; A^T B = [[3,0],[7,2],[11,4]], column-major (3,7,11),(0,2,4).
+  const std::vector<float> want = {10 + 6, 20 + 14, 30 + 22, 40 + 0, 50 + 4, 60 + 8};
+  EXPECT_EQ(c, want);
+  EXPECT_EQ(gemm(1, 3, CUDA_R_16BF), CUBLAS_STATUS_INVALID_VALUE);  // lda < k
+  EXPECT_EQ(gemm(4, 2, CUDA_R_16BF), CUBLAS_STATUS_INVALID_VALUE);  // ldc < m
+  EXPECT_EQ(gemm(8, 3, CUDA_R_16BF),
+            CUBLAS_STATUS_INVALID_VALUE);  // A's extent past its allocation
+  EXPECT_EQ(gemm(4, 3, CUDA_R_32F), CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_EQ(cublasDestroy(h), CUBLAS_STATUS_SUCCESS);
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dc);
+}
+
 TEST(CudaEmu, SixteenBitFloatsRoundToNearestEven) {
   // 1 + 2^-8 lies halfway between two bf16 values and rounds to the even one (1.0);
   // 1 + 3 * 2^-8 rounds up to 1 + 2^-6.

@@ -56,8 +56,10 @@ cudaError_t fail(cudaError_t e, std::string why) {
   return e;
 }
 
+}  // namespace
+
 // Whether [p, p + n) lies inside one device allocation.
-bool on_device(const void* p, size_t n) {
+bool lr::cuda_emu::on_device(const void* p, size_t n) {
   const auto a = reinterpret_cast<uintptr_t>(p);
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = g_device.upper_bound(a);
@@ -65,6 +67,10 @@ bool on_device(const void* p, size_t n) {
   --it;
   return a >= it->first && n <= it->second && a - it->first <= it->second - n;
 }
+
+namespace {
+
+using lr::cuda_emu::on_device;
 
 // A synchronous call while this thread captures a stream: refused, as CUDA
 // refuses it in the global and thread-local capture modes.
@@ -204,19 +210,10 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t s) {
   if (cudaError_t e = check_copy(dst, src, bytes, kind)) return e;
-  auto copy = [dst, src, bytes]() {
+  return lr::cuda_emu::enqueue(s, cudaGraphNodeTypeMemcpy, [dst, src, bytes]() {
     if (bytes) std::memcpy(dst, src, bytes);
     return cudaSuccess;
-  };
-  if (s && s->capture) {
-    s->capture->nodes.push_back(
-        std::make_unique<CUgraphNode_st>(CUgraphNode_st{cudaGraphNodeTypeMemcpy, copy}));
-    return cudaSuccess;
-  }
-  if (!s) {
-    if (cudaError_t e = refuse_while_capturing("a copy on the legacy default stream")) return e;
-  }
-  return copy();
+  });
 }
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
@@ -389,13 +386,23 @@ void submit(const LaunchConfig& c, std::function<void()> body) {
     std::fprintf(stderr, "CUDA emulator: a kernel failed: %s\n", err.c_str());
     return fail(cudaErrorLaunchFailure, err);
   };
-  if (c.stream && c.stream->capture) {
-    c.stream->capture->nodes.push_back(
-        std::make_unique<CUgraphNode_st>(CUgraphNode_st{cudaGraphNodeTypeKernel, run}));
-    t_last = cudaSuccess;
-    return;
+  t_last = enqueue(c.stream, cudaGraphNodeTypeKernel, std::move(run));
+}
+
+cudaError_t enqueue(cudaStream_t s, cudaGraphNodeType type, std::function<cudaError_t()> work) {
+  if (s && s->capture) {
+    s->capture->nodes.push_back(
+        std::make_unique<CUgraphNode_st>(CUgraphNode_st{type, std::move(work)}));
+    return cudaSuccess;
   }
-  t_last = run();
+  if (!s) {
+    if (cudaError_t e = refuse_while_capturing("work on the legacy default stream")) return e;
+  }
+  return work();
+}
+
+cudaError_t fail_with(cudaError_t e, std::string why) {
+  return fail(e, std::move(why));
 }
 
 }  // namespace lr::cuda_emu
