@@ -221,6 +221,7 @@ TEST(CudaPlan, WeightLayoutStoresEachAllocationOnceWithPaddedRows) {
   EXPECT_EQ(mem.kv, 2ull * c.n_layers * 100 * c.kv_dim() * 2);                    // f16 K and V
   EXPECT_EQ(mem.partials,
             16ull * c.n_heads * 1 * (c.head_dim + 2) * 4);  // 100 positions: one split-K block
+  EXPECT_EQ(mem.prefill_inputs, 2ull * 16 * 384 * 2);  // hi and lo of the widest input (ffn 384)
   // A tied embedding is one allocation with the output head.
   Synth tied(0.5, "smollm2-135m");
   Model t = load_model(tied.path, DType::BF16);

@@ -374,6 +374,10 @@ MemoryPlan plan_memory(const Weights& w, const Plan& p, const ExecOptions& e, in
   if (e.kv == KvMode::Static) m.scratch += uint64_t(c.n_heads) * T * 4;
   m.partials =
       n * uint64_t(c.n_heads) * uint64_t(attend_chunks(ctx)) * uint64_t(c.head_dim + 2) * 4;
+  int64_t cols = c.ffn_dim;  // the widest product input, rows padded as the weights'
+  for (const Launch& l : p.launches)
+    for (const Job& j : l.jobs) cols = std::max(cols, j.m->cols);
+  m.prefill_inputs = 2 * n * uint64_t(padded_cols(cols)) * 2;
   return m;
 }
 

@@ -145,14 +145,16 @@ struct MemoryPlan {
   uint64_t kv = 0;        // f16 K and V caches (legacy: f16 latents + f32 reconstruction scratch)
   uint64_t scratch = 0;   // activation buffers for max_tokens tokens
   uint64_t partials = 0;  // split-K attention partials
-  uint64_t total() const { return weights + kv + scratch + partials; }
+  uint64_t prefill_inputs = 0;  // prefill products' inputs as bf16 hi and lo (cuBLAS)
+  uint64_t total() const { return weights + kv + scratch + partials + prefill_inputs; }
 };
 MemoryPlan plan_memory(const Weights& w, const Plan& p, const ExecOptions& e, int ctx,
                        int max_tokens);
 
 // The plan executed on the CPU in plain loops (plan_ref.cpp): the slow twin of
 // the CUDA backend, same launches, buffers and cache layouts. Any weight type.
-std::unique_ptr<Backend> make_plan_reference_backend(std::shared_ptr<const Weights> w, const BackendOptions& opt);
+std::unique_ptr<Backend> make_plan_reference_backend(std::shared_ptr<const Weights> w,
+                                                     const BackendOptions& opt);
 
 // Rows of a device matrix are padded to this many bf16 elements (16 bytes).
 constexpr int64_t kRowPad = 8;
