@@ -109,8 +109,9 @@ const uint3& block_index();
 const dim3& block_dim();
 const dim3& grid_dim();
 void sync_threads();
-// Every live lane of the calling warp exchanges 4 bytes; returns lane `src`'s.
-uint32_t shuffle(uint32_t v, int src);
+// Every live lane of the calling warp exchanges 4 bytes; returns those of the
+// lane (lane ^ lane_mask) within the lane's group of `width`.
+uint32_t shuffle_xor(uint32_t v, int lane_mask, int width);
 // The block's dynamic shared memory (the launch's size, 16-byte aligned).
 void* dynamic_shared();
 
@@ -122,11 +123,9 @@ inline void __syncthreads() {
 template <typename T>
 T __shfl_xor_sync(unsigned /*mask: all lanes*/, T v, int lane_mask, int width = 32) {
   static_assert(sizeof(T) == 4 && std::is_trivially_copyable_v<T>, "4-byte shuffles only");
-  const int lane = int(threadIdx.x % 32u);
-  const int src = (lane & ~(width - 1)) | ((lane ^ lane_mask) & (width - 1));
   uint32_t u;
   std::memcpy(&u, &v, 4);
-  u = ::lr::cuda_emu::shuffle(u, src);
+  u = ::lr::cuda_emu::shuffle_xor(u, lane_mask, width);
   std::memcpy(&v, &u, 4);
   return v;
 }

@@ -303,10 +303,11 @@ void sync_threads() {
   wait(Fiber::AtSync);
 }
 
-uint32_t shuffle(uint32_t v, int src) {
+uint32_t shuffle_xor(uint32_t v, int lane_mask, int width) {
   Block& b = t_block;
   Fiber* f = b.current;
-  const int warp = f->linear / kWarp, lane = f->linear % kWarp;
+  const int warp = f->linear / kWarp, lane = f->linear % kWarp;  // lanes count linear thread ids
+  const int src = (lane & ~(width - 1)) | ((lane ^ lane_mask) & (width - 1));
   const int p = f->phase;  // shuffles this lane has done before
   uint32_t* buf = &b.lanes[(size_t(warp) * 2 + size_t(p & 1)) * kWarp];
   buf[lane] = v;
