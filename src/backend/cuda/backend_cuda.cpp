@@ -17,8 +17,6 @@
 // tiled f32 kernel with LOWRANK_CUDA_PREFILL=own (and where cuBLAS cannot start).
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <map>
@@ -28,6 +26,7 @@
 #include "backend/cuda/cuda_api.h"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/plan.h"
+#include "backend/cuda/prefill_blas.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/half.h"
@@ -77,15 +76,6 @@ struct DeviceWeights {
     return it->second;
   }
 };
-
-// The prefill products' implementation: LOWRANK_CUDA_PREFILL=cublas (the default) or own.
-bool prefill_on_cublas() {
-  const char* v = std::getenv("LOWRANK_CUDA_PREFILL");
-  const std::string s = v ? v : "cublas";
-  if (s != "cublas" && s != "own")
-    fail("LOWRANK_CUDA_PREFILL={}: expected cublas (the default) or own", s);
-  return s == "cublas";
-}
 
 std::shared_ptr<const DeviceWeights> upload(std::shared_ptr<const Weights> host) {
   auto d = std::make_shared<DeviceWeights>();
@@ -169,19 +159,7 @@ class CudaBackend final : public Backend {
         for (const Job& j : L.jobs) max_cols = std::max(max_cols, j.m->cols);
     const int64_t max_latent = std::max(plan_.k_latent, plan_.v_latent);
     CK(prepare_kernels(max_cols, max_latent));
-    if (prefill_on_cublas()) {
-      const cublasStatus_t st = cublasCreate(&blas_);
-      if (st == CUBLAS_STATUS_SUCCESS) {
-        if (cublasSetStream(blas_, stream_) != CUBLAS_STATUS_SUCCESS)
-          fail("cuBLAS: cublasSetStream failed");
-        xb_ld_ = padded_cols(max_cols);
-        xb_ = device_alloc<__nv_bfloat16>(2 * size_t(kMaxPrefill) * size_t(xb_ld_));
-      } else {
-        blas_ = nullptr;
-        std::fprintf(stderr, "lowrank: cuBLAS did not start (%s); prefill uses the own GEMM\n",
-                     cublasGetStatusString(st));
-      }
-    }
+    blas_ = BlasPrefill::create(stream_, kMaxPrefill, max_cols);
     const int64_t widths[] = {0,          c.dim,     c.dim,
                               c.dim,      c.q_dim(), c.kv_dim(),
                               c.kv_dim(), c.q_dim(), std::max(plan_.p_width, prefill_.p_width),
@@ -213,8 +191,6 @@ class CudaBackend final : public Backend {
   }
 
   ~CudaBackend() override {
-    if (blas_) cublasDestroy(blas_);
-    cudaFree(xb_);
     for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
     for (const DevVec& b : bufs_) cudaFree(b.p);
     for (void* p :
@@ -422,7 +398,7 @@ class CudaBackend final : public Backend {
             g.accumulate = j.accumulate;
           }
           if (nt > 1 && blas_) {
-            prefill_products(a, nt, L.name);
+            blas_->products(a, nt, L.name);
             break;
           }
           err = launch_gemv(stream_, a, nt);
@@ -478,42 +454,6 @@ class CudaBackend final : public Backend {
     return launched;
   }
 
-  // The jobs of a prefill GEMV launch as cuBLAS products: each job's input rows
-  // split in two bf16 parts (once for jobs sharing an input), then Y[t, r] (+)=
-  // sum_c W[r, c] (hi[t, c] + lo[t, c]) as two products. In cuBLAS's column-major
-  // terms: C = Y^T (rows x n, ldc the output's row stride) = op_T(A) B, where A
-  // is row-major W read as a cols x rows matrix (lda = ld) and B a bf16 part
-  // read as cols x n (ldb = xb_ld_).
-  void prefill_products(const GemvArgs& a, int n, const std::string& name) {
-    __nv_bfloat16* hi = xb_;
-    __nv_bfloat16* lo = xb_ + size_t(kMaxPrefill) * size_t(xb_ld_);
-    for (int j = 0; j < a.n_jobs; ++j) {
-      const GemvJob& g = a.job[j];
-      LR_ASSERT(!g.norm && !g.in2.p);  // the prefill plan is unfused
-      LR_ASSERT(g.m.cols <= xb_ld_);
-      const bool same_input = j > 0 && a.job[j - 1].in.p == g.in.p &&
-                              a.job[j - 1].in_off == g.in_off && a.job[j - 1].m.cols == g.m.cols;
-      if (!same_input) {
-        const cudaError_t e =
-            launch_split_bf16(stream_, n, g.in, g.in_off, g.m.cols, hi, lo, xb_ld_);
-        if (e != cudaSuccess)
-          fail("CUDA: splitting the inputs of {} to bf16 failed: {}", name, cudaGetErrorString(e));
-      }
-      const float one = 1.f;
-      for (int part = 0; part < 2; ++part) {
-        const float beta = part == 1 || g.accumulate ? 1.f : 0.f;
-        const cublasStatus_t st =
-            cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, int(g.m.rows), n, int(g.m.cols), &one,
-                         g.m.w, CUDA_R_16BF, int(g.m.ld), part == 0 ? hi : lo, CUDA_R_16BF,
-                         int(xb_ld_), &beta, g.out.p + g.out_off, CUDA_R_32F, int(g.out.stride),
-                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-        if (st != CUBLAS_STATUS_SUCCESS)
-          fail("cuBLAS: cublasGemmEx for {} (job {}: {} x {}, {} tokens) failed: {}", name, j,
-               g.m.rows, g.m.cols, n, cublasGetStatusString(st));
-      }
-    }
-  }
-
   ExecOptions exec_;
   Plan plan_, prefill_;
   std::shared_ptr<const DeviceWeights> dw_;
@@ -523,12 +463,10 @@ class CudaBackend final : public Backend {
   __half *k_cache_ = nullptr, *v_cache_ = nullptr, *lk_ = nullptr, *lv_ = nullptr;
   float *k_all_ = nullptr, *v_all_ = nullptr, *scores_ = nullptr;
   float *part_m_ = nullptr, *part_l_ = nullptr, *part_acc_ = nullptr;
-  cublasHandle_t blas_ = nullptr;  // null: prefill on the own GEMM
-  __nv_bfloat16* xb_ = nullptr;    // [2][kMaxPrefill, xb_ld_] prefill inputs as bf16 hi, lo
-  int64_t xb_ld_ = 0;
-  int* state_ = nullptr;       // [pos0, tokens...] on the device
-  int* h_state_ = nullptr;     // pinned
-  float* h_logits_ = nullptr;  // pinned [vocab]
+  std::unique_ptr<BlasPrefill> blas_;  // null: prefill products on the own GEMM
+  int* state_ = nullptr;               // [pos0, tokens...] on the device
+  int* h_state_ = nullptr;             // pinned
+  float* h_logits_ = nullptr;          // pinned [vocab]
   std::vector<cudaGraphExec_t> graphs_;
   std::vector<int64_t> graph_nodes_;  // nodes of each graph (kernels and copies)
   int64_t graph_kernels_ = 0;         // kernel nodes of all graphs
