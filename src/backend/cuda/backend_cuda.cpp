@@ -395,8 +395,10 @@ class CudaBackend final : public Backend {
             g.in_off = j.in_off;
             g.out_off = j.out_off;
             g.norm = j.norm ? dw_->norm(*j.norm) : nullptr;
+            g.merge = j.merge_in;
             g.accumulate = j.accumulate;
           }
+          a.merge = {part_m_, part_l_, part_acc_, attend_chunks(ctx_), c.head_dim, pos0};
           if (nt > 1 && blas_) {
             blas_->products(a, nt, L.name);
             break;

@@ -57,6 +57,23 @@ __device__ __forceinline__ float silu(float x) {
   return x / (1.f + __expf(-x));
 }
 
+// Element c = h * head_dim + d of the attention output: the token's split-K
+// partials of head h merged, as merge_kernel does.
+__device__ __forceinline__ float merged(const MergeRef& r, int64_t c) {
+  const int h = int(c / r.head_dim), d = int(c % r.head_dim);
+  const int nc = *r.pos0 / kAttendChunk + 1;
+  const int64_t base = int64_t(h) * r.chunks;
+  float M = -INFINITY;
+  for (int i = 0; i < nc; ++i) M = fmaxf(M, r.m[base + i]);
+  float L = 0.f, A = 0.f;
+  for (int i = 0; i < nc; ++i) {
+    const float f = __expf(r.m[base + i] - M);
+    L += r.l[base + i] * f;
+    A += r.acc[(base + i) * r.head_dim + d] * f;
+  }
+  return A / L;
+}
+
 // Which job of a multi-job launch block `b` belongs to, given `per` rows per block.
 __device__ __forceinline__ int job_of(const GemvArgs& a, int& b, int per) {
   int j = 0;
@@ -96,7 +113,7 @@ __global__ void gemv_kernel(GemvArgs a) {
   for (int64_t c = threadIdx.x; c < ld; c += blockDim.x) {
     float x = 0.f;
     if (c < cols) {
-      x = in[c];
+      x = J.merge ? merged(a.merge, c) : in[c];
       if (J.norm) x = x * inv * J.norm[c];
       if (J.in2.p) x = silu(x) * J.in2.p[J.in_off + c];
     }
@@ -509,7 +526,8 @@ cudaError_t launch_gemv(cudaStream_t s, const GemvArgs& a, int n) {
     LR_LAUNCH(blocks_of(a, kGemvRows), kGemvRows * kWarp, smem, s, gemv_kernel)(a);
   } else {
     for (int j = 0; j < a.n_jobs; ++j)
-      if (a.job[j].norm || a.job[j].in2.p) return cudaErrorInvalidValue;  // prefill runs unfused
+      if (a.job[j].norm || a.job[j].in2.p || a.job[j].merge)
+        return cudaErrorInvalidValue;  // prefill runs unfused
     LR_LAUNCH(dim3(blocks_of(a, kTile), (n + kTile - 1) / kTile), 256, 0, s, gemm_kernel)(a, n);
   }
   return cudaGetLastError();

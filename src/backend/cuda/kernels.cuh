@@ -34,12 +34,22 @@ struct GemvJob {
   DevVec in, in2, out;  // in2.p null: no SiLU*mul
   int64_t in_off = 0, out_off = 0;
   const float* norm = nullptr;  // fused RMSNorm weight [cols] (in_off must be 0)
+  int merge = 0;                // fused: x = the split-K partials of GemvArgs::merge, merged
   int accumulate = 0;
+};
+// The split-K attention partials a merging job reads (decode: token 0 at *pos0).
+struct MergeRef {
+  const float* m = nullptr;    // [n_heads, chunks]
+  const float* l = nullptr;    // [n_heads, chunks]
+  const float* acc = nullptr;  // [n_heads, chunks, head_dim]
+  int chunks = 0, head_dim = 0;
+  const int* pos0 = nullptr;
 };
 struct GemvArgs {
   GemvJob job[kMaxJobs];
   int n_jobs = 0;
   float eps = 1e-5f;
+  MergeRef merge;
 };
 
 // Shared memory the GEMV needs for inputs of `cols` columns (bytes).
@@ -51,6 +61,8 @@ cudaError_t launch_embed(cudaStream_t s, const int32_t* tokens, int n, DevMatrix
 cudaError_t launch_rms_norm(cudaStream_t s, int n, DevVec a, DevVec b, const float* norm,
                             int64_t width, float eps);
 // n == 1: one warp per row (decode); n > 1: tiled GEMM (prefill, no fused input transforms).
+// x = in[t, in_off + c], or rms_norm(in[t, :]) * norm, or silu(in) * in2, or the merged
+// attention partials (merge).
 cudaError_t launch_gemv(cudaStream_t s, const GemvArgs& a, int n);
 // Raises the kernels' dynamic shared memory limits for the widest GEMV input
 // and the widest legacy latent (call once before launching or capturing).

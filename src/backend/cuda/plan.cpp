@@ -221,10 +221,11 @@ class Planner {
       add(Op::Mix, l, b + "mix");
     } else {
       add(Op::Attend, l, b + "attend");
-      add(Op::Merge, l, b + "merge");
+      if (!e_.fused) add(Op::Merge, l, b + "merge");  // fused: the o GEMV merges as it stages
     }
     Job att;
     att.in = Buf::Att;
+    att.merge_in = e_.fused && e_.kv != KvMode::Static;
     const Buf o_out = e_.fused ? Buf::X : Buf::Y;
     group(l, "", {&L.o}, {"o"}, att, {o_out}, p, {true}, e_.fused);
     p += L.o.rank();

@@ -14,8 +14,7 @@
 //   qkv_out   q, k, v = Uq P_q, Uk P_k, Uv P_v         (one launch, three jobs)
 //   rope_kv   rope(q), rope(k); k, v -> cache[pos]
 //   attend    split-K partial softmax over cache[0..pos]
-//   merge     partials -> att
-//   o_in      P = Vo att;    o_out  x += Uo P          (residual fused)
+//   o_in      P = Vo merge(partials); o_out  x += Uo P (merge, residual fused)
 //   mlp_in    P = [Vgate; Vup] rms_norm(x)
 //   mlp_out   g, u = Ugate P_g, Uup P_u
 //   down_in   P = Vdown (silu(g) * u)                  (SiLU*mul fused)
@@ -64,7 +63,8 @@ struct Job {
   int64_t out_off = 0;
   const Matrix* norm = nullptr;  // fused: in = rms_norm(in) * norm (over the whole input row)
   Buf in2 = Buf::None;           // fused: in = silu(in) * in2
-  bool accumulate = false;       // fused residual: out += M in
+  bool merge_in = false;    // fused: in = the split-K attention partials merged (att unwritten)
+  bool accumulate = false;  // fused residual: out += M in
 };
 
 struct Launch {

@@ -118,10 +118,11 @@ class PlanReference final : public Backend {
           break;
         case Op::Scores:
         case Op::Softmax:
-        case Op::Attend:
-          break;  // the attention is computed whole by the launch that writes att
-        case Op::Mix:
         case Op::Merge:
+          break;  // the attention is computed whole by its first launch (into att, which
+                  // a fused GEMV's merge_in input stands for)
+        case Op::Mix:
+        case Op::Attend:
           attend(l, pos, row(Buf::Q, t), row(Buf::Att, t), G, D);
           break;
         case Op::LatentAppend:
