@@ -62,26 +62,26 @@ TEST(CudaPlan, LaunchesPerTokenInEveryRung) {
   Synth s(0.5);  // every block matrix low-rank, the output head dense
   Model m = load_model(s.path, DType::BF16);
   const Weights& w = *m.weights;
-  // Fastest: 10 launches per layer, the embedding, the output head (norm fused).
+  // Fastest: 9 launches per layer, the embedding, the output head (norm fused).
   const cuda::Plan fast = plan_forward(w, exec(KvMode::Dense, true, true, ExecUnit::PerToken));
   EXPECT_EQ(names(fast, 0),
-            (std::vector<std::string>{"blk.0.qkv_in", "blk.0.qkv_out", "blk.0.rope_append",
-                                      "blk.0.attend", "blk.0.o_in", "blk.0.o_out",
-                                      "blk.0.gate_up_in", "blk.0.gate_up_out", "blk.0.down_in",
-                                      "blk.0.down_out"}));
-  EXPECT_EQ(fast.launches.size(), 2u * 10 + 2);
+            (std::vector<std::string>{"blk.0.qkv_in", "blk.0.qkv_out", "blk.0.attend", "blk.0.o_in",
+                                      "blk.0.o_out", "blk.0.gate_up_in", "blk.0.gate_up_out",
+                                      "blk.0.down_in", "blk.0.down_out"}));
+  EXPECT_EQ(fast.launches.size(), 2u * 9 + 2);
+  EXPECT_TRUE(fast.launches[3].rope_append);  // attend ropes q and k and appends k, v
   const cuda::Launch& qkv_in = fast.launches[1];
   ASSERT_EQ(qkv_in.jobs.size(), 3u);  // one launch, three matrices, one normed input
   EXPECT_EQ(qkv_in.jobs[1].m, &w.layers[0].k.v);
   EXPECT_EQ(qkv_in.jobs[1].out_off, w.layers[0].q.rank());
   EXPECT_EQ(qkv_in.jobs[2].norm, &w.layers[0].attn_norm);
-  const cuda::Launch& o_in = fast.launches[5];
+  const cuda::Launch& o_in = fast.launches[4];
   EXPECT_TRUE(o_in.jobs[0].merge_in);  // the attention partials merged into the GEMV input
   EXPECT_EQ(o_in.jobs[0].m, &w.layers[0].o.v);
-  const cuda::Launch& down_in = fast.launches[9];
+  const cuda::Launch& down_in = fast.launches[8];
   EXPECT_EQ(down_in.jobs[0].in, cuda::Buf::G);
-  EXPECT_EQ(down_in.jobs[0].in2, cuda::Buf::U);       // SiLU*mul fused into the GEMV input
-  EXPECT_TRUE(fast.launches[10].jobs[0].accumulate);  // down_out: x += U P
+  EXPECT_EQ(down_in.jobs[0].in2, cuda::Buf::U);      // SiLU*mul fused into the GEMV input
+  EXPECT_TRUE(fast.launches[9].jobs[0].accumulate);  // down_out: x += U P
   EXPECT_EQ(fast.launches.back().name, "output");
   // Ranks of a layer add up in the latent scratch.
   const Layer& L = w.layers[0];
@@ -116,14 +116,14 @@ TEST(CudaPlan, LaunchesPerTokenInEveryRung) {
 
   // What the host issues for the fastest plan in each unit.
   const auto eager = launch_stats(fast, ExecUnit::PerOp);
-  EXPECT_EQ(eager.host_launches, 22 + 2);
+  EXPECT_EQ(eager.host_launches, 20 + 2);
   EXPECT_EQ(eager.graphs, 0);
   const auto per_layer = launch_stats(fast, ExecUnit::PerLayer);
   EXPECT_EQ(per_layer.host_launches, 3);
-  EXPECT_EQ(per_layer.nodes_per_graph, (std::vector<int64_t>{1 + 1 + 10, 10, 1 + 1}));
+  EXPECT_EQ(per_layer.nodes_per_graph, (std::vector<int64_t>{1 + 1 + 9, 9, 1 + 1}));
   const auto per_token = launch_stats(fast, ExecUnit::PerToken);
   EXPECT_EQ(per_token.host_launches, 1);
-  EXPECT_EQ(per_token.nodes_per_graph, (std::vector<int64_t>{22 + 2}));
+  EXPECT_EQ(per_token.nodes_per_graph, (std::vector<int64_t>{20 + 2}));
 }
 
 // The plan itself, executed by its CPU twin, against the reference forward
@@ -165,13 +165,14 @@ TEST(CudaPlan, PlanExecutedOnTheCpuMatchesTheReference) {
 TEST(CudaPlan, DenseModelAndWhatTheGpuDoesNotRun) {
   Synth s(1.0);
   Model m = load_model(s.path, DType::BF16);
-  // Dense maps: one GEMV each, q/k/v and gate/up grouped, the merge in o's input: 6 per layer.
+  // Dense maps: one GEMV each, q/k/v and gate/up grouped, rope and append in attend, the
+  // merge in o's input: 5 per layer.
   const cuda::Plan p =
       plan_forward(*m.weights, exec(KvMode::Dense, true, true, ExecUnit::PerToken));
-  EXPECT_EQ(names(p, 0), (std::vector<std::string>{"blk.0.qkv", "blk.0.rope_append", "blk.0.attend",
-                                                   "blk.0.o", "blk.0.gate_up", "blk.0.down"}));
-  EXPECT_TRUE(p.launches[4].jobs[0].merge_in);
-  EXPECT_EQ(p.launches.size(), 2u * 6 + 2);
+  EXPECT_EQ(names(p, 0), (std::vector<std::string>{"blk.0.qkv", "blk.0.attend", "blk.0.o",
+                                                   "blk.0.gate_up", "blk.0.down"}));
+  EXPECT_TRUE(p.launches[3].jobs[0].merge_in);
+  EXPECT_EQ(p.launches.size(), 2u * 5 + 2);
   EXPECT_NE(
       error_of([&] {
         plan_forward(*m.weights, exec(KvMode::Legacy, false, false, ExecUnit::PerOp));

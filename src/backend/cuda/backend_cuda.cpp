@@ -355,9 +355,17 @@ class CudaBackend final : public Backend {
       const size_t kv_layer = layer * size_t(ctx_) * size_t(c.kv_dim());
       const CacheRef cache{k_cache_ + (k_cache_ ? kv_layer : 0),
                            v_cache_ + (v_cache_ ? kv_layer : 0), c.kv_dim()};
-      AttendArgs att{cache.k,    cache.v,   false,        c.kv_dim(),
-                     c.head_dim, c.n_heads, c.n_kv_heads, attend_chunks(ctx_),
-                     part_m_,    part_l_,   part_acc_};
+      AttendArgs att;
+      att.k = cache.k;
+      att.v = cache.v;
+      att.kv_dim = c.kv_dim();
+      att.head_dim = c.head_dim;
+      att.n_heads = c.n_heads;
+      att.n_kv_heads = c.n_kv_heads;
+      att.chunks = attend_chunks(ctx_);
+      att.part_m = part_m_;
+      att.part_l = part_l_;
+      att.part_acc = part_acc_;
       if (exec_.kv == KvMode::Legacy) {
         att.k = k_all_;
         att.v = v_all_;
@@ -433,6 +441,11 @@ class CudaBackend final : public Backend {
           err = launch_mix(stream_, pos0, st, v(Buf::Att));
           break;
         case Op::Attend:
+          if (L.rope_append) {
+            att.inv_freq = dw_->inv_freq;
+            att.new_k = v(Buf::K);
+            att.new_v = v(Buf::V);
+          }
           err = launch_attend(stream_, n, pos0, att, v(Buf::Q));
           break;
         case Op::Merge:

@@ -297,10 +297,41 @@ __global__ void attend_kernel(AttendArgs a, DevVec q, const int* pos0) {
     l[g] = 0.f;
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-      qr[g][e] = g < G ? q.p[t * q.stride + (kvh * G + g) * D + lane * E + e] * scale : 0.f;
+      qr[g][e] = g < G ? q.p[t * q.stride + (kvh * G + g) * D + lane * E + e] : 0.f;
       acc[g][e] = 0.f;
     }
   }
+  if (a.inv_freq) {  // fused: rope q here, and (last chunk) k, then append k and v
+    static_assert(E % 2 == 0, "a lane holds whole rope pairs");
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g)
+#pragma unroll
+      for (int e = 0; e < E; e += 2) {
+        float pair[2] = {qr[g][e], qr[g][e + 1]};
+        rotate(pair, 0, pos, a.inv_freq + (lane * E + e) / 2);
+        qr[g][e] = pair[0];
+        qr[g][e + 1] = pair[1];
+      }
+    if (pos < start + kAttendChunk) {  // this chunk holds the position: write its row
+      __half* kc = static_cast<__half*>(const_cast<void*>(a.k)) + int64_t(pos) * a.kv_dim + kvh * D;
+      __half* vc = static_cast<__half*>(const_cast<void*>(a.v)) + int64_t(pos) * a.kv_dim + kvh * D;
+      const float* kn = a.new_k.p + t * a.new_k.stride + kvh * D;
+      const float* vn = a.new_v.p + t * a.new_v.stride + kvh * D;
+      for (int i = threadIdx.x; i < D / 2; i += blockDim.x) {
+        float pair[2] = {kn[2 * i], kn[2 * i + 1]};
+        rotate(pair, 0, pos, a.inv_freq + i);
+        kc[2 * i] = __float2half(pair[0]);
+        kc[2 * i + 1] = __float2half(pair[1]);
+        vc[2 * i] = __float2half(vn[2 * i]);
+        vc[2 * i + 1] = __float2half(vn[2 * i + 1]);
+      }
+      __syncthreads();  // the row is read below by every warp
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g)
+#pragma unroll
+    for (int e = 0; e < E; ++e) qr[g][e] *= scale;
   const T* K = static_cast<const T*>(a.k);
   const T* V = static_cast<const T*>(a.v);
   for (int j = start + warp; j < end; j += kAttendWarps) {

@@ -102,6 +102,11 @@ struct AttendArgs {
   float* part_m = nullptr;    // [n, n_heads, chunks]
   float* part_l = nullptr;    // [n, n_heads, chunks]
   float* part_acc = nullptr;  // [n, n_heads, chunks, head_dim]
+  // Fused rope and append (decode, f16 cache; k, v then point at the cache):
+  // q is roped as it is loaded, and the block whose chunk holds the position
+  // ropes its head's k row, writes it and the v row into the cache, then attends.
+  const double* inv_freq = nullptr;  // null: q is roped and the cache written already
+  DevVec new_k, new_v;               // the token's k and v rows (f32, unroped)
 };
 cudaError_t launch_attend(cudaStream_t s, int n, const int* pos0, const AttendArgs& a, DevVec q);
 cudaError_t launch_merge(cudaStream_t s, int n, const int* pos0, const AttendArgs& a, DevVec att);

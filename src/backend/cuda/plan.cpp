@@ -193,7 +193,7 @@ class Planner {
                                            {Buf::Q, Buf::K, Buf::V}, 0, {true, !legacy, !legacy});
     int64_t p = L.q.rank() + L.k.rank() + L.v.rank();
     if (e_.kv == KvMode::Dense) {
-      add(Op::RopeAppend, l, b + "rope_append");
+      if (!e_.fused) add(Op::RopeAppend, l, b + "rope_append");  // fused: attend does it
     } else if (e_.kv == KvMode::Static) {
       Launch& r = add(Op::Rope, l, b + "rope");
       r.a = Buf::Q;
@@ -220,7 +220,7 @@ class Planner {
       add(Op::Softmax, l, b + "softmax");
       add(Op::Mix, l, b + "mix");
     } else {
-      add(Op::Attend, l, b + "attend");
+      add(Op::Attend, l, b + "attend").rope_append = e_.fused && e_.kv == KvMode::Dense;
       if (!e_.fused) add(Op::Merge, l, b + "merge");  // fused: the o GEMV merges as it stages
     }
     Job att;

@@ -12,8 +12,8 @@
 // Per layer, at the fastest settings (dense KV, packed, fused):
 //   qkv_in    P = [Vq; Vk; Vv] rms_norm(x)            (norm fused into the GEMV)
 //   qkv_out   q, k, v = Uq P_q, Uk P_k, Uv P_v         (one launch, three jobs)
-//   rope_kv   rope(q), rope(k); k, v -> cache[pos]
-//   attend    split-K partial softmax over cache[0..pos]
+//   attend    rope(q), rope(k); k, v -> cache[pos]; split-K partial softmax
+//             over cache[0..pos]                       (rope and append fused)
 //   o_in      P = Vo merge(partials); o_out  x += Uo P (merge, residual fused)
 //   mlp_in    P = [Vgate; Vup] rms_norm(x)
 //   mlp_out   g, u = Ugate P_g, Uup P_u
@@ -79,6 +79,7 @@ struct Launch {
   int64_t k_off = 0, v_off = 0, k_rank = 0, v_rank = 0;
   const Matrix* uk = nullptr;
   const Matrix* uv = nullptr;
+  bool rope_append = false;  // Attend, fused dense KV: ropes q and k and appends k, v itself
 };
 
 struct Plan {

@@ -109,8 +109,7 @@ class PlanReference final : public Backend {
           rope(row(Buf::K, t), c.n_kv_heads, pos);
           [[fallthrough]];
         case Op::Append:
-          std::copy_n(row(Buf::K, t), c.kv_dim(), kc(l, pos));
-          std::copy_n(row(Buf::V, t), c.kv_dim(), vc(l, pos));
+          append(l, t, pos);
           break;
         case Op::Rope:
           rope(row(L.a, t), c.n_heads, pos);
@@ -121,8 +120,17 @@ class PlanReference final : public Backend {
         case Op::Merge:
           break;  // the attention is computed whole by its first launch (into att, which
                   // a fused GEMV's merge_in input stands for)
-        case Op::Mix:
         case Op::Attend:
+          if (L.rope_append) {  // fused: q roped as it is read, k roped and appended
+            std::vector<float> q(row(Buf::Q, t), row(Buf::Q, t) + c.q_dim());
+            rope(q.data(), c.n_heads, pos);
+            rope(row(Buf::K, t), c.n_kv_heads, pos);
+            append(l, t, pos);
+            attend(l, pos, q.data(), row(Buf::Att, t), G, D);
+            break;
+          }
+          [[fallthrough]];
+        case Op::Mix:
           attend(l, pos, row(Buf::Q, t), row(Buf::Att, t), G, D);
           break;
         case Op::LatentAppend:
@@ -136,6 +144,12 @@ class PlanReference final : public Backend {
           break;
       }
     }
+  }
+
+  void append(int l, int t, int pos) {
+    const Config& c = weights_->cfg;
+    std::copy_n(row(Buf::K, t), c.kv_dim(), kc(l, pos));
+    std::copy_n(row(Buf::V, t), c.kv_dim(), vc(l, pos));
   }
 
   static void norm(const float* x, const float* w, float* y, int64_t n, float eps) {
