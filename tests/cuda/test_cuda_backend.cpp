@@ -115,6 +115,42 @@ TEST_F(Gpu, LongPrefillInBlocksAndTheDefaultModelShape) {
   compare(s, ExecOptions{}, 64, 8, "default model's shape, keep 0.5");
 }
 
+// The fused rung (norms, SiLU*mul, residuals and the merge folded into the
+// GEMVs, rope and append into attend, one graph per token) does the unfused
+// kernels' arithmetic: the same logits, bit for bit in the emulator (a GPU
+// compiler may contract differently across kernels: within 1e-5 there).
+TEST_F(Gpu, FusedDecodeIsTheUnfusedArithmetic) {
+  Model m = load_model(synth(0.5), DType::BF16);
+  ExecOptions slow;
+  slow.kv = KvMode::Dense;
+  slow.packed = false;
+  slow.fused = false;
+  slow.unit = ExecUnit::PerOp;
+  const ExecOptions fast;  // dense KV, packed, fused, per-token graph
+  ASSERT_TRUE(fast.fused && fast.packed && fast.unit == ExecUnit::PerToken);
+  BackendOptions o;
+  o.ctx = 300;
+  o.exec = slow;
+  auto a = make_backend(m, ExecPath::Cuda, o);
+  o.exec = fast;
+  auto b = make_backend(m, ExecPath::Cuda, o);
+  const int V = m.weights->cfg.vocab;
+  std::vector<int32_t> toks(static_cast<size_t>(270));  // decode crosses a split-K chunk
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = int32_t(3 + (i * 31) % size_t(V - 3));
+  std::vector<float> la(static_cast<size_t>(V)), lb(static_cast<size_t>(V));
+  a->forward(toks.data(), 250, la.data(), false);
+  b->forward(toks.data(), 250, lb.data(), false);
+  for (size_t i = 250; i < toks.size(); ++i) {
+    a->forward(&toks[i], 1, la.data(), false);
+    b->forward(&toks[i], 1, lb.data(), false);
+#ifdef LOWRANK_CUDA_EMU
+    ASSERT_EQ(la, lb) << "decode step at position " << i;
+#else
+    ASSERT_LT(scaled_err(lb, la), 1e-5) << "decode step at position " << i;
+#endif
+  }
+}
+
 // LLaMA-7B's attention layout (head_dim 128, no GQA) on a small model: the other
 // instantiations of the attention kernel, in the baseline, legacy and fastest rungs.
 TEST_F(Gpu, HeadDim128AsInLlama7b) {
