@@ -304,7 +304,8 @@ __global__ void attend_kernel(AttendArgs a, DevVec q, const int* pos0) {
   if (a.inv_freq) {  // fused: rope q here, and (last chunk) k, then append k and v
     static_assert(E % 2 == 0, "a lane holds whole rope pairs");
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g)
+    for (int g = 0; g < kMaxGroup; ++g) {
+      if (g >= G) break;
 #pragma unroll
       for (int e = 0; e < E; e += 2) {
         float pair[2] = {qr[g][e], qr[g][e + 1]};
@@ -312,6 +313,7 @@ __global__ void attend_kernel(AttendArgs a, DevVec q, const int* pos0) {
         qr[g][e] = pair[0];
         qr[g][e + 1] = pair[1];
       }
+    }
     if (pos < start + kAttendChunk) {  // this chunk holds the position: write its row
       __half* kc = static_cast<__half*>(const_cast<void*>(a.k)) + int64_t(pos) * a.kv_dim + kvh * D;
       __half* vc = static_cast<__half*>(const_cast<void*>(a.v)) + int64_t(pos) * a.kv_dim + kvh * D;
