@@ -57,21 +57,26 @@ __device__ __forceinline__ float silu(float x) {
   return x / (1.f + __expf(-x));
 }
 
-// Element c = h * head_dim + d of the attention output: the token's split-K
-// partials of head h merged, as merge_kernel does.
-__device__ __forceinline__ float merged(const MergeRef& r, int64_t c) {
-  const int h = int(c / r.head_dim), d = int(c % r.head_dim);
-  const int nc = *r.pos0 / kAttendChunk + 1;
-  const int64_t base = int64_t(h) * r.chunks;
+// Element d of one token's and head's attention output: its split-K partials
+// base .. base + nc - 1 merged (the online softmax's rescaling).
+__device__ __forceinline__ float merge_partials(const float* pm, const float* pl, const float* pacc,
+                                                int64_t base, int nc, int head_dim, int d) {
   float M = -INFINITY;
-  for (int i = 0; i < nc; ++i) M = fmaxf(M, r.m[base + i]);
+  for (int i = 0; i < nc; ++i) M = fmaxf(M, pm[base + i]);
   float L = 0.f, A = 0.f;
   for (int i = 0; i < nc; ++i) {
-    const float f = __expf(r.m[base + i] - M);
-    L += r.l[base + i] * f;
-    A += r.acc[(base + i) * r.head_dim + d] * f;
+    const float f = __expf(pm[base + i] - M);
+    L += pl[base + i] * f;
+    A += pacc[(base + i) * head_dim + d] * f;
   }
   return A / L;
+}
+
+// Element c = h * head_dim + d of the decode token's attention output (a fused GEMV input).
+__device__ __forceinline__ float merged(const MergeRef& r, int64_t c) {
+  const int h = int(c / r.head_dim), d = int(c % r.head_dim);
+  return merge_partials(r.m, r.l, r.acc, int64_t(h) * r.chunks, *r.pos0 / kAttendChunk + 1,
+                        r.head_dim, d);
 }
 
 // Which job of a multi-job launch block `b` belongs to, given `per` rows per block.
@@ -394,15 +399,8 @@ __global__ void merge_kernel(AttendArgs a, DevVec att, const int* pos0) {
   const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
   const int pos = *pos0 + t, nc = pos / kAttendChunk + 1;
   const int64_t base = (int64_t(t) * a.n_heads + h) * a.chunks;
-  float M = -INFINITY;
-  for (int c = 0; c < nc; ++c) M = fmaxf(M, a.part_m[base + c]);
-  float L = 0.f, A = 0.f;
-  for (int c = 0; c < nc; ++c) {
-    const float f = __expf(a.part_m[base + c] - M);
-    L += a.part_l[base + c] * f;
-    A += a.part_acc[(base + c) * a.head_dim + d] * f;
-  }
-  att.p[t * att.stride + h * a.head_dim + d] = A / L;
+  att.p[t * att.stride + h * a.head_dim + d] =
+      merge_partials(a.part_m, a.part_l, a.part_acc, base, nc, a.head_dim, d);
 }
 
 // Static: one warp per key, every query head's score.
