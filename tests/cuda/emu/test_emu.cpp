@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_api.h"
+#include "backend/cuda/emu/cublas_emu.h"
 #include "core/half.h"
 
 namespace {
