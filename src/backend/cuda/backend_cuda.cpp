@@ -147,6 +147,54 @@ class CudaBackend final : public Backend {
         exec_(opt.exec),
         plan_(plan_forward(*w, opt.exec)),
         prefill_(plan_forward(*w, prefill_options(opt.exec))) {
+    try {
+      allocate(opt);
+    } catch (...) {  // a failure half way (out of memory, a bad option) leaks nothing
+      release();
+      throw;
+    }
+  }
+
+  ~CudaBackend() override { release(); }
+
+  const char* name() const override { return "cuda"; }
+
+  void forward(const int32_t* tokens, int n, float* logits, bool all_logits) override {
+    check_forward_args(tokens, n);
+    if (n == 1) return decode(tokens[0], logits);
+    const int vocab = weights_->cfg.vocab;
+    for (int done = 0; done < n;) {
+      const int m = std::min(kMaxPrefill, n - done);
+      h_state_[0] = n_past_;
+      std::memcpy(h_state_ + 1, tokens + done, size_t(m) * sizeof(int));
+      CK(cudaMemcpyAsync(state_, h_state_, size_t(m + 1) * sizeof(int), cudaMemcpyHostToDevice,
+                         stream_));
+      const bool last = done + m == n;
+      const Head head = all_logits ? Head::All : last ? Head::Last : Head::None;
+      const int64_t k = issue(prefill_, 0, prefill_.launches.size(), m, head);
+      counters_.kernels += uint64_t(k);
+      counters_.dispatches += uint64_t(k) + 2;
+      if (all_logits)
+        CK(cudaMemcpyAsync(logits + size_t(done) * vocab, buf(Buf::Logits, 0).p,
+                           size_t(m) * vocab * 4, cudaMemcpyDeviceToHost, stream_));
+      else if (last)
+        CK(cudaMemcpyAsync(logits, buf(Buf::Logits, m - 1).p, size_t(vocab) * 4,
+                           cudaMemcpyDeviceToHost, stream_));
+      CK(cudaStreamSynchronize(stream_));  // before h_state_ is reused
+      n_past_ += m;
+      done += m;
+    }
+  }
+
+  ExecCounters counters() const override { return counters_; }
+  void reset_counters() override { counters_ = {}; }
+  uint64_t cache_bytes() const override { return mem_.kv; }
+
+ private:
+  // The session's device buffers, stream and cuBLAS handle; release() frees
+  // whatever of them exists (also after a failure half way).
+  void allocate(const BackendOptions& opt) {
+    const auto& w = weights_;
     if (opt.keys.type != kv::KeyType::F32)
       fail("the CUDA backend keeps an f16 KV cache; --cache-type-k {} runs on the CPU only",
            kv::key_type_name(opt.keys.type));
@@ -190,7 +238,8 @@ class CudaBackend final : public Backend {
     CK(cudaDeviceSynchronize());  // the memsets of device_alloc, before stream_ uses the buffers
   }
 
-  ~CudaBackend() override {
+  void release() noexcept {
+    blas_.reset();
     for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
     for (const DevVec& b : bufs_) cudaFree(b.p);
     for (void* p :
@@ -199,43 +248,9 @@ class CudaBackend final : public Backend {
       cudaFree(p);
     cudaFreeHost(h_state_);
     cudaFreeHost(h_logits_);
-    cudaStreamDestroy(stream_);
+    if (stream_) cudaStreamDestroy(stream_);
   }
 
-  const char* name() const override { return "cuda"; }
-
-  void forward(const int32_t* tokens, int n, float* logits, bool all_logits) override {
-    check_forward_args(tokens, n);
-    if (n == 1) return decode(tokens[0], logits);
-    const int vocab = weights_->cfg.vocab;
-    for (int done = 0; done < n;) {
-      const int m = std::min(kMaxPrefill, n - done);
-      h_state_[0] = n_past_;
-      std::memcpy(h_state_ + 1, tokens + done, size_t(m) * sizeof(int));
-      CK(cudaMemcpyAsync(state_, h_state_, size_t(m + 1) * sizeof(int), cudaMemcpyHostToDevice,
-                         stream_));
-      const bool last = done + m == n;
-      const Head head = all_logits ? Head::All : last ? Head::Last : Head::None;
-      const int64_t k = issue(prefill_, 0, prefill_.launches.size(), m, head);
-      counters_.kernels += uint64_t(k);
-      counters_.dispatches += uint64_t(k) + 2;
-      if (all_logits)
-        CK(cudaMemcpyAsync(logits + size_t(done) * vocab, buf(Buf::Logits, 0).p,
-                           size_t(m) * vocab * 4, cudaMemcpyDeviceToHost, stream_));
-      else if (last)
-        CK(cudaMemcpyAsync(logits, buf(Buf::Logits, m - 1).p, size_t(vocab) * 4,
-                           cudaMemcpyDeviceToHost, stream_));
-      CK(cudaStreamSynchronize(stream_));  // before h_state_ is reused
-      n_past_ += m;
-      done += m;
-    }
-  }
-
-  ExecCounters counters() const override { return counters_; }
-  void reset_counters() override { counters_ = {}; }
-  uint64_t cache_bytes() const override { return mem_.kv; }
-
- private:
   DevVec buf(Buf b, int64_t row) const {
     DevVec v = bufs_[int(b)];
     v.p += row * v.stride;
