@@ -19,7 +19,6 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -235,8 +234,6 @@ cudaError_t set_shared_limit(const void* kernel, int bytes);
 bool on_device(const void* p, size_t bytes);
 // Runs `work` now, or records it as a graph node while `s` captures.
 cudaError_t enqueue(cudaStream_t s, cudaGraphNodeType type, std::function<cudaError_t()> work);
-// Returns e, with `why` as the detail cudaGetErrorString(e) adds.
-cudaError_t fail_with(cudaError_t e, std::string why);
 
 struct LaunchConfig {
   dim3 grid, block;

@@ -401,8 +401,4 @@ cudaError_t enqueue(cudaStream_t s, cudaGraphNodeType type, std::function<cudaEr
   return work();
 }
 
-cudaError_t fail_with(cudaError_t e, std::string why) {
-  return fail(e, std::move(why));
-}
-
 }  // namespace lr::cuda_emu
