@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../error_of.h"
 #include "compress/factorize.h"
 #include "compress/linalg.h"
 #include "core/error.h"
@@ -22,16 +23,7 @@
 
 namespace lr::compress::testing {
 
-// The message of the lr::Error that f() throws, or "(no error)".
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const lr::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using lr::test::error_of;  // the shared helper: a test failure when nothing throws
 
 // splitmix64 + Box-Muller: identical streams on every platform and library.
 class Rng {
