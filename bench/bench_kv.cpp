@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/half.h"
-#include "kv/attend_keys.h"
+#include "backend/cpu/key_kernels.h"
 
 namespace {
 
@@ -58,7 +58,7 @@ void run(benchmark::State& st, kv::KeyType t, int count) {
   for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(float(i));
   int at = 0;
   for (auto _ : st) {
-    kv::attend_keys_partial(*s.ks[size_t(at)], s.v[size_t(at)].data(), q.data(), g, 0, n, 0.125f,
+    cpu::attend_keys_partial(*s.ks[size_t(at)], s.v[size_t(at)].data(), q.data(), g, 0, n, 0.125f,
                             m.data(), l.data(), acc.data());
     benchmark::DoNotOptimize(acc.data());
     at = (at + 1) % count;
@@ -74,12 +74,12 @@ void BM_key_scores_hot(benchmark::State& st) {
   const int g = 3;
   Streams s = make(kv::KeyType(st.range(1)), n, 1);
   const kv::KeyStream& ks = *s.ks[0];
-  std::vector<float> q(size_t(g) * 64), prep(size_t(g) * size_t(ks.prep_floats())), sc(size_t(g) * size_t(n));
+  std::vector<float> q(size_t(g) * 64), prep(size_t(g) * size_t(cpu::key_prep_floats(ks))), sc(size_t(g) * size_t(n));
   for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(float(i));
   for (auto _ : st) {
-    ks.prepare(q.data(), g, 0.125f, prep.data());
+    cpu::prepare_queries(ks, q.data(), g, 0.125f, prep.data());
     if (ks.type() == kv::KeyType::Svdq || ks.type() == kv::KeyType::Kivi2) {
-      ks.scores(prep.data(), g, 0, n, sc.data(), n);
+      cpu::key_scores(ks, prep.data(), g, 0, n, sc.data(), n);
     } else {  // decoded tile by tile, as attend_keys_partial does
       std::vector<float> kt(32 * 64);
       for (int64_t j = 0; j < n; j += 32) ks.decode_rows(j, j + 32, kt.data());

@@ -1,12 +1,9 @@
 #include "kv/key_stream.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "backend/cpu/kernels_simd.h"
 #include "core/error.h"
 #include "core/half.h"
 
@@ -17,28 +14,15 @@ namespace {
 constexpr float kF16Max = 65504.f;
 constexpr int kMaxHeadDim = 512;  // stack rows of one key
 
-using cpu::detail::hsum;
-using cpu::detail::load_f16x8;
-
-inline void f16_row(const uint16_t* h, float* out, int d) { cpu::detail::widen_f16(h, d, out); }
-
-inline float dot_f32(const float* a, const float* b, int n) {
-  __m256 acc = _mm256_setzero_ps();
-  int i = 0;
-  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-  float s = hsum(acc);
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
+inline void f16_row(const uint16_t* h, float* out, int d) { f16_to_f32_row(h, out, d); }
 
 // An f16 row (the stored basis) dotted with an f32 vector.
 inline float dot_f16(const uint16_t* h, const float* b, int n) {
-  __m256 acc = _mm256_setzero_ps();
-  int i = 0;
-  for (; i + 8 <= n; i += 8)
-    acc = _mm256_fmadd_ps(load_f16x8(h + i), _mm256_loadu_ps(b + i), acc);
-  float s = hsum(acc);
-  for (; i < n; ++i) s += f16_to_f32(h[i]) * b[i];
+  alignas(32) float row[kMaxHeadDim];
+  f16_row(h, row, n);
+  float s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int i = 0; i < n; ++i) s += row[i] * b[i];
   return s;
 }
 
@@ -364,159 +348,6 @@ void KeyStream::latents(int64_t j, float* out) const {
   for (const ChannelGroup& g : basis_->groups)
     for (int c = g.begin; c < g.begin + g.count; ++c)
       out[c] = g.bits == 0 ? 0.f : L[size_t(j % bt_) * size_t(C) + size_t(at++)];
-}
-
-// --- scoring ------------------------------------------------------------------
-// prep per head: [scale * q (d) | latent types: scale * q~ (channels), scale * q.mean]
-
-int KeyStream::prep_floats() const { return d_ + (latent() ? layout_.channels() + 1 : 0); }
-
-void KeyStream::prepare(const float* q, int g, float scale, float* prep) const {
-  const int pf = prep_floats();
-  for (int h = 0; h < g; ++h) {
-    float* p = prep + size_t(h) * size_t(pf);
-    for (int i = 0; i < d_; ++i) p[i] = scale * q[size_t(h) * size_t(d_) + size_t(i)];
-    if (!latent()) continue;
-    float* qt = p + d_;
-    const int C = layout_.channels();
-    if (cfg_.type == KeyType::Kivi2) {
-      std::copy_n(p, d_, qt);
-      qt[C] = 0;
-      continue;
-    }
-    if (!basis_) {  // not fitted yet: every key is in the window
-      std::fill_n(qt, C + 1, 0.f);
-      continue;
-    }
-    for (int c = 0; c < C; ++c) qt[c] = dot_f16(&vt_[size_t(c) * size_t(d_)], p, d_);
-    qt[C] = dot_f32(mean_.data(), p, d_);
-  }
-}
-
-namespace {
-
-// Scores of one block of 32 tokens for NH <= 3 query heads, the 12
-// accumulators in registers: s_h[t] = base_h + sum_c w[h][c] code_c[t].
-template <int NH>
-void block32_scores(const BlockLayout& lay, const uint32_t* codes, const float* w, int ldw,
-                    const float* base, float* s, int64_t lds) {
-  __m256 acc[NH][4];
-  for (int h = 0; h < NH; ++h)
-    for (int k = 0; k < 4; ++k) acc[h][k] = _mm256_set1_ps(base[h]);
-  alignas(32) float cf[32];
-  uint8_t q8[32];
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  for (int c = 0; c < lay.channels(); ++c) {
-    const int b = lay.bits[size_t(c)];
-    const uint64_t off = lay.bit_off[size_t(c)];
-    const uint32_t* cw = codes + off / 32;
-    __m256 c0, c1, c2, c3;
-    if (b == 1 || b == 2 || b == 4) {
-      // Token t's code at bit t * b of the channel's words, 8 tokens per
-      // shift-and-mask (8 * b <= 32 bits sit in one word).
-      const __m256i mask = _mm256_set1_epi32((1 << b) - 1);
-      const __m256i step = _mm256_slli_epi32(lane, b == 1 ? 0 : b == 2 ? 1 : 2);
-      auto part = [&](int i) {
-        const int bit = i * b;
-        const __m256i sh = _mm256_add_epi32(step, _mm256_set1_epi32(bit % 32));
-        return _mm256_cvtepi32_ps(
-            _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(cw[bit / 32])), sh), mask));
-      };
-      c0 = part(0), c1 = part(8), c2 = part(16), c3 = part(24);
-    } else if (b == 8) {
-      const uint8_t* p = reinterpret_cast<const uint8_t*>(cw);
-      auto part = [&](int i) {
-        return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + i))));
-      };
-      c0 = part(0), c1 = part(8), c2 = part(16), c3 = part(24);
-    } else {
-      unpack_codes(codes, off, 32, b, q8);
-      for (int t = 0; t < 32; ++t) cf[t] = float(q8[t]);
-      c0 = _mm256_load_ps(cf), c1 = _mm256_load_ps(cf + 8), c2 = _mm256_load_ps(cf + 16), c3 = _mm256_load_ps(cf + 24);
-    }
-    for (int h = 0; h < NH; ++h) {
-      const __m256 wv = _mm256_broadcast_ss(w + h * ldw + c);
-      acc[h][0] = _mm256_fmadd_ps(wv, c0, acc[h][0]);
-      acc[h][1] = _mm256_fmadd_ps(wv, c1, acc[h][1]);
-      acc[h][2] = _mm256_fmadd_ps(wv, c2, acc[h][2]);
-      acc[h][3] = _mm256_fmadd_ps(wv, c3, acc[h][3]);
-    }
-  }
-  for (int h = 0; h < NH; ++h)
-    for (int k = 0; k < 4; ++k) _mm256_storeu_ps(s + h * lds + 8 * k, acc[h][k]);
-}
-
-}  // namespace
-
-void KeyStream::latent_scores(const float* prep, int g, int64_t blk, float* s, int64_t lds) const {
-  const int C = layout_.channels(), pf = prep_floats();
-  const uint8_t* B = &blocks_[size_t(blk) * block_bytes()];
-  const uint16_t* sm = reinterpret_cast<const uint16_t*>(B);
-  const uint32_t* codes = reinterpret_cast<const uint32_t*>(B + 4 * C);
-  // score_t = q.mean + sum_c q~_c m_c + sum_c (q~_c s_c) code_tc: the block's
-  // scales and mins widened once, folded into per-head weights w and a base.
-  thread_local std::vector<float> scale, mins, w, base;
-  scale.resize(size_t(C));
-  mins.resize(size_t(C));
-  f16_row(sm, scale.data(), C);
-  f16_row(sm + C, mins.data(), C);
-  w.resize(size_t(g) * size_t(C));
-  base.resize(size_t(g));
-  for (int h = 0; h < g; ++h) {
-    const float* qt = prep + size_t(h) * size_t(pf) + d_;
-    base[size_t(h)] = qt[C] + dot_f32(qt, mins.data(), C);
-    float* wh = &w[size_t(h) * size_t(C)];
-    for (int c = 0; c < C; ++c) wh[c] = qt[c] * scale[size_t(c)];
-  }
-  if (bt_ == 32) {
-    for (int h0 = 0; h0 < g; h0 += 3) {
-      const float* wh = &w[size_t(h0) * size_t(C)];
-      float* sh = s + h0 * lds;
-      switch (std::min(3, g - h0)) {
-        case 1: block32_scores<1>(layout_, codes, wh, C, &base[size_t(h0)], sh, lds); break;
-        case 2: block32_scores<2>(layout_, codes, wh, C, &base[size_t(h0)], sh, lds); break;
-        default: block32_scores<3>(layout_, codes, wh, C, &base[size_t(h0)], sh, lds); break;
-      }
-    }
-    return;
-  }
-  // Any other block length: one channel's codes at a time.
-  for (int h = 0; h < g; ++h) std::fill_n(s + h * lds, bt_, base[size_t(h)]);
-  uint8_t q8[256];
-  for (int c = 0; c < C; ++c) {
-    unpack_codes(codes, layout_.bit_off[size_t(c)], bt_, layout_.bits[size_t(c)], q8);
-    for (int h = 0; h < g; ++h) {
-      const float wc = w[size_t(h) * size_t(C) + size_t(c)];
-      for (int t = 0; t < bt_; ++t) s[h * lds + t] += wc * float(q8[t]);
-    }
-  }
-}
-
-void KeyStream::scores(const float* prep, int g, int64_t j0, int64_t j1, float* s, int64_t lds) const {
-  LR_ASSERT(j0 >= 0 && j1 <= n_);
-  const int pf = prep_floats();
-  alignas(32) float row[kMaxHeadDim];
-  int64_t j = j0;
-  if (latent()) {
-    thread_local std::vector<float> tmp;
-    while (j < std::min(j1, compressed())) {
-      const int64_t blk = j / bt_, b0 = blk * bt_, e = std::min(j1, b0 + bt_);
-      if (j == b0 && e == b0 + bt_) {
-        latent_scores(prep, g, blk, s + (j - j0), lds);
-      } else {  // a partial block: score it whole, keep the wanted part
-        tmp.resize(size_t(g) * size_t(bt_));
-        latent_scores(prep, g, blk, tmp.data(), bt_);
-        for (int h = 0; h < g; ++h)
-          std::copy(tmp.begin() + h * bt_ + (j - b0), tmp.begin() + h * bt_ + (e - b0), s + h * lds + (j - j0));
-      }
-      j = e;
-    }
-  }
-  for (; j < j1; ++j) {
-    if (j >= compressed()) window_row(j - compressed(), row);
-    else decode_token(&blocks_[size_t(j) * block_bytes()], row);
-    for (int h = 0; h < g; ++h) s[h * lds + (j - j0)] = dot_f32(prep + size_t(h) * size_t(pf), row, d_);
-  }
 }
 
 // --- accounting ---------------------------------------------------------------

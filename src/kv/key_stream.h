@@ -1,6 +1,8 @@
 // The keys of one KV head of one layer of one sequence, stored in one of the
-// compressed key types (key_config.h), and scored against queries from that
-// form.
+// compressed key types (key_config.h): the codec (encode on append, decode,
+// reconstruct) in portable code. Queries are scored against the stored form
+// by the CPU's kernels (backend/cpu/key_kernels.h); reconstruct() and
+// attend_keys_reference (kv/attend_keys.h) are their scalar twins.
 //
 // Positions [0, compressed()) live in blocks of block_tokens() tokens; the
 // newer positions [compressed(), size()) are a small f16 window that is
@@ -76,17 +78,23 @@ class KeyStream {
   // channels of 0-bit groups are exactly 0.
   void latents(int64_t j, float* out) const;
 
-  // Scoring. prepare() turns g query heads q [g, d] (scaled by `scale`) into
-  // the form scores() reads, prep_floats() floats per head.
-  int prep_floats() const;
-  void prepare(const float* q, int g, float scale, float* prep) const;
-  // s[h * lds + (j - j0)] = scale * q_h . key_j for j in [j0, j1), from the
-  // stored form (latent channels and per-block constants for SVDq and KIVI).
-  void scores(const float* prep, int g, int64_t j0, int64_t j1, float* s, int64_t lds) const;
-
   // Keys [j1 - j0, d] of positions that are not in latent blocks (f16, q8_0,
   // q4_0 tokens, and window positions of every type), decoded.
   void decode_rows(int64_t j0, int64_t j1, float* out) const;
+
+  // The stored form, read-only, for the scoring kernels (backend/cpu/key_kernels.h).
+  // Blocks of block_tokens() positions each: latent types hold f16 scales
+  // [channels], f16 mins [channels], then the codes (layout()); the others one
+  // token encoded (f16, q8_0 or q4_0 blocks of 32 along head_dim).
+  bool latent() const { return cfg_.type == KeyType::Kivi2 || cfg_.type == KeyType::Svdq; }
+  const BlockLayout& layout() const { return layout_; }
+  const uint8_t* block(int64_t b) const { return &blocks_[size_t(b) * block_bytes()]; }
+  // Window position i (that is, position compressed() + i), f16 [d].
+  const uint16_t* window_f16(int64_t i) const { return &window_[size_t(i) * size_t(d_)]; }
+  // SVDq: the f16 reconstruction rows [channels, d] of the stored channels and
+  // the mean [d] (empty before the fit and for the other types).
+  const std::vector<uint16_t>& basis_rows() const { return vt_; }
+  const std::vector<float>& mean() const { return mean_; }
 
   // Bytes held now; allocated() counts the block storage for the whole
   // capacity (what the session reserves), held() for the blocks written.
@@ -94,7 +102,6 @@ class KeyStream {
   KeyBytes allocated() const;
 
  private:
-  bool latent() const { return cfg_.type == KeyType::Kivi2 || cfg_.type == KeyType::Svdq; }
   bool fitted() const { return !latent() || cfg_.type == KeyType::Kivi2 || basis_ != nullptr; }
   void set_basis(std::shared_ptr<const SvdqBasis> b);
   int64_t fit_at() const;
@@ -102,7 +109,6 @@ class KeyStream {
   void encode_blocks(const float* rows, int64_t n_blocks);  // rows [n_blocks * bt, d]
   void encode_token(const float* k, uint8_t* dst) const;    // f16 / q8_0 / q4_0
   void decode_token(const uint8_t* src, float* out) const;
-  void latent_scores(const float* prep, int g, int64_t blk, float* s, int64_t lds) const;
   void project(const float* k, float* l) const;  // l [channels] of key k
   void window_push(const float* k);
   void window_row(int64_t i, float* out) const;

@@ -75,6 +75,27 @@ TEST(DType, FloatFormatsAreExactOnRepresentableValues) {
   EXPECT_EQ(u16_at(bf, 2), 0xc000);
 }
 
+// The row widening (F16C, 8 at a time) against the scalar conversion, for
+// every one of the 65536 bit patterns (NaNs as NaNs), at an odd length so the
+// tail runs too.
+TEST(DType, F16RowWideningIsExactForEveryValue) {
+  std::vector<uint16_t> h(65536 + 3);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = uint16_t(i);
+  std::vector<float> out(h.size());
+  f16_to_f32_row(h.data(), out.data(), int64_t(h.size()));
+  for (size_t i = 0; i < h.size(); ++i) {
+    const float want = f16_to_f32(h[i]);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(out[i])) << i;
+      continue;
+    }
+    uint32_t a, b;
+    std::memcpy(&a, &out[i], 4);
+    std::memcpy(&b, &want, 4);
+    ASSERT_EQ(a, b) << "f16 bits " << h[i];
+  }
+}
+
 // x_j = j - 16: amax 16, d = 16/127 -> f16 0x3008 (0.1259765625).
 TEST(DType, Q8_0KnownBlock) {
   std::vector<float> x(32);

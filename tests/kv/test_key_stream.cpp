@@ -7,7 +7,6 @@
 
 #include "core/error.h"
 #include "core/half.h"
-#include "kv/attend_keys.h"
 #include "kv/key_stream.h"
 #include "kv_test_util.h"
 
@@ -261,88 +260,6 @@ TEST(KeyStream, TruncateInsideABlockKeepsTheReconstruction) {
   EXPECT_EQ(s.compressed(), 128);
 }
 
-// Latent scores vs reconstruct-then-dot, every type, GQA 1, 3 and 8.
-TEST(KeyStream, ScoresEqualReconstructThenDot) {
-  const int d = 64, n = 150;
-  auto k = test::lowrank_keys(n, d, 48, 0.04, 0.01, 9);
-  for (KeyType t : {KeyType::F16, KeyType::Q8_0, KeyType::Q4_0, KeyType::Kivi2, KeyType::Svdq}) {
-    KeyCacheConfig c = of(t);
-    KeyStream s(c, d, 256);
-    s.append(k.data(), n, d);
-    for (int g : {1, 3, 8}) {
-      auto q = test::normal(size_t(g) * d, 40 + g);
-      std::vector<float> prep(size_t(g) * size_t(s.prep_floats())), sc(size_t(g) * n);
-      s.prepare(q.data(), g, 0.125f, prep.data());
-      s.scores(prep.data(), g, 0, n, sc.data(), n);
-      std::vector<float> r(static_cast<size_t>(d));
-      double worst = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        s.reconstruct(j, r.data());
-        for (int h = 0; h < g; ++h) {
-          double dot = 0, mag = 0;
-          for (int i = 0; i < d; ++i) {
-            dot += double(q[size_t(h * d + i)]) * r[size_t(i)];
-            mag += std::fabs(double(q[size_t(h * d + i)]) * r[size_t(i)]);
-          }
-          worst = std::max(worst, std::fabs(sc[size_t(h) * n + size_t(j)] - 0.125 * dot) / (0.125 * mag + 1e-6));
-        }
-      }
-      EXPECT_LT(worst, 1e-4) << key_type_name(t) << " g=" << g;
-    }
-    // A sub-range that starts and ends inside blocks gives the same values.
-    auto q = test::normal(size_t(3) * d, 77);
-    std::vector<float> prep(size_t(3) * size_t(s.prep_floats())), all(3 * n), part(3 * 70);
-    s.prepare(q.data(), 3, 1.f, prep.data());
-    s.scores(prep.data(), 3, 0, n, all.data(), n);
-    s.scores(prep.data(), 3, 45, 115, part.data(), 70);
-    for (int h = 0; h < 3; ++h)
-      for (int j = 0; j < 70; ++j) EXPECT_EQ(part[size_t(h * 70 + j)], all[size_t(h * n + 45 + j)]);
-  }
-}
-
-TEST(KeyStream, DroppingTheMeanTermBreaksMixedSoftmaxes) {
-  // q.mean is a constant over latent tokens (softmax cancels it) but not over
-  // latent + window tokens: scores() must include it.
-  const int d = 64, n = 100;
-  auto k = test::lowrank_keys(n, d, 40, 0.05, 0.01, 12, 3.0f);  // a large mean
-  KeyStream s(svdq_cfg(), d, 128);
-  s.append(k.data(), n, d);
-  ASSERT_GT(s.size(), s.compressed());  // some window tokens
-  auto q = test::normal(size_t(d), 13);
-  std::vector<float> prep(size_t(s.prep_floats())), sc(static_cast<size_t>(n));
-  s.prepare(q.data(), 1, 1.f, prep.data());
-  s.scores(prep.data(), 1, 0, n, sc.data(), n);
-  std::vector<float> r(static_cast<size_t>(d));
-  s.reconstruct(0, r.data());
-  double dot = 0;
-  for (int i = 0; i < d; ++i) dot += double(q[size_t(i)]) * r[size_t(i)];
-  EXPECT_NEAR(sc[0], dot, 1e-3 * (1 + std::fabs(dot)));
-  const double qmean = prep[size_t(d) + size_t(s.channels())];
-  EXPECT_GT(std::fabs(qmean), 1.0);  // the term is large here
-}
-
-TEST(AttendKeys, KernelMatchesReferenceForEveryType) {
-  const int d = 64, n = 203;
-  auto k = test::lowrank_keys(n, d, 48, 0.04, 0.01, 14);
-  const std::vector<uint16_t> V = test::f16_normal(size_t(n) * d, 15);
-  for (KeyType t : {KeyType::F16, KeyType::Q8_0, KeyType::Q4_0, KeyType::Kivi2, KeyType::Svdq}) {
-    KeyStream s(of(t), d, 256);
-    s.append(k.data(), n, d);
-    for (int g : {1, 3, 8}) {
-      auto q = test::normal(size_t(g) * d, 16 + g);
-      for (auto [j0, j1] : {std::pair<int64_t, int64_t>{0, n}, {32, 96}, {17, 190}, {192, 203}}) {
-        std::vector<float> m(static_cast<size_t>(g)), l(static_cast<size_t>(g)), acc(size_t(g) * d), ref(size_t(g) * d);
-        attend_keys_partial(s, V.data(), q.data(), g, j0, j1, 0.125f, m.data(), l.data(), acc.data());
-        attend_keys_reference(s, V.data(), q.data(), g, j0, j1, 0.125f, ref.data());
-        for (int h = 0; h < g; ++h)
-          for (int i = 0; i < d; ++i)
-            EXPECT_NEAR(acc[size_t(h * d + i)] / l[size_t(h)], ref[size_t(h * d + i)], 2e-5)
-                << key_type_name(t) << " g=" << g << " [" << j0 << "," << j1 << ")";
-      }
-    }
-  }
-}
-
 // Query metric: keys spread over every direction, queries only along the
 // directions where the keys vary least. The key metric spends its rank on
 // the keys' big directions (useless for these scores); the query metric keeps
@@ -402,33 +319,6 @@ TEST(SvdqFit, QueryMetricProjectionAndReconstructionAreBiorthogonal) {
     }
   EXPECT_LT(worst, 1e-4);  // p_a . v_b = [a == b]: latents reconstruct exactly at full rank
   EXPECT_TRUE(std::is_sorted(e.sigma.rbegin(), e.sigma.rend()));
-}
-
-// Blocks shorter than the kernel's 32-position tile: a tile ends inside the
-// window (SVDq blocks of 16, KIVI blocks of 8 with a window of 64).
-TEST(AttendKeys, ShortBlocksMatchReference) {
-  const int d = 64, n = 180;
-  auto k = test::lowrank_keys(n, d, 48, 0.04, 0.01, 51);
-  const std::vector<uint16_t> V = test::f16_normal(size_t(n) * d, 52);
-  KeyCacheConfig sv;
-  sv.type = KeyType::Svdq;
-  sv.svdq.group_size = 16;
-  KeyCacheConfig ki;
-  ki.type = KeyType::Kivi2;
-  ki.kivi_group = 8;
-  ki.kivi_window = 64;
-  for (const KeyCacheConfig& c : {sv, ki}) {
-    KeyStream s(c, d, 256);
-    s.append(k.data(), n, d);
-    ASSERT_GT(s.size(), s.compressed());
-    ASSERT_NE(s.compressed() % 32, 0);
-    auto q = test::normal(size_t(3) * d, 53);
-    std::vector<float> m(3), l(3), acc(size_t(3) * d), ref(size_t(3) * d);
-    attend_keys_partial(s, V.data(), q.data(), 3, 0, n, 0.125f, m.data(), l.data(), acc.data());
-    attend_keys_reference(s, V.data(), q.data(), 3, 0, n, 0.125f, ref.data());
-    for (int h = 0; h < 3; ++h)
-      for (int i = 0; i < d; ++i) EXPECT_NEAR(acc[size_t(h * d + i)] / l[size_t(h)], ref[size_t(h * d + i)], 2e-5) << key_type_name(c.type);
-  }
 }
 
 // Keys whose pre-RoPE distribution is the same at every position: a basis

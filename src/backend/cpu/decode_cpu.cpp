@@ -12,7 +12,7 @@
 
 #include "backend/cpu/attention_kernels.h"
 #include "core/half.h"
-#include "kv/attend_keys.h"
+#include "backend/cpu/key_kernels.h"
 #include "backend/cpu/decode_plan.h"
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
@@ -346,7 +346,7 @@ void Decoder::build_attention(int l) {
         if (s_.kv.streamed) {  // chunks of whole blocks of the compressed keys
           const kv::KeyStream& ks = s_.kv.stream(l, kvh);
           const Span r = split(n, chunk, nth, ks.block_tokens());
-          kv::attend_keys_partial(ks, s_.kv.value16(l, kvh), &q_[size_t(kvh) * g * hd], g, r.begin,
+          attend_keys_partial(ks, s_.kv.value16(l, kvh), &q_[size_t(kvh) * g * hd], g, r.begin,
                                   r.end, scale, &part_m_[at], &part_l_[at], &part_acc_[at * size_t(hd)]);
           continue;
         }

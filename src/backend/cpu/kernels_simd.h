@@ -46,13 +46,6 @@ inline __m256 load_f16x8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// out[i] = f16 h[i] for i < n.
-inline void widen_f16(const uint16_t* h, int64_t n, float* out) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, load_f16x8(h + i));
-  for (; i < n; ++i) out[i] = _cvtsh_ss(h[i]);
-}
-
 // Mask whose first k lanes (0 <= k <= 8) are set, for maskload / maskstore.
 inline __m256i tail_mask(int64_t k) {
   alignas(32) static const int32_t bits[16] = {-1, -1, -1, -1, -1, -1, -1, -1,

@@ -5,7 +5,7 @@
 
 #include "backend/cpu/attention_kernels.h"
 #include "backend/cpu/kernels.h"
-#include "kv/attend_keys.h"
+#include "backend/cpu/key_kernels.h"
 
 namespace lr::cpu {
 
@@ -144,7 +144,7 @@ void Prefill::attend(int l, int n) {
           for (int i = 0; i < hd; ++i) out[size_t(h) * hd + i] = acc[h * hd + i] / sum[h];
         continue;
       }
-      kv::attend_keys_partial(kv.stream(l, kvh), kv.value16(l, kvh), &q_[q0], g, 0, hist, scale,
+      attend_keys_partial(kv.stream(l, kvh), kv.value16(l, kvh), &q_[q0], g, 0, hist, scale,
                               m + g, sum + g, acc + size_t(g) * hd);
       for (int h = 0; h < g; ++h)
         attend_merge(2, m + h, sum + h, g, acc + size_t(h) * hd, int64_t(g) * hd, hd,

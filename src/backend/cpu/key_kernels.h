@@ -1,0 +1,32 @@
+// Scoring queries against compressed key streams (kv/key_stream.h) from
+// their stored form, and decode attention over them with f16 values: the
+// online-softmax kernel of attention_kernels.h with the scores taken from the
+// stored form. SVDq and KIVI blocks are scored in latent space (integer codes
+// times per-block folded weights, three query heads per pass); f16, q8_0 and
+// q4_0 keys and the f16 window are decoded a tile at a time and scored
+// densely. Scalar twins: KeyStream::reconstruct and kv::attend_keys_reference.
+#pragma once
+
+#include <cstdint>
+
+#include "kv/key_stream.h"
+
+namespace lr::cpu {
+
+// Floats per query head of a prepared query, and the preparation: g query
+// heads q [g, d] scaled by `scale` into the form key_scores reads.
+// prep per head: [scale * q (d) | latent types: scale * q~ (channels), scale * q.mean]
+int key_prep_floats(const kv::KeyStream& ks);
+void prepare_queries(const kv::KeyStream& ks, const float* q, int g, float scale, float* prep);
+// s[h * lds + (j - j0)] = scale * q_h . key_j for j in [j0, j1), from the
+// stored form (latent channels and per-block constants for SVDq and KIVI).
+void key_scores(const kv::KeyStream& ks, const float* prep, int g, int64_t j0, int64_t j1, float* s,
+                int64_t lds);
+
+// Same contract as attend_partial: g query heads q [g, d] sharing the
+// stream's KV head, positions [j0, j1), values V [capacity, d] f16. Writes
+// the running max m[g], sum l[g] and unnormalized acc [g, d].
+void attend_keys_partial(const kv::KeyStream& ks, const uint16_t* V, const float* q, int g, int64_t j0,
+                         int64_t j1, float scale, float* m, float* l, float* acc);
+
+}  // namespace lr::cpu
