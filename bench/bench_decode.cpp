@@ -134,7 +134,7 @@ void BM_prefill_matmul_f16(benchmark::State& st) {
   for (size_t i = 0; i < w.size(); ++i) W[i] = lr::f32_to_f16(w[i]);
   std::vector<float> Y(static_cast<size_t>(n * rows));
   for (auto _ : st) {
-    cpu::matmul_f16(W.data(), X.data(), Y.data(), n, cols, rows, 0, rows);
+    cpu::matmul_f16(W.data(), X.data(), Y.data(), n, cols, cols, rows, 0, rows);
     benchmark::DoNotOptimize(Y.data());
   }
   st.counters["FLOP/s"] = benchmark::Counter(double(2 * n * rows * cols), benchmark::Counter::kIsIterationInvariantRate);

@@ -138,7 +138,7 @@ void matmul_shapes(benchmark::internal::Benchmark* b) {
 
 template <class T>
 using MatmulFn = void (*)(const T*, const float*, float*, int64_t, int64_t, int64_t, int64_t,
-                          int64_t);
+                          int64_t, int64_t);
 
 template <class T>
 void run_matmul(benchmark::State& st, const std::vector<T>& W, MatmulFn<T> kernel,
@@ -150,7 +150,7 @@ void run_matmul(benchmark::State& st, const std::vector<T>& W, MatmulFn<T> kerne
   for (auto _ : st) {
     pool.parallel_for(rows / 16, [&](int64_t b, int64_t e) {
       const int64_t r1 = e == rows / 16 ? rows : e * 16;
-      kernel(W.data(), X.data(), Y.data(), n, cols, rows, b * 16, r1);
+      kernel(W.data(), X.data(), Y.data(), n, cols, cols, rows, b * 16, r1);
     });
     benchmark::DoNotOptimize(Y.data());
     benchmark::ClobberMemory();

@@ -31,6 +31,10 @@ struct BenchCliOptions {
   bool roofline = false;
   std::string device = "cpu";
   ModelOptions::KeyCacheCli keys;  // settings of the k-* modes
+  // A rung of one's own (mode "custom"): --kv, --unit, --no-pack, --no-fuse.
+  std::string kv = "dense", unit = "per-token";
+  bool no_pack = false, no_fuse = false;
+  bool custom = false;  // any of them given
 };
 
 std::vector<BenchShape> shapes_of(const std::vector<int>& p, const std::vector<int>& g) {
@@ -119,7 +123,8 @@ int run(const BenchCliOptions& o) {
   b.threads = threads;
   b.reps = o.reps;
   b.shapes = shapes_of(o.prompt, o.gen);
-  b.modes = parse_bench_modes(o.modes);
+  b.modes = o.custom && o.modes == "all" ? std::vector<BenchMode>{} : parse_bench_modes(o.modes);
+  if (o.custom) b.modes.push_back(custom_mode(parse_kv_mode(o.kv), parse_exec_unit(o.unit), !o.no_pack, !o.no_fuse));
   b.keys = o.keys.config();
   double bw = 0;
   if (o.device == "cuda") {
@@ -194,9 +199,14 @@ Runner add_bench_command(CLI::App& app) {
   sub->add_option("--device", o->device, "run every mode on the CPU or on the GPU (cuda)")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   o->keys.add_to(*sub, false);
   sub->add_option("--plot", o->plot, "write an SVG of decode speedup vs keep and vs generated length");
+  sub->add_option("--kv", o->kv, "a mode of one's own, 'custom' (alone, or added to --modes): decode KV cache dense (append the current k/v), legacy (low-rank latents, history rebuilt every step) or static (eager attention steps)")->capture_default_str()->check(CLI::IsMember({"dense", "legacy", "static"}));
+  sub->add_option("--unit", o->unit, "custom mode: execution unit per-op, per-layer or per-token")->capture_default_str()->check(CLI::IsMember({"per-op", "per-layer", "per-token"}));
+  sub->add_flag("--no-pack", o->no_pack, "custom mode: separate products for q, k, v and gate, up (no packed input factors)");
+  sub->add_flag("--no-fuse", o->no_fuse, "custom mode: RMSNorm, SiLU*mul, residual adds and the attention merge as steps of their own");
   sub->add_option("--sweep", o->sweep, "gen: generated lengths 32,128,512,1024,2048 at the (single) --prompt; keep: give several -m files")
       ->check(CLI::IsMember({"gen", "keep"}));
-  return [o] {
+  return [o, sub] {
+    o->custom = sub->count("--kv") + sub->count("--unit") + sub->count("--no-pack") + sub->count("--no-fuse") > 0;
     if (o->sweep == "gen") o->gen = {32, 128, 512, 1024, 2048};
     if (o->sweep == "keep" && o->models.size() < 2)
       fail("--sweep keep runs over several low-rank files: give them as -m a.gguf,b.gguf,...");

@@ -78,7 +78,7 @@ Runner add_perplexity_command(CLI::App& app) {
   sub->add_option("--chunks", o->chunks, "stop after N windows (default: all)");
   sub->add_flag("--score-all", o->score_all, "score every token after the first of each window, not just the second half");
   sub->add_flag("--no-progress", o->no_progress, "no progress bar");
-  sub->add_flag("--decode", o->decode, "run the unscored first half of each window as a prompt, then feed the scored tokens one at a time through the decode path (--kv, --unit, --cache-type-k, ... apply)");
+  sub->add_flag("--decode", o->decode, "run the unscored first half of each window as a prompt, then feed the scored tokens one at a time through the decode path (what --cache-type-k is measured with)");
   return [o] { return run(*o); };
 }
 

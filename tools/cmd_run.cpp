@@ -1,4 +1,6 @@
-// lowrank run: generate text from a prompt (optionally through the chat template).
+// lowrank run: generate text from a prompt. A model with a chat template
+// answers it (the prompt is the user turn, as llama.cpp's CLI does in
+// conversation mode); --raw continues the prompt as plain text.
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -18,7 +20,8 @@ struct RunOptions {
   std::string prompt;
   std::string prompt_file;
   int n_predict = 128;
-  bool chat = false;
+  bool chat = false;  // --chat: the chat template even when the model has none (ChatML)
+  bool raw = false;
   std::string system;
   SamplerParams sampling;
   bool seed_given = false;
@@ -40,8 +43,20 @@ int run(const RunOptions& o) {
   std::set<int32_t> stop;
   if (tok.eos_id() >= 0) stop.insert(tok.eos_id());
   bool add_bos = tok.add_bos();
-  if (o.chat) {
-    ChatTemplate t = parse_chat_template(tok.chat_template());
+  if (o.raw && o.chat) fail("--raw and --chat exclude each other");
+  if (o.raw && !o.system.empty()) fail("--system needs the chat template (drop --raw)");
+  bool chat = !o.raw && (o.chat || !tok.chat_template().empty());
+  ChatTemplate t;
+  if (chat) {
+    try {
+      t = parse_chat_template(tok.chat_template());
+    } catch (const Error& e) {
+      if (o.chat) throw;
+      std::fprintf(stderr, "lowrank: %s; continuing the prompt as plain text (--raw says so)\n", e.what());
+      chat = false;
+    }
+  }
+  if (chat) {
     std::vector<ChatMessage> msgs;
     if (!o.system.empty()) msgs.push_back({"system", o.system});
     msgs.push_back({"user", prompt});
@@ -53,7 +68,7 @@ int run(const RunOptions& o) {
         !tok.token_piece(tok.bos_id()).empty())
       add_bos = false;
   }
-  std::vector<int32_t> ids = tok.encode(prompt, add_bos, /*parse_special=*/o.chat);
+  std::vector<int32_t> ids = tok.encode(prompt, add_bos, /*parse_special=*/chat);
   if (int(ids.size()) >= o.model.ctx)
     fail("the prompt has {} tokens, which does not fit a context of {} (raise -c)", ids.size(),
          o.model.ctx);
@@ -63,7 +78,7 @@ int run(const RunOptions& o) {
   if (!o.seed_given) sp.seed = std::random_device{}();
   Sampler sampler(sp);
   StreamDecoder dec(tok);
-  if (!o.chat) {
+  if (!chat) {
     std::fputs(prompt.c_str(), stdout);
     std::fflush(stdout);
   }
@@ -95,8 +110,9 @@ Runner add_run_command(CLI::App& app) {
   sub->add_option("-p,--prompt", o->prompt, "prompt text");
   sub->add_option("-f,--file", o->prompt_file, "read the prompt from a file");
   sub->add_option("-n,--n-predict", o->n_predict, "tokens to generate")->capture_default_str()->check(CLI::Range(0, 1 << 20));
-  sub->add_flag("--chat", o->chat, "apply the model's chat template to the prompt (as the user turn)");
-  sub->add_option("--system", o->system, "system message for --chat");
+  sub->add_flag("--raw", o->raw, "plain completion: continue the prompt as text (no chat template)");
+  sub->add_flag("--chat", o->chat, "apply a chat template even when the model has none (ChatML); the default when it has one");
+  sub->add_option("--system", o->system, "system message of the chat");
   sub->add_option("--temp", o->sampling.temperature, "temperature (0: greedy)")->capture_default_str();
   sub->add_option("--top-k", o->sampling.top_k, "top-k (0: off)")->capture_default_str();
   sub->add_option("--top-p", o->sampling.top_p, "top-p (1: off)")->capture_default_str();

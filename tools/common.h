@@ -16,9 +16,6 @@ struct ModelOptions {
   bool reference = false;  // --ref: the scalar f32 reference path
   std::string device = "cpu";  // --device: cpu or cuda
   std::string wtype = "f16";  // --wtype: fast path weight type
-  std::string kv = "dense";       // --kv: decode KV mode
-  std::string unit = "per-token"; // --unit: decode execution unit
-  bool no_pack = false, no_fuse = false;
   struct KeyCacheCli {
     std::string type = "f32";
     int svdq_rank = 0;

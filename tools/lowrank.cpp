@@ -18,10 +18,6 @@ void ModelOptions::add_to(CLI::App& app, int default_ctx) {
   app.add_flag("--ref", reference, "run the scalar f32 reference path instead of the fast path");
   app.add_option("--device", device, "fast path on the CPU, or on the GPU (cuda: a build with LOWRANK_CUDA=ON)")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--wtype", wtype, "fast path weight type: f16, bf16, f32 or q8_0 (int8, a scale per 32 values)")->capture_default_str()->check(CLI::IsMember({"f16", "bf16", "f32", "q8_0"}));
-  app.add_option("--kv", kv, "decode KV cache: dense (append the current k/v), legacy (low-rank latents, history rebuilt every step) or static (eager attention ops)")->capture_default_str()->check(CLI::IsMember({"dense", "legacy", "static"}));
-  app.add_option("--unit", unit, "decode execution unit: per-op, per-layer or per-token")->capture_default_str()->check(CLI::IsMember({"per-op", "per-layer", "per-token"}));
-  app.add_flag("--no-pack", no_pack, "decode: separate products for q, k, v and gate, up (no packed input factors)");
-  app.add_flag("--no-fuse", no_fuse, "decode: RMSNorm, SiLU*mul, residual adds as operations of their own");
   keys.add_to(app, true);
 }
 
@@ -63,10 +59,6 @@ BackendOptions ModelOptions::backend_options() const {
   BackendOptions o;
   o.ctx = ctx;
   o.n_threads = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
-  o.exec.kv = parse_kv_mode(kv);
-  o.exec.unit = parse_exec_unit(unit);
-  o.exec.packed = !no_pack;
-  o.exec.fused = !no_fuse;
   o.keys = keys.config();
   return o;
 }

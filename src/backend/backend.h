@@ -8,79 +8,28 @@
 #include <string>
 
 #include "kv/key_config.h"
-#include "kv/key_stream.h"
+#include "kv/stream_cache.h"
+#include "model/plan_transforms.h"
 #include "model/weights.h"
 
 namespace lr {
 
-// Where a block's linear maps read their input: the compressor observes these
-// activations to whiten its factorizations.
-enum class Site {
-  AttnIn,   // rms_norm(x) before q, k, v      [n, dim]
-  AttnOut,  // attention output before o        [n, q_dim]
-  MlpIn,    // rms_norm(x) before gate, up      [n, dim]
-  MlpMid,   // silu(gate) * up before down      [n, ffn_dim]
-  Keys,     // post-RoPE keys (not a linear input) [n, kv_dim]
-  Queries,  // post-RoPE queries (not a linear input) [n, q_dim]
-};
-
+// Sees the activations of the sites the unfused plan marks (model/plan.h Site).
 class ActivationObserver {
  public:
   virtual ~ActivationObserver() = default;
   virtual void observe(int layer, Site site, const float* X, int n_tokens, int dim) = 0;
 };
 
-// How the fast CPU backend runs a decode step (one token). Each switch is one
-// mechanism of the ablation; the defaults are the fastest combination.
-enum class KvMode {
-  Static,  // eager baseline: separate RoPE and append ops, attention as three ops
-           // (scores, softmax, weighted sum) over a materialized score row
-  Dense,   // current token's k, v reconstructed, roped and appended in one step;
-           // one-pass online-softmax attention split across threads
-  Legacy,  // the cache holds the latents V_k x, V_v x; every step reconstructs
-           // (and ropes) the whole history before attending
-};
-enum class ExecUnit {
-  PerOp,     // every operation is its own parallel dispatch (threads woken and joined)
-  PerLayer,  // one parallel region per layer, spin barriers between dependent steps
-  PerToken,  // one region for the whole token, embedding to logits
-};
-struct ExecOptions {
-  KvMode kv = KvMode::Dense;
-  bool packed = true;  // q/k/v and gate/up input matrices as one product each (model/pack.h)
-  bool fused = true;   // RMSNorm, SiLU*mul, residual adds and the attention merge folded
-                       // into the neighbouring matrix-vector step
-  ExecUnit unit = ExecUnit::PerToken;
-  bool spin = true;    // idle threads spin between dispatches; false: they sleep, and every
-                       // dispatch wakes and joins them (an eager framework's per-op launch)
-};
-
 struct BackendOptions {
   int ctx = 2048;     // KV cache capacity in tokens (preallocated)
   int n_threads = 1;  // CPU threads (fast CPU backend only)
   ActivationObserver* observer = nullptr;  // fast CPU backend: sees every linear input
-  ExecOptions exec{};  // fast CPU backend: decode execution
+  ExecOptions exec{};  // the rung of the ablation (model/plan_transforms.h); the product runs the default
   kv::KeyCacheConfig keys{};  // fast CPU backend: what the cache stores for keys (--cache-type-k)
 };
 
-// What a session's key cache holds (fast CPU backend with a compressed key type).
-struct KeyCacheStats {
-  kv::KeyType type = kv::KeyType::F32;
-  int64_t tokens = 0;          // cached positions
-  int head_dim = 0;
-  int streams = 0;             // layers x KV heads
-  kv::KeyBytes held;           // bytes held for the cached positions
-  kv::KeyBytes allocated;      // bytes reserved for the whole context
-  uint64_t value_bytes = 0;    // f16 values, whole context
-  double mean_rank = 0;        // SVDq: mean rank and stored channels over fitted streams
-  double mean_channels = 0;
-  double nominal_bits = 0;     // SVDq: mean over streams of mean(schedule) x rank / head_dim
-  int fitted = 0, degraded = 0;
-  // Bits per key element of what is held: all key bytes x 8 / (tokens x head_dim x streams).
-  double true_bits() const {
-    return tokens > 0 ? double(held.total()) * 8.0 / (double(tokens) * head_dim * streams) : 0;
-  }
-};
+using kv::KeyCacheStats;
 
 // Work issued by the forward passes since the last reset. CPU: thread-pool
 // regions and barriers. CUDA: what the host issued (kernel launches and
@@ -129,6 +78,11 @@ class Backend {
 // Requires F32 weights.
 std::unique_ptr<Backend> make_reference_backend(std::shared_ptr<const Weights> w,
                                                 const BackendOptions& opt);
+// The plan of `target` (model/plan.h) for opt.exec's rung, executed step by
+// step in plain scalar loops: the slow twin of the fast executors (same steps,
+// buffers, folds and cache layouts). Any weight type; f32 caches.
+std::unique_ptr<Backend> make_scalar_plan_backend(std::shared_ptr<const Weights> w, const BackendOptions& opt,
+                                                  Target target);
 // The fast CPU path: AVX2 kernels, bf16 (or f32) weights, multithreaded.
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const Weights> w,
                                           const BackendOptions& opt);

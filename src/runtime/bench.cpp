@@ -154,6 +154,28 @@ std::vector<BenchMode> parse_bench_modes(const std::string& list) {
   return out;
 }
 
+BenchMode custom_mode(KvMode kv, ExecUnit unit, bool packed, bool fused) {
+  BenchMode m;
+  m.name = "custom";
+  m.exec = {kv, packed, fused, unit, true};
+  m.what = "the rung of --kv, --unit, --no-pack, --no-fuse";
+  return m;
+}
+
+KvMode parse_kv_mode(const std::string& name) {
+  if (name == "static") return KvMode::Static;
+  if (name == "dense") return KvMode::Dense;
+  if (name == "legacy") return KvMode::Legacy;
+  fail("unknown KV mode '{}' (expected static, dense or legacy)", name);
+}
+
+ExecUnit parse_exec_unit(const std::string& name) {
+  if (name == "per-op") return ExecUnit::PerOp;
+  if (name == "per-layer") return ExecUnit::PerLayer;
+  if (name == "per-token") return ExecUnit::PerToken;
+  fail("unknown execution unit '{}' (expected per-op, per-layer or per-token)", name);
+}
+
 uint64_t decode_cache_bytes(const Weights& w, KvMode kv, int pos, int elem_bytes) {
   const Config& c = w.cfg;
   const uint64_t n = uint64_t(pos) + 1, e = uint64_t(elem_bytes);

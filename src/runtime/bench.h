@@ -28,6 +28,12 @@ const std::vector<BenchMode>& bench_modes();
 // "all" or a comma-separated list of mode names; throws lr::Error naming an
 // unknown one and the accepted names.
 std::vector<BenchMode> parse_bench_modes(const std::string& list);
+// "custom": a rung of one's own (bench --kv, --unit, --no-pack, --no-fuse), spinning workers.
+BenchMode custom_mode(KvMode kv, ExecUnit unit, bool packed, bool fused);
+// "static" | "dense" | "legacy" and "per-op" | "per-layer" | "per-token";
+// throw lr::Error naming the accepted values.
+KvMode parse_kv_mode(const std::string& name);
+ExecUnit parse_exec_unit(const std::string& name);
 
 struct BenchShape {
   int prompt = 512;

@@ -47,20 +47,6 @@ DType parse_weight_type(const std::string& name) {
   fail("unknown weight type '{}' (expected f16, bf16, f32 or q8_0)", name);
 }
 
-KvMode parse_kv_mode(const std::string& name) {
-  if (name == "static") return KvMode::Static;
-  if (name == "dense") return KvMode::Dense;
-  if (name == "legacy") return KvMode::Legacy;
-  fail("unknown KV mode '{}' (expected static, dense or legacy)", name);
-}
-
-ExecUnit parse_exec_unit(const std::string& name) {
-  if (name == "per-op") return ExecUnit::PerOp;
-  if (name == "per-layer") return ExecUnit::PerLayer;
-  if (name == "per-token") return ExecUnit::PerToken;
-  fail("unknown execution unit '{}' (expected per-op, per-layer or per-token)", name);
-}
-
 std::unique_ptr<Backend> make_backend(const Model& m, ExecPath path, const BackendOptions& opt) {
   if (path == ExecPath::Reference) return make_reference_backend(m.weights, opt);
   if (path == ExecPath::Cuda) return make_cuda_backend(m.weights, opt);

@@ -34,11 +34,6 @@ inline constexpr DType kDefaultFastWeightType = DType::F16;
 // "f16" | "bf16" | "f32" | "q8_0" -> DType; throws lr::Error naming the accepted values.
 DType parse_weight_type(const std::string& name);
 
-// "static" | "dense" | "legacy" and "per-op" | "per-layer" | "per-token";
-// throw lr::Error naming the accepted values.
-KvMode parse_kv_mode(const std::string& name);
-ExecUnit parse_exec_unit(const std::string& name);
-
 std::unique_ptr<Backend> make_backend(const Model& m, ExecPath path, const BackendOptions& opt);
 
 }  // namespace lr

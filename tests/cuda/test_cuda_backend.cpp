@@ -190,7 +190,7 @@ TEST_F(Gpu, LaunchCountsFollowThePlan) {
     gpu->forward(&tok, 1, logits.data(), false);  // captures the graphs
     gpu->reset_counters();
     for (int i = 0; i < 4; ++i) gpu->forward(&tok, 1, logits.data(), false);
-    const cuda::Plan plan = cuda::plan_forward(*m.weights, e);
+    const Plan plan = cuda::plan_forward(*m.weights, e);
     const cuda::LaunchStats want = cuda::launch_stats(plan, unit);
     const ExecCounters c = gpu->counters();
     EXPECT_EQ(c.dispatches, 4 * uint64_t(want.host_launches));

@@ -170,12 +170,14 @@ TEST(Kernels, MatvecEmptyRangeWritesNothing) {
 template <class T, class Fast, class Ref>
 void check_matmul(const std::vector<T>& W, int64_t rows, int64_t cols, int64_t n, Fast fast,
                   Ref refk, uint32_t seed, float (*dec)(T)) {
-  const std::vector<float> X = rand_f32(n * cols, seed);
+  // Input rows 3 floats apart past their end (a product reading a segment of a wider buffer).
+  const int64_t ldx = cols + 3;
+  const std::vector<float> X = rand_f32(n * ldx, seed);
   const int64_t ldy = rows + 5;
   for (auto [r0, r1] : row_ranges(rows)) {
     std::vector<float> Y(size_t(n * ldy), kSentinel), Yr(size_t(n * ldy), kSentinel);
-    fast(W.data(), X.data(), Y.data(), n, cols, ldy, r0, r1);
-    refk(W.data(), X.data(), Yr.data(), n, cols, ldy, r0, r1);
+    fast(W.data(), X.data(), Y.data(), n, cols, ldx, ldy, r0, r1);
+    refk(W.data(), X.data(), Yr.data(), n, cols, ldx, ldy, r0, r1);
     for (int64_t t = 0; t < n; ++t)
       for (int64_t r = 0; r < ldy; ++r) {
         const float y = Y[size_t(t * ldy + r)];
@@ -184,7 +186,7 @@ void check_matmul(const std::vector<T>& W, int64_t rows, int64_t cols, int64_t n
                                   << ")";
           continue;
         }
-        const double tol = kTol * abs_dot(W.data(), X.data() + t * cols, cols, r, dec) + 1e-30;
+        const double tol = kTol * abs_dot(W.data(), X.data() + t * ldx, cols, r, dec) + 1e-30;
         ASSERT_NEAR(y, Yr[size_t(t * ldy + r)], tol)
             << "rows=" << rows << " cols=" << cols << " n=" << n << " t=" << t << " r=" << r
             << " range [" << r0 << "," << r1 << ")";
@@ -260,7 +262,7 @@ TEST(Kernels, F16AllFiniteValuesExact) {
   }
   for (int64_t n : {3, 13}) {  // inner-product path, packed path
     std::vector<float> Y(size_t(n * rows));
-    cpu::matmul_f16(W.data(), x.data(), Y.data(), n, cols, rows, 0, rows);
+    cpu::matmul_f16(W.data(), x.data(), Y.data(), n, cols, cols, rows, 0, rows);
     for (int64_t t = 0; t < n; ++t)
       for (int64_t p = 0; p < rows; ++p)
         ASSERT_EQ(Y[size_t(t * rows + p)], f16_to_f32(pats[size_t(p)]))
@@ -293,7 +295,7 @@ void check_matmul_matches_matvec(const std::vector<uint16_t>& W, Matmul mm, Matv
   for (int64_t n : {9, 13}) {
     const std::vector<float> X = rand_f32(n * cols, 22);
     std::vector<float> Y(size_t(n * rows)), y(static_cast<size_t>(rows));
-    mm(W.data(), X.data(), Y.data(), n, cols, rows, 0, rows);
+    mm(W.data(), X.data(), Y.data(), n, cols, cols, rows, 0, rows);
     for (int64_t t = 0; t < n; ++t) {
       mv(W.data(), X.data() + t * cols, y.data(), cols, 0, rows);
       for (int64_t r = 0; r < rows; ++r)

@@ -98,8 +98,8 @@ TEST(Q8Kernels, MatmulEqualsDequantizedF32Product) {
         deq[size_t(r * cols + c)] = m.s[size_t(r * m.nb + c / 32)] * m.q[size_t(r * cols + c)];
     const int64_t ldy = rows + 3;
     std::vector<float> Y(size_t(n * ldy), -1.f), Yr(size_t(n * ldy), -1.f);
-    cpu::matmul_q8_0(m.q.data(), m.s.data(), X.data(), Y.data(), n, cols, ldy, 2, rows);
-    ref::matmul_f32(deq.data(), X.data(), Yr.data(), n, cols, ldy, 2, rows);
+    cpu::matmul_q8_0(m.q.data(), m.s.data(), X.data(), Y.data(), n, cols, cols, ldy, 2, rows);
+    ref::matmul_f32(deq.data(), X.data(), Yr.data(), n, cols, cols, ldy, 2, rows);
     for (int64_t t = 0; t < n; ++t)
       for (int64_t r = 0; r < ldy; ++r)
         EXPECT_NEAR(Y[size_t(t * ldy + r)], Yr[size_t(t * ldy + r)], 1e-4 * (1 + std::fabs(Yr[size_t(t * ldy + r)])));

@@ -42,9 +42,9 @@ struct Synth {
   }
 };
 
-std::vector<std::string> names(const cuda::Plan& p, int layer) {
+std::vector<std::string> names(const Plan& p, int layer) {
   std::vector<std::string> out;
-  for (const cuda::Launch& l : p.launches)
+  for (const Step& l : p.steps)
     if (l.layer == layer) out.push_back(l.name);
   return out;
 }
@@ -63,33 +63,33 @@ TEST(CudaPlan, LaunchesPerTokenInEveryRung) {
   Model m = load_model(s.path, DType::BF16);
   const Weights& w = *m.weights;
   // Fastest: 9 launches per layer, the embedding, the output head (norm fused).
-  const cuda::Plan fast = plan_forward(w, exec(KvMode::Dense, true, true, ExecUnit::PerToken));
+  const Plan fast = plan_forward(w, exec(KvMode::Dense, true, true, ExecUnit::PerToken));
   EXPECT_EQ(names(fast, 0),
             (std::vector<std::string>{"blk.0.qkv_in", "blk.0.qkv_out", "blk.0.attend", "blk.0.o_in",
                                       "blk.0.o_out", "blk.0.gate_up_in", "blk.0.gate_up_out",
                                       "blk.0.down_in", "blk.0.down_out"}));
-  EXPECT_EQ(fast.launches.size(), 2u * 9 + 2);
-  EXPECT_TRUE(fast.launches[3].rope_append);  // attend ropes q and k and appends k, v
-  const cuda::Launch& qkv_in = fast.launches[1];
+  EXPECT_EQ(fast.steps.size(), 2u * 9 + 2);
+  EXPECT_TRUE(fast.steps[3].rope_append);  // attend ropes q and k and appends k, v
+  const Step& qkv_in = fast.steps[1];
   ASSERT_EQ(qkv_in.jobs.size(), 3u);  // one launch, three matrices, one normed input
   EXPECT_EQ(qkv_in.jobs[1].m, &w.layers[0].k.v);
   EXPECT_EQ(qkv_in.jobs[1].out_off, w.layers[0].q.rank());
   EXPECT_EQ(qkv_in.jobs[2].norm, &w.layers[0].attn_norm);
-  const cuda::Launch& o_in = fast.launches[4];
+  const Step& o_in = fast.steps[4];
   EXPECT_TRUE(o_in.jobs[0].merge_in);  // the attention partials merged into the GEMV input
   EXPECT_EQ(o_in.jobs[0].m, &w.layers[0].o.v);
-  const cuda::Launch& down_in = fast.launches[8];
-  EXPECT_EQ(down_in.jobs[0].in, cuda::Buf::G);
-  EXPECT_EQ(down_in.jobs[0].in2, cuda::Buf::U);      // SiLU*mul fused into the GEMV input
-  EXPECT_TRUE(fast.launches[9].jobs[0].accumulate);  // down_out: x += U P
-  EXPECT_EQ(fast.launches.back().name, "output");
+  const Step& down_in = fast.steps[8];
+  EXPECT_EQ(down_in.jobs[0].in, Buf::G);
+  EXPECT_EQ(down_in.jobs[0].in2, Buf::U);      // SiLU*mul fused into the GEMV input
+  EXPECT_TRUE(fast.steps[9].jobs[0].accumulate);  // down_out: x += U P
+  EXPECT_EQ(fast.steps.back().name, "output");
   // Ranks of a layer add up in the latent scratch.
   const Layer& L = w.layers[0];
   EXPECT_EQ(fast.p_width, L.q.rank() + L.k.rank() + L.v.rank() + L.o.rank() + L.gate.rank() +
                               L.up.rank() + L.down.rank());
 
   // Naive (static KV, unpacked, unfused): 24 per layer; every input side, then every output side.
-  const cuda::Plan naive = plan_forward(w, exec(KvMode::Static, false, false, ExecUnit::PerOp));
+  const Plan naive = plan_forward(w, exec(KvMode::Static, false, false, ExecUnit::PerOp));
   EXPECT_EQ(names(naive, 1),
             (std::vector<std::string>{
                 "blk.1.attn_norm", "blk.1.q_in",    "blk.1.k_in",          "blk.1.v_in",
@@ -98,21 +98,21 @@ TEST(CudaPlan, LaunchesPerTokenInEveryRung) {
                 "blk.1.o_in",      "blk.1.o_out",   "blk.1.attn_residual", "blk.1.ffn_norm",
                 "blk.1.gate_in",   "blk.1.up_in",   "blk.1.gate_out",      "blk.1.up_out",
                 "blk.1.silu_mul",  "blk.1.down_in", "blk.1.down_out",      "blk.1.ffn_residual"}));
-  EXPECT_EQ(naive.launches.size(), 2u * 24 + 3);  // + embed, output_norm, output
+  EXPECT_EQ(naive.steps.size(), 2u * 24 + 3);  // + embed, output_norm, output
   // Legacy: k and v stay latents, the history is rebuilt: 22 per layer.
-  const cuda::Plan legacy = plan_forward(w, exec(KvMode::Legacy, false, false, ExecUnit::PerOp));
+  const Plan legacy = plan_forward(w, exec(KvMode::Legacy, false, false, ExecUnit::PerOp));
   auto l0 = names(legacy, 0);
   EXPECT_EQ(std::vector<std::string>(l0.begin(), l0.begin() + 10),
             (std::vector<std::string>{"blk.0.attn_norm", "blk.0.q_in", "blk.0.k_in", "blk.0.v_in",
                                       "blk.0.q_out", "blk.0.latent_append", "blk.0.reconstruct",
                                       "blk.0.rope_q", "blk.0.attend", "blk.0.merge"}));
-  EXPECT_EQ(legacy.launches.size(), 2u * 22 + 3);
+  EXPECT_EQ(legacy.steps.size(), 2u * 22 + 3);
   EXPECT_EQ(legacy.k_latent, L.k.rank());
   // Packed alone (dense KV, unfused): q/k/v and gate/up inputs one launch each.
-  const cuda::Plan packed = plan_forward(w, exec(KvMode::Dense, true, false, ExecUnit::PerOp));
-  EXPECT_EQ(packed.launches.size(), 2u * 16 + 3);
-  const cuda::Plan densekv = plan_forward(w, exec(KvMode::Dense, false, false, ExecUnit::PerOp));
-  EXPECT_EQ(densekv.launches.size(), 2u * 22 + 3);
+  const Plan packed = plan_forward(w, exec(KvMode::Dense, true, false, ExecUnit::PerOp));
+  EXPECT_EQ(packed.steps.size(), 2u * 16 + 3);
+  const Plan densekv = plan_forward(w, exec(KvMode::Dense, false, false, ExecUnit::PerOp));
+  EXPECT_EQ(densekv.steps.size(), 2u * 22 + 3);
 
   // What the host issues for the fastest plan in each unit.
   const auto eager = launch_stats(fast, ExecUnit::PerOp);
@@ -142,7 +142,7 @@ TEST(CudaPlan, PlanExecutedOnTheCpuMatchesTheReference) {
       o.ctx = 64;
       o.exec = mode.exec;
       auto ref = make_backend(m, ExecPath::Reference, o);
-      auto twin = cuda::make_plan_reference_backend(m.weights, o);
+      auto twin = make_scalar_plan_backend(m.weights, o, Target::Gpu);
       std::vector<int32_t> toks;
       for (int i = 0; i < 13; ++i) toks.push_back(3 + (i * 37) % (V - 3));
       std::vector<float> a(toks.size() * size_t(V)), b(a.size());
@@ -167,16 +167,16 @@ TEST(CudaPlan, DenseModelAndWhatTheGpuDoesNotRun) {
   Model m = load_model(s.path, DType::BF16);
   // Dense maps: one GEMV each, q/k/v and gate/up grouped, rope and append in attend, the
   // merge in o's input: 5 per layer.
-  const cuda::Plan p =
+  const Plan p =
       plan_forward(*m.weights, exec(KvMode::Dense, true, true, ExecUnit::PerToken));
   EXPECT_EQ(names(p, 0), (std::vector<std::string>{"blk.0.qkv", "blk.0.attend", "blk.0.o",
                                                    "blk.0.gate_up", "blk.0.down"}));
-  EXPECT_TRUE(p.launches[3].jobs[0].merge_in);
-  EXPECT_EQ(p.launches.size(), 2u * 5 + 2);
+  EXPECT_TRUE(p.steps[3].jobs[0].merge_in);
+  EXPECT_EQ(p.steps.size(), 2u * 5 + 2);
   EXPECT_NE(
       error_of([&] {
         plan_forward(*m.weights, exec(KvMode::Legacy, false, false, ExecUnit::PerOp));
-      }).find("legacy KV on the GPU caches the k and v latents: layer 0 has a dense k projection"),
+      }).find("--kv legacy caches the low-rank latents of k and v, but layer 0 has a dense k projection"),
       std::string::npos);
   Model q8 = load_model(s.path, DType::Q8_0);
   EXPECT_NE(error_of([&] {
@@ -185,7 +185,7 @@ TEST(CudaPlan, DenseModelAndWhatTheGpuDoesNotRun) {
             std::string::npos);
   // Prefill runs unfused and packed, eagerly; static KV attends with the split-K kernels there.
   const ExecOptions pre =
-      cuda::prefill_options(exec(KvMode::Static, false, true, ExecUnit::PerToken));
+      prefill_options(exec(KvMode::Static, false, true, ExecUnit::PerToken));
   EXPECT_EQ(pre.kv, KvMode::Dense);
   EXPECT_TRUE(pre.packed);
   EXPECT_FALSE(pre.fused);
@@ -217,7 +217,7 @@ TEST(CudaPlan, WeightLayoutStoresEachAllocationOnceWithPaddedRows) {
       count(l->u);
     }
   EXPECT_EQ(lay.elements, want);
-  const cuda::Plan p = plan_forward(w, exec(KvMode::Dense, true, true, ExecUnit::PerToken));
+  const Plan p = plan_forward(w, exec(KvMode::Dense, true, true, ExecUnit::PerToken));
   const cuda::MemoryPlan mem =
       cuda::plan_memory(w, p, exec(KvMode::Dense, true, true, ExecUnit::PerToken), 100, 16);
   const Config& c = w.cfg;

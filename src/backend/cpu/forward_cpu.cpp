@@ -1,26 +1,38 @@
-// Fast CPU backend: the same model as backend/ref/forward_ref.cpp on f16,
-// bf16 or f32 weights with the AVX2 kernels, split across a persistent thread
-// pool. Prompts run through Prefill (matrix-matrix products, in chunks);
-// single tokens through the Decoder's plan (decode_plan.h), executed per op,
-// per layer or per token as BackendOptions::exec says.
+// Fast CPU backend: the model's plan (model/plan.h) on f16, bf16, f32 or
+// Q8_0 weights with the AVX2 kernels, split across a persistent thread pool
+// (backend/cpu/executor.h). A decode step runs the rung's plan (the fused
+// one in the product) for one token; prompts run the same plan unfused in
+// chunks of up to kMaxBatch tokens, as matrix-matrix products.
+#include <cstdlib>
 #include <memory>
+#include <string>
 
 #include "backend/backend.h"
-#include "backend/cpu/decode_plan.h"
-#include "backend/cpu/prefill_cpu.h"
+#include "backend/cpu/executor.h"
 #include "backend/cpu/session.h"
+#include "core/error.h"
+#include "model/plan_transforms.h"
 
 namespace lr {
 
 namespace {
 
+constexpr int kMaxBatch = 512;
+
+bool profiling() {
+  const char* p = std::getenv("LOWRANK_PROFILE");
+  return p && *p && std::string(p) != "0";
+}
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend(std::shared_ptr<const Weights> w, const BackendOptions& opt)
       : Backend(std::move(w), opt.ctx),
-        s_(*weights_, opt),
-        prefill_(s_, opt.observer),
-        decoder_(s_),
+        plan_options_{Target::Cpu, opt.keys.type != kv::KeyType::F32},
+        s_(*weights_, opt, check_keys(opt).kv),
+        decode_(s_, derive(*weights_, plan_options_, opt.exec), 1, nullptr, profiling()),
+        prefill_(s_, derive(*weights_, plan_options_, prefill_options(opt.exec)), std::min(kMaxBatch, opt.ctx),
+                 opt.observer),
         observed_(opt.observer != nullptr) {}
 
   const char* name() const override { return "cpu"; }
@@ -28,39 +40,45 @@ class CpuBackend final : public Backend {
   void forward(const int32_t* tokens, int n, float* logits, bool all_logits) override {
     check_forward_args(tokens, n);
     const int vocab = weights_->cfg.vocab;
-    // An observer sees [n, dim] activations of every linear input: prefill's.
+    // An observer sees [n, dim] activations of every linear input: the unfused prompt plan's.
     if (n == 1 && !observed_) {
       s_.pos = n_past_;
-      decoder_.step(tokens[0], logits);
+      decode_.run(tokens, 1, cpu::Head::All, logits);
       ++n_past_;
       return;
     }
-    s_.begin_call(n_past_, n);
-    for (int done = 0; done < n; done += prefill_.max_batch()) {
-      int m = std::min(prefill_.max_batch(), n - done);
+    if (s_.streams) s_.streams->begin_call(n_past_, n);
+    for (int done = 0; done < n;) {
+      const int m = std::min(kMaxBatch, n - done);
       s_.pos = n_past_;
-      prefill_.run(tokens + done, m);
-      if (all_logits) {
-        prefill_.logits(0, m, logits + size_t(done) * size_t(vocab));
-      } else if (done + m == n) {
-        prefill_.logits(m - 1, 1, logits);
-      }
+      const bool last = done + m == n;
+      prefill_.run(tokens + done, m, all_logits ? cpu::Head::All : last ? cpu::Head::Last : cpu::Head::None,
+                   all_logits ? logits + size_t(done) * size_t(vocab) : logits);
       n_past_ += m;
+      done += m;
     }
-    s_.end_call();
+    if (s_.streams) s_.streams->end_call(s_.pool);
   }
 
   ExecCounters counters() const override { return {s_.pool.dispatches(), s_.pool.barriers()}; }
   void reset_counters() override { s_.pool.reset_counters(); }
-  uint64_t cache_bytes() const override { return s_.kv.bytes(); }
-  KeyCacheStats key_stats() const override { return s_.key_stats(); }
+  uint64_t cache_bytes() const override { return s_.cache_bytes(); }
+  kv::KeyCacheStats key_stats() const override { return s_.streams ? s_.streams->stats() : kv::KeyCacheStats{}; }
 
  private:
-  void on_rewind(int n) override { s_.truncate(n); }
+  void on_rewind(int n) override {
+    if (s_.streams) s_.streams->truncate(n);
+  }
+  static const ExecOptions& check_keys(const BackendOptions& opt) {
+    if (opt.keys.type != kv::KeyType::F32 && opt.exec.kv != KvMode::Dense)
+      fail("--cache-type-k {} runs with --kv dense (the compressed key cache replaces the f32 one)",
+           kv::key_type_name(opt.keys.type));
+    return opt.exec;
+  }
 
+  PlanOptions plan_options_;
   cpu::Session s_;
-  cpu::Prefill prefill_;
-  cpu::Decoder decoder_;
+  cpu::Executor decode_, prefill_;
   bool observed_;
 };
 

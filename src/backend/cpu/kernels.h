@@ -19,13 +19,13 @@ void matvec_f16(const uint16_t* W, const float* x, float* y, int64_t cols, int64
                 int64_t r1);
 
 // Y[t, r] = sum_c W[r, c] * X[t, c]   for t in [0, n), r in [r0, r1)
-// X is [n, cols] with row stride cols; Y is [n, ldy] (ldy >= rows of W).
-void matmul_f32(const float* W, const float* X, float* Y, int64_t n, int64_t cols, int64_t ldy,
-                int64_t r0, int64_t r1);
-void matmul_bf16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
-                 int64_t ldy, int64_t r0, int64_t r1);
-void matmul_f16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
+// X is [n, cols] with row stride ldx >= cols; Y is [n, ldy] (ldy >= rows of W).
+void matmul_f32(const float* W, const float* X, float* Y, int64_t n, int64_t cols, int64_t ldx,
                 int64_t ldy, int64_t r0, int64_t r1);
+void matmul_bf16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
+                 int64_t ldx, int64_t ldy, int64_t r0, int64_t r1);
+void matmul_f16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
+                int64_t ldx, int64_t ldy, int64_t r0, int64_t r1);
 
 // Q8_0 weights (model/weights.h: int8 W [rows, cols], f32 scales [rows,
 // ceil(cols/32)], one per block of 32 along a row). x is quantized the same
@@ -36,7 +36,7 @@ void matvec_q8_0(const int8_t* W, const float* scales, const float* x, float* y,
 // Prompt path: rows dequantized to f32 16 at a time, then matmul_f32 (x is
 // not quantized). Same arguments as matmul_f32 plus the scales.
 void matmul_q8_0(const int8_t* W, const float* scales, const float* X, float* Y, int64_t n,
-                 int64_t cols, int64_t ldy, int64_t r0, int64_t r1);
+                 int64_t cols, int64_t ldx, int64_t ldy, int64_t r0, int64_t r1);
 // xq[c] = round(x[c] / sx[b]) with sx[b] = max |x[c in b]| / 127 (0 for an
 // all-zero block), for blocks of 32 (the last may be shorter).
 void quantize_q8_row(const float* x, int8_t* xq, float* sx, int64_t n);

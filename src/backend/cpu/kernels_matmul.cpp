@@ -104,7 +104,7 @@ constexpr TileFn kTiles[NR + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, 
 
 template <class Fmt>
 void matmul_packed(const typename Fmt::T* W, const float* X, float* Y, int64_t n, int64_t cols,
-                   int64_t ldy, int64_t r0, int64_t r1) {
+                   int64_t ldx, int64_t ldy, int64_t r0, int64_t r1) {
   const int64_t panel_floats = MR * std::max<int64_t>(cols, 1);
   const int64_t block_panels = std::max<int64_t>(1, kPackFloats / panel_floats);
   float* P = scratch(1, block_panels * panel_floats);
@@ -117,7 +117,7 @@ void matmul_packed(const typename Fmt::T* W, const float* X, float* Y, int64_t n
     for (int64_t t = 0; t < n; t += NR) {
       const TileFn fn = kTiles[std::min<int64_t>(NR, n - t)];
       for (int64_t p = 0; p < np; ++p)
-        fn(P + p * panel_floats, X + t * cols, cols, cols, Y + t * ldy + rb + p * MR, ldy,
+        fn(P + p * panel_floats, X + t * ldx, ldx, cols, Y + t * ldy + rb + p * MR, ldy,
            int(std::min<int64_t>(MR, re - rb - p * MR)));
     }
   }
@@ -131,7 +131,7 @@ void matmul_packed(const typename Fmt::T* W, const float* X, float* Y, int64_t n
 // converted weight vector feeds NT tokens, so conversion cost is amortised.)
 template <class Fmt, int NT>
 void ip(const typename Fmt::T* w0, const typename Fmt::T* w1, const float* X, int64_t cols,
-        float* Y, int64_t ldy, bool two) {
+        int64_t ldx, float* Y, int64_t ldy, bool two) {
   const int64_t c8 = cols & ~int64_t(7);
   __m256 a0[NT], a1[NT];
   for (int t = 0; t < NT; ++t) a0[t] = a1[t] = _mm256_setzero_ps();
@@ -139,7 +139,7 @@ void ip(const typename Fmt::T* w0, const typename Fmt::T* w1, const float* X, in
   for (; c < c8; c += 8) {
     const __m256 v0 = Fmt::load8(w0 + c), v1 = Fmt::load8(w1 + c);
     for (int t = 0; t < NT; ++t) {
-      const __m256 x = _mm256_loadu_ps(X + t * cols + c);
+      const __m256 x = _mm256_loadu_ps(X + t * ldx + c);
       a0[t] = _mm256_fmadd_ps(v0, x, a0[t]);
       a1[t] = _mm256_fmadd_ps(v1, x, a1[t]);
     }
@@ -149,7 +149,7 @@ void ip(const typename Fmt::T* w0, const typename Fmt::T* w1, const float* X, in
     const __m256 v0 = Fmt::load_partial(w0 + c, cols - c);
     const __m256 v1 = Fmt::load_partial(w1 + c, cols - c);
     for (int t = 0; t < NT; ++t) {
-      const __m256 x = _mm256_maskload_ps(X + t * cols + c, m);
+      const __m256 x = _mm256_maskload_ps(X + t * ldx + c, m);
       a0[t] = _mm256_fmadd_ps(v0, x, a0[t]);
       a1[t] = _mm256_fmadd_ps(v1, x, a1[t]);
     }
@@ -162,21 +162,21 @@ void ip(const typename Fmt::T* w0, const typename Fmt::T* w1, const float* X, in
 
 template <class Fmt>
 void matmul_small(const typename Fmt::T* W, const float* X, float* Y, int64_t n, int64_t cols,
-                  int64_t ldy, int64_t r0, int64_t r1) {
+                  int64_t ldx, int64_t ldy, int64_t r0, int64_t r1) {
   using T = typename Fmt::T;
   for (int64_t t = 0; t < n; t += 4) {
     const int64_t nt = std::min<int64_t>(4, n - t);
-    const float* x = X + t * cols;
+    const float* x = X + t * ldx;
     float* y = Y + t * ldy;
     for (int64_t r = r0; r < r1; r += 2) {
       const T* w0 = W + r * cols;
       const bool two = r + 1 < r1;
       const T* w1 = two ? w0 + cols : w0;
       switch (nt) {
-        case 1: ip<Fmt, 1>(w0, w1, x, cols, y + r, ldy, two); break;
-        case 2: ip<Fmt, 2>(w0, w1, x, cols, y + r, ldy, two); break;
-        case 3: ip<Fmt, 3>(w0, w1, x, cols, y + r, ldy, two); break;
-        default: ip<Fmt, 4>(w0, w1, x, cols, y + r, ldy, two); break;
+        case 1: ip<Fmt, 1>(w0, w1, x, cols, ldx, y + r, ldy, two); break;
+        case 2: ip<Fmt, 2>(w0, w1, x, cols, ldx, y + r, ldy, two); break;
+        case 3: ip<Fmt, 3>(w0, w1, x, cols, ldx, y + r, ldy, two); break;
+        default: ip<Fmt, 4>(w0, w1, x, cols, ldx, y + r, ldy, two); break;
       }
     }
   }
@@ -184,30 +184,30 @@ void matmul_small(const typename Fmt::T* W, const float* X, float* Y, int64_t n,
 
 template <class Fmt>
 void matmul_any(const typename Fmt::T* W, const float* X, float* Y, int64_t n, int64_t cols,
-                int64_t ldy, int64_t r0, int64_t r1) {
+                int64_t ldx, int64_t ldy, int64_t r0, int64_t r1) {
   if (n <= 0 || r1 <= r0) return;
   if (n < kSmallN) {
-    matmul_small<Fmt>(W, X, Y, n, cols, ldy, r0, r1);
+    matmul_small<Fmt>(W, X, Y, n, cols, ldx, ldy, r0, r1);
   } else {
-    matmul_packed<Fmt>(W, X, Y, n, cols, ldy, r0, r1);
+    matmul_packed<Fmt>(W, X, Y, n, cols, ldx, ldy, r0, r1);
   }
 }
 
 }  // namespace
 
-void matmul_f32(const float* W, const float* X, float* Y, int64_t n, int64_t cols, int64_t ldy,
-                int64_t r0, int64_t r1) {
-  matmul_any<F32Weights>(W, X, Y, n, cols, ldy, r0, r1);
+void matmul_f32(const float* W, const float* X, float* Y, int64_t n, int64_t cols, int64_t ldx,
+                int64_t ldy, int64_t r0, int64_t r1) {
+  matmul_any<F32Weights>(W, X, Y, n, cols, ldx, ldy, r0, r1);
 }
 
 void matmul_bf16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
-                 int64_t ldy, int64_t r0, int64_t r1) {
-  matmul_any<Bf16Weights>(W, X, Y, n, cols, ldy, r0, r1);
+                 int64_t ldx, int64_t ldy, int64_t r0, int64_t r1) {
+  matmul_any<Bf16Weights>(W, X, Y, n, cols, ldx, ldy, r0, r1);
 }
 
 void matmul_f16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
-                int64_t ldy, int64_t r0, int64_t r1) {
-  matmul_any<F16Weights>(W, X, Y, n, cols, ldy, r0, r1);
+                int64_t ldx, int64_t ldy, int64_t r0, int64_t r1) {
+  matmul_any<F16Weights>(W, X, Y, n, cols, ldx, ldy, r0, r1);
 }
 
 }  // namespace lr::cpu

@@ -61,19 +61,19 @@ void matvec_f16(const uint16_t* W, const float* x, float* y, int64_t cols, int64
   }
 }
 
-void matmul_f32(const float* W, const float* X, float* Y, int64_t n, int64_t cols, int64_t ldy,
-                int64_t r0, int64_t r1) {
-  for (int64_t t = 0; t < n; ++t) matvec_f32(W, X + t * cols, Y + t * ldy, cols, r0, r1);
+void matmul_f32(const float* W, const float* X, float* Y, int64_t n, int64_t cols, int64_t ldx,
+                int64_t ldy, int64_t r0, int64_t r1) {
+  for (int64_t t = 0; t < n; ++t) matvec_f32(W, X + t * ldx, Y + t * ldy, cols, r0, r1);
 }
 
 void matmul_bf16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
-                 int64_t ldy, int64_t r0, int64_t r1) {
-  for (int64_t t = 0; t < n; ++t) matvec_bf16(W, X + t * cols, Y + t * ldy, cols, r0, r1);
+                 int64_t ldx, int64_t ldy, int64_t r0, int64_t r1) {
+  for (int64_t t = 0; t < n; ++t) matvec_bf16(W, X + t * ldx, Y + t * ldy, cols, r0, r1);
 }
 
 void matmul_f16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
-                int64_t ldy, int64_t r0, int64_t r1) {
-  for (int64_t t = 0; t < n; ++t) matvec_f16(W, X + t * cols, Y + t * ldy, cols, r0, r1);
+                int64_t ldx, int64_t ldy, int64_t r0, int64_t r1) {
+  for (int64_t t = 0; t < n; ++t) matvec_f16(W, X + t * ldx, Y + t * ldy, cols, r0, r1);
 }
 
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {

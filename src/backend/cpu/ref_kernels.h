@@ -13,12 +13,12 @@ void matvec_bf16(const uint16_t* W, const float* x, float* y, int64_t cols, int6
 void matvec_f16(const uint16_t* W, const float* x, float* y, int64_t cols, int64_t r0,
                 int64_t r1);
 
-void matmul_f32(const float* W, const float* X, float* Y, int64_t n, int64_t cols, int64_t ldy,
-                int64_t r0, int64_t r1);
-void matmul_bf16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
-                 int64_t ldy, int64_t r0, int64_t r1);
-void matmul_f16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
+void matmul_f32(const float* W, const float* X, float* Y, int64_t n, int64_t cols, int64_t ldx,
                 int64_t ldy, int64_t r0, int64_t r1);
+void matmul_bf16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
+                 int64_t ldx, int64_t ldy, int64_t r0, int64_t r1);
+void matmul_f16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
+                int64_t ldx, int64_t ldy, int64_t r0, int64_t r1);
 
 void matvec_q8_0(const int8_t* W, const float* scales, const float* x, float* y, int64_t cols,
                  int64_t r0, int64_t r1);

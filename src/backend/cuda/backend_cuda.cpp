@@ -1,4 +1,5 @@
-// The CUDA backend: the plan of backend/cuda/plan.h executed on one GPU.
+// The CUDA backend: the model's plan (model/plan.h, arranged for the GPU by
+// backend/cuda/plan.h) executed on one GPU, a kernel launch per step.
 //
 // Weights are uploaded once per process (bf16, rows padded; every session of
 // the same Weights shares them). A session owns its f16 KV cache, activation
@@ -171,7 +172,7 @@ class CudaBackend final : public Backend {
                          stream_));
       const bool last = done + m == n;
       const Head head = all_logits ? Head::All : last ? Head::Last : Head::None;
-      const int64_t k = issue(prefill_, 0, prefill_.launches.size(), m, head);
+      const int64_t k = issue(prefill_, 0, prefill_.steps.size(), m, head);
       counters_.kernels += uint64_t(k);
       counters_.dispatches += uint64_t(k) + 2;
       if (all_logits)
@@ -203,7 +204,7 @@ class CudaBackend final : public Backend {
     CK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     int64_t max_cols = c.ffn_dim;
     for (const Plan* p : {&plan_, &prefill_})
-      for (const Launch& L : p->launches)
+      for (const Step& L : p->steps)
         for (const Job& j : L.jobs) max_cols = std::max(max_cols, j.m->cols);
     const int64_t max_latent = std::max(plan_.k_latent, plan_.v_latent);
     CK(prepare_kernels(max_cols, max_latent));
@@ -261,10 +262,10 @@ class CudaBackend final : public Backend {
     h_state_[0] = n_past_;
     h_state_[1] = token;
     const int vocab = weights_->cfg.vocab;
-    const int64_t kernels = int64_t(plan_.launches.size());
+    const int64_t kernels = int64_t(plan_.steps.size());
     if (exec_.unit == ExecUnit::PerOp) {
       copy_in();
-      issue(plan_, 0, plan_.launches.size(), 1, Head::All);
+      issue(plan_, 0, plan_.steps.size(), 1, Head::All);
       copy_out();
       counters_.dispatches += uint64_t(kernels) + 2;
       counters_.kernels += uint64_t(kernels);
@@ -313,12 +314,12 @@ class CudaBackend final : public Backend {
   void capture_regions() {
     std::vector<std::pair<size_t, size_t>> regions;
     if (exec_.unit == ExecUnit::PerToken) {
-      regions.push_back({0, plan_.launches.size()});
+      regions.push_back({0, plan_.steps.size()});
     } else {
       for (size_t r = 0; r < plan_.region_begin.size(); ++r)
         regions.push_back({plan_.region_begin[r], r + 1 < plan_.region_begin.size()
                                                       ? plan_.region_begin[r + 1]
-                                                      : plan_.launches.size()});
+                                                      : plan_.steps.size()});
     }
     for (size_t r = 0; r < regions.size(); ++r) {
       cudaGraph_t g = nullptr;
@@ -358,7 +359,7 @@ class CudaBackend final : public Backend {
     const int32_t* toks = state_ + 1;
     const RopeArgs rope{dw_->inv_freq, c.head_dim, c.n_heads, c.n_kv_heads};
     for (size_t i = b; i < e; ++i) {
-      const Launch& L = p.launches[i];
+      const Step& L = p.steps[i];
       const bool in_head = L.layer < 0 && L.op != Op::Embed;
       if (in_head && head_mode == Head::None) continue;
       const bool head = in_head && head_mode == Head::Last;
@@ -392,10 +393,10 @@ class CudaBackend final : public Backend {
                           lv_ + (lv_ ? layer * size_t(ctx_) * size_t(p.v_latent) : 0),
                           p.k_latent,
                           p.v_latent,
-                          L.k_off,
-                          L.v_off,
-                          L.k_rank,
-                          L.v_rank};
+                          L.latent.k_off,
+                          L.latent.v_off,
+                          L.latent.k_rank,
+                          L.latent.v_rank};
       cudaError_t err = cudaSuccess;
       switch (L.op) {
         case Op::Embed:
@@ -405,11 +406,12 @@ class CudaBackend final : public Backend {
           err =
               launch_rms_norm(stream_, nt, v(L.a), v(L.b), dw_->norm(*L.norm), L.width, c.rms_eps);
           break;
-        case Op::Gemv: {
+        case Op::Linear: {
           GemvArgs a;
           a.eps = c.rms_eps;
-          LR_ASSERT(L.jobs.size() <= size_t(kMaxJobs));
+          LR_ASSERT(L.jobs.size() <= size_t(kMaxJobs) && !L.silu_mul);
           for (const Job& j : L.jobs) {
+            LR_ASSERT(!j.rope && !j.append);  // CPU folds
             GemvJob& g = a.job[a.n_jobs++];
             g.m = dw_->matrix(*j.m);
             g.in = v(j.in);
@@ -471,10 +473,10 @@ class CudaBackend final : public Backend {
           break;
         case Op::Reconstruct: {
           LatentRef r = lat;
-          r.k_rank = L.k_rank;
-          r.v_rank = L.v_rank;
-          err = launch_reconstruct(stream_, n, pos0, ctx_, r, dw_->matrix(*L.uk),
-                                   dw_->matrix(*L.uv), rope, k_all_, v_all_, c.kv_dim());
+          r.k_rank = L.latent.k_rank;
+          r.v_rank = L.latent.v_rank;
+          err = launch_reconstruct(stream_, n, pos0, ctx_, r, dw_->matrix(*L.latent.uk),
+                                   dw_->matrix(*L.latent.uv), rope, k_all_, v_all_, c.kv_dim());
           break;
         }
       }

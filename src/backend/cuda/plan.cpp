@@ -6,287 +6,18 @@
 
 namespace lr::cuda {
 
-const char* buf_name(Buf b) {
-  switch (b) {
-    case Buf::None:
-      return "-";
-    case Buf::X:
-      return "x";
-    case Buf::H:
-      return "h";
-    case Buf::Y:
-      return "y";
-    case Buf::Q:
-      return "q";
-    case Buf::K:
-      return "k";
-    case Buf::V:
-      return "v";
-    case Buf::Att:
-      return "att";
-    case Buf::P:
-      return "p";
-    case Buf::G:
-      return "g";
-    case Buf::U:
-      return "u";
-    case Buf::Logits:
-      return "logits";
-  }
-  return "?";
-}
-
-const char* op_name(Op o) {
-  switch (o) {
-    case Op::Embed:
-      return "embed";
-    case Op::RmsNorm:
-      return "rms_norm";
-    case Op::Gemv:
-      return "gemv";
-    case Op::Add:
-      return "add";
-    case Op::SiluMul:
-      return "silu_mul";
-    case Op::RopeAppend:
-      return "rope_append";
-    case Op::Rope:
-      return "rope";
-    case Op::Append:
-      return "append";
-    case Op::Scores:
-      return "scores";
-    case Op::Softmax:
-      return "softmax";
-    case Op::Mix:
-      return "mix";
-    case Op::Attend:
-      return "attend";
-    case Op::Merge:
-      return "merge";
-    case Op::LatentAppend:
-      return "latent_append";
-    case Op::Reconstruct:
-      return "reconstruct";
-  }
-  return "?";
-}
-
-namespace {
-
-// Builds the launches of one forward call, block by block.
-class Planner {
- public:
-  Planner(const Weights& w, const ExecOptions& e) : w_(w), e_(e), c_(w.cfg) {}
-
-  Plan run() {
-    for (int l = 0; l < c_.n_layers; ++l) {
-      plan_.region_begin.push_back(plan_.launches.size());
-      if (l == 0) add(Op::Embed, -1, "embed");
-      layer(l);
-    }
-    plan_.region_begin.push_back(plan_.launches.size());
-    output();
-    return std::move(plan_);
-  }
-
- private:
-  Launch& add(Op op, int layer, std::string name) {
-    Launch& L = plan_.launches.emplace_back();
-    L.op = op;
-    L.layer = layer;
-    L.name = std::move(name);
-    return L;
-  }
-  void gemv(int layer, std::string name, std::vector<Job> jobs) {
-    add(Op::Gemv, layer, std::move(name)).jobs = std::move(jobs);
-  }
-
-  // The input of a block's first GEMVs: rms_norm(x) fused, or h from an RmsNorm launch.
-  Job norm_input(int l, const Matrix& norm, const std::string& name) {
-    Job in;
-    if (e_.fused) {
-      in.in = Buf::X;
-      in.norm = &norm;
-    } else {
-      Launch& n = add(Op::RmsNorm, l, name);
-      n.norm = &norm;
-      n.a = Buf::X;
-      n.b = Buf::H;
-      n.width = c_.dim;
-      in.in = Buf::H;
-    }
-    return in;
-  }
-
-  // y = W x for a group of linear maps reading the same input `in`: the input
-  // side (V, or W for dense maps) of every map, then the output side U of the
-  // low-rank ones. Packed: each side is one launch; else one launch per matrix.
-  // Latents go to P from `p0` on. Returns the P offsets of the maps' latents.
-  std::vector<int64_t> group(int l, const std::string& base, const std::vector<const Linear*>& maps,
-                             const std::vector<std::string>& names, const Job& in,
-                             const std::vector<Buf>& outs, int64_t p0,
-                             const std::vector<bool>& reconstruct, bool accumulate = false) {
-    std::vector<int64_t> off(maps.size(), -1);
-    std::vector<Job> first, second;
-    int64_t p = p0;
-    for (size_t i = 0; i < maps.size(); ++i) {
-      const Linear& m = *maps[i];
-      Job j = in;
-      if (m.low_rank()) {
-        j.m = &m.v;
-        j.out = Buf::P;
-        j.out_off = off[i] = p;
-        p += m.rank();
-        if (reconstruct[i]) {
-          Job u;
-          u.m = &m.u;
-          u.in = Buf::P;
-          u.in_off = off[i];
-          u.out = outs[i];
-          u.accumulate = accumulate;
-          second.push_back(u);
-        }
-      } else {
-        j.m = &m.w;
-        j.out = outs[i];
-        j.accumulate = accumulate;
-      }
-      first.push_back(j);
-    }
-    plan_.p_width = std::max(plan_.p_width, p);
-    auto emit = [&](std::vector<Job>& jobs, const char* suffix, bool lowrank_side) {
-      if (jobs.empty()) return;
-      if (e_.packed) {
-        std::string n = base;
-        if (n.empty())
-          for (size_t i = 0; i < maps.size(); ++i) n += names[i];
-        gemv(l, prefix(l) + n + suffix, jobs);
-        return;
-      }
-      size_t k = 0;
-      for (size_t i = 0; i < maps.size(); ++i) {
-        if (lowrank_side && (!maps[i]->low_rank() || !reconstruct[i])) continue;
-        const bool lr = maps[i]->low_rank();
-        gemv(l, prefix(l) + names[i] + (lowrank_side ? "_out" : lr ? "_in" : ""), {jobs[k++]});
-      }
-    };
-    const bool any_lowrank =
-        std::any_of(maps.begin(), maps.end(), [](const Linear* m) { return m->low_rank(); });
-    emit(first, any_lowrank ? "_in" : "", false);
-    emit(second, "_out", true);
-    return off;
-  }
-
-  static std::string prefix(int l) { return l < 0 ? "" : "blk." + std::to_string(l) + "."; }
-
-  void layer(int l) {
-    const Layer& L = w_.layers[size_t(l)];
-    const std::string b = prefix(l);
-    const bool legacy = e_.kv == KvMode::Legacy;
-    if (legacy && (!L.k.low_rank() || !L.v.low_rank()))
-      fail("legacy KV on the GPU caches the k and v latents: layer {} has a dense {} projection", l,
-           L.k.low_rank() ? "v" : "k");
-    // Attention: x += o(attend(rope(q), rope(k), v)).
-    const Job x_in = norm_input(l, L.attn_norm, b + "attn_norm");
-    const std::vector<int64_t> off = group(l, "qkv", {&L.q, &L.k, &L.v}, {"q", "k", "v"}, x_in,
-                                           {Buf::Q, Buf::K, Buf::V}, 0, {true, !legacy, !legacy});
-    int64_t p = L.q.rank() + L.k.rank() + L.v.rank();
-    if (e_.kv == KvMode::Dense) {
-      if (!e_.fused) add(Op::RopeAppend, l, b + "rope_append");  // fused: attend does it
-    } else if (e_.kv == KvMode::Static) {
-      Launch& r = add(Op::Rope, l, b + "rope");
-      r.a = Buf::Q;
-      r.b = Buf::K;
-      add(Op::Append, l, b + "append");
-    } else {
-      Launch& a = add(Op::LatentAppend, l, b + "latent_append");
-      a.k_off = off[1];
-      a.v_off = off[2];
-      a.k_rank = L.k.rank();
-      a.v_rank = L.v.rank();
-      plan_.k_latent = std::max(plan_.k_latent, a.k_rank);
-      plan_.v_latent = std::max(plan_.v_latent, a.v_rank);
-      Launch& rc = add(Op::Reconstruct, l, b + "reconstruct");
-      rc.uk = &L.k.u;
-      rc.uv = &L.v.u;
-      rc.k_rank = L.k.rank();
-      rc.v_rank = L.v.rank();
-      Launch& r = add(Op::Rope, l, b + "rope_q");
-      r.a = Buf::Q;
-    }
-    if (e_.kv == KvMode::Static) {
-      add(Op::Scores, l, b + "scores");
-      add(Op::Softmax, l, b + "softmax");
-      add(Op::Mix, l, b + "mix");
-    } else {
-      add(Op::Attend, l, b + "attend").rope_append = e_.fused && e_.kv == KvMode::Dense;
-      if (!e_.fused) add(Op::Merge, l, b + "merge");  // fused: the o GEMV merges as it stages
-    }
-    Job att;
-    att.in = Buf::Att;
-    att.merge_in = e_.fused && e_.kv != KvMode::Static;
-    const Buf o_out = e_.fused ? Buf::X : Buf::Y;
-    group(l, "", {&L.o}, {"o"}, att, {o_out}, p, {true}, e_.fused);
-    p += L.o.rank();
-    residual(l, b + "attn_residual");
-    // MLP: x += down(silu(gate(h)) * up(h)).
-    const Job h_in = norm_input(l, L.ffn_norm, b + "ffn_norm");
-    group(l, "gate_up", {&L.gate, &L.up}, {"gate", "up"}, h_in, {Buf::G, Buf::U}, p, {true, true});
-    p += L.gate.rank() + L.up.rank();
-    Job g_in;
-    g_in.in = Buf::G;
-    if (e_.fused) {
-      g_in.in2 = Buf::U;
-    } else {
-      Launch& s = add(Op::SiluMul, l, b + "silu_mul");
-      s.width = c_.ffn_dim;
-    }
-    group(l, "", {&L.down}, {"down"}, g_in, {o_out}, p, {true}, e_.fused);
-    residual(l, b + "ffn_residual");
-  }
-
-  void residual(int l, const std::string& name) {
-    if (e_.fused) return;
-    Launch& a = add(Op::Add, l, name);
-    a.a = Buf::Y;
-    a.width = c_.dim;
-  }
-
-  void output() {
-    const Job in = norm_input(-1, w_.out_norm, "output_norm");
-    group(-1, "output", {&w_.output}, {"output"}, in, {Buf::Logits}, 0, {true});
-  }
-
-  const Weights& w_;
-  const ExecOptions& e_;
-  const Config& c_;
-  Plan plan_;
-};
-
-}  // namespace
-
 Plan plan_forward(const Weights& w, const ExecOptions& e) {
   if (w.cfg.head_dim != 64 && w.cfg.head_dim != 128)
     fail("the CUDA backend runs head_dim 64 or 128 (the model has {})", w.cfg.head_dim);
   if (w.cfg.n_heads / w.cfg.n_kv_heads > 8)
     fail("the CUDA backend runs up to 8 query heads per KV head (the model has {})",
          w.cfg.n_heads / w.cfg.n_kv_heads);
-  return Planner(w, e).run();
-}
-
-ExecOptions prefill_options(const ExecOptions& e) {
-  ExecOptions p = e;
-  p.fused = false;
-  p.packed = true;
-  p.unit = ExecUnit::PerOp;
-  if (p.kv == KvMode::Static) p.kv = KvMode::Dense;
-  return p;
+  return derive(w, {Target::Gpu}, e);
 }
 
 LaunchStats launch_stats(const Plan& p, ExecUnit unit) {
   LaunchStats s;
-  s.kernels = int64_t(p.launches.size());
+  s.kernels = int64_t(p.steps.size());
   s.memcpys = 2;  // token and position in, logits out
   switch (unit) {
     case ExecUnit::PerOp:
@@ -295,7 +26,7 @@ LaunchStats launch_stats(const Plan& p, ExecUnit unit) {
     case ExecUnit::PerLayer:
       for (size_t r = 0; r < p.region_begin.size(); ++r) {
         const size_t end =
-            r + 1 < p.region_begin.size() ? p.region_begin[r + 1] : p.launches.size();
+            r + 1 < p.region_begin.size() ? p.region_begin[r + 1] : p.steps.size();
         int64_t nodes = int64_t(end - p.region_begin[r]);
         if (r == 0) ++nodes;                          // the copy of token and position
         if (r + 1 == p.region_begin.size()) ++nodes;  // the copy of the logits
@@ -376,8 +107,8 @@ MemoryPlan plan_memory(const Weights& w, const Plan& p, const ExecOptions& e, in
   m.partials =
       n * uint64_t(c.n_heads) * uint64_t(attend_chunks(ctx)) * uint64_t(c.head_dim + 2) * 4;
   int64_t cols = c.ffn_dim;  // the widest product input, rows padded as the weights'
-  for (const Launch& l : p.launches)
-    for (const Job& j : l.jobs) cols = std::max(cols, j.m->cols);
+  for (const Step& s : p.steps)
+    for (const Job& j : s.jobs) cols = std::max(cols, j.m->cols);
   m.prefill_inputs = 2 * n * uint64_t(padded_cols(cols)) * 2;
   return m;
 }

@@ -1,12 +1,15 @@
 // Reference forward pass of a LLaMA-family decoder, written to be read: plain
 // loops in f32 (double where it costs nothing), one function per block, no
-// threads. Every faster path is tested against this one.
+// threads. It is written independently of the model's plan (model/plan.h),
+// with the scalar operations of model/scalar_ops.h; every plan and every
+// executor is tested against it.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "model/scalar_ops.h"
 
 namespace lr {
 
@@ -35,36 +38,13 @@ void linear(const Linear& L, const float* X, float* Y, int n) {
   matmul(L.u, t.data(), Y, n);
 }
 
-void rms_norm(const float* x, const Matrix& w, float* y, int dim, float eps) {
-  double ss = 0;
-  for (int i = 0; i < dim; ++i) ss += double(x[i]) * x[i];
-  float inv = float(1.0 / std::sqrt(ss / dim + eps));
-  for (int i = 0; i < dim; ++i) y[i] = x[i] * inv * w.f32()[i];
-}
-
-// Rotates each adjacent pair (x[2i], x[2i+1]) of every head by pos * theta_i.
-void rope(float* x, int n_heads, int head_dim, int pos, const Config& c) {
-  double p = double(pos) / c.rope_linear_factor;
-  for (int h = 0; h < n_heads; ++h) {
-    float* v = x + h * head_dim;
-    for (int i = 0; i < head_dim / 2; ++i) {
-      double theta = p * std::pow(double(c.rope_theta), -2.0 * i / head_dim);
-      double cs = std::cos(theta), sn = std::sin(theta);
-      double a = v[2 * i], b = v[2 * i + 1];
-      v[2 * i] = float(a * cs - b * sn);
-      v[2 * i + 1] = float(a * sn + b * cs);
-    }
-  }
-}
-
-float silu(float x) { return x / (1.f + std::exp(-x)); }
-
 class ReferenceBackend final : public Backend {
  public:
   ReferenceBackend(std::shared_ptr<const Weights> w, int ctx) : Backend(std::move(w), ctx) {
     if (weights_->wtype != DType::F32)
       fail("the reference backend needs F32 weights (loaded as {})", dtype_name(weights_->wtype));
     const Config& c = weights_->cfg;
+    inv_freq_ = scalar::rope_inv_freq(c);
     size_t per_layer = size_t(ctx) * size_t(c.kv_dim());
     k_cache_.assign(per_layer * size_t(c.n_layers), 0.f);
     v_cache_.assign(per_layer * size_t(c.n_layers), 0.f);
@@ -84,7 +64,7 @@ class ReferenceBackend final : public Backend {
     int first = all_logits ? 0 : n - 1;
     std::vector<float> h(size_t(c.dim));
     for (int t = first; t < n; ++t) {
-      rms_norm(&x[size_t(t) * c.dim], weights_->out_norm, h.data(), c.dim, c.rms_eps);
+      scalar::rms_norm(&x[size_t(t) * c.dim], weights_->out_norm.f32(), h.data(), c.dim, c.rms_eps);
       linear(weights_->output, h.data(), logits + size_t(t - first) * c.vocab, 1);
     }
     n_past_ += n;
@@ -107,14 +87,14 @@ class ReferenceBackend final : public Backend {
     std::vector<float> h(size_t(n) * c.dim), q(size_t(n) * c.q_dim()), k(size_t(n) * c.kv_dim()),
         v(size_t(n) * c.kv_dim()), att(size_t(n) * c.q_dim()), out(size_t(n) * c.dim);
     for (int t = 0; t < n; ++t)
-      rms_norm(x + size_t(t) * c.dim, L.attn_norm, &h[size_t(t) * c.dim], c.dim, c.rms_eps);
+      scalar::rms_norm(x + size_t(t) * c.dim, L.attn_norm.f32(), &h[size_t(t) * c.dim], c.dim, c.rms_eps);
     linear(L.q, h.data(), q.data(), n);
     linear(L.k, h.data(), k.data(), n);
     linear(L.v, h.data(), v.data(), n);
     for (int t = 0; t < n; ++t) {
       int pos = n_past_ + t;
-      rope(&q[size_t(t) * c.q_dim()], c.n_heads, c.head_dim, pos, c);
-      rope(&k[size_t(t) * c.kv_dim()], c.n_kv_heads, c.head_dim, pos, c);
+      scalar::rope(&q[size_t(t) * c.q_dim()], c.n_heads, c.head_dim, pos, inv_freq_);
+      scalar::rope(&k[size_t(t) * c.kv_dim()], c.n_kv_heads, c.head_dim, pos, inv_freq_);
       std::copy_n(&k[size_t(t) * c.kv_dim()], c.kv_dim(), k_at(l, pos));
       std::copy_n(&v[size_t(t) * c.kv_dim()], c.kv_dim(), v_at(l, pos));
     }
@@ -123,30 +103,15 @@ class ReferenceBackend final : public Backend {
     for (size_t i = 0; i < out.size(); ++i) x[i] += out[i];
   }
 
-  // Causal grouped-query attention of one query token at `pos` over the cache.
+  // Causal grouped-query attention of one query token at `pos` over the cache:
+  // the query heads of each KV head's group at once.
   void attend(int l, int pos, const float* q, float* out) {
     const Config& c = weights_->cfg;
-    int group = c.n_heads / c.n_kv_heads;
-    std::vector<double> score(size_t(pos) + 1);
-    for (int h = 0; h < c.n_heads; ++h) {
-      int kvh = h / group;
-      const float* qh = q + h * c.head_dim;
-      double mx = -INFINITY;
-      for (int j = 0; j <= pos; ++j) {
-        const float* kj = k_at(l, j) + kvh * c.head_dim;
-        double s = 0;
-        for (int d = 0; d < c.head_dim; ++d) s += double(qh[d]) * kj[d];
-        score[size_t(j)] = s / std::sqrt(double(c.head_dim));
-        mx = std::max(mx, score[size_t(j)]);
-      }
-      double sum = 0;
-      for (int j = 0; j <= pos; ++j) sum += (score[size_t(j)] = std::exp(score[size_t(j)] - mx));
-      for (int d = 0; d < c.head_dim; ++d) {
-        double acc = 0;
-        for (int j = 0; j <= pos; ++j) acc += score[size_t(j)] * v_at(l, j)[kvh * c.head_dim + d];
-        out[h * c.head_dim + d] = float(acc / sum);
-      }
-    }
+    const int group = c.n_heads / c.n_kv_heads;
+    for (int kvh = 0; kvh < c.n_kv_heads; ++kvh)
+      scalar::attend(q + kvh * group * c.head_dim, group, c.head_dim, k_at(l, 0) + kvh * c.head_dim,
+                     v_at(l, 0) + kvh * c.head_dim, c.kv_dim(), pos + 1, 1.f / std::sqrt(float(c.head_dim)),
+                     out + kvh * group * c.head_dim);
   }
 
   // x += down( silu(gate(h)) * up(h) ),  h = rms_norm(x)
@@ -156,14 +121,15 @@ class ReferenceBackend final : public Backend {
     std::vector<float> h(size_t(n) * c.dim), g(size_t(n) * c.ffn_dim), u(size_t(n) * c.ffn_dim),
         out(size_t(n) * c.dim);
     for (int t = 0; t < n; ++t)
-      rms_norm(x + size_t(t) * c.dim, L.ffn_norm, &h[size_t(t) * c.dim], c.dim, c.rms_eps);
+      scalar::rms_norm(x + size_t(t) * c.dim, L.ffn_norm.f32(), &h[size_t(t) * c.dim], c.dim, c.rms_eps);
     linear(L.gate, h.data(), g.data(), n);
     linear(L.up, h.data(), u.data(), n);
-    for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
+    scalar::silu_mul(g.data(), u.data(), int64_t(g.size()));
     linear(L.down, g.data(), out.data(), n);
     for (size_t i = 0; i < out.size(); ++i) x[i] += out[i];
   }
 
+  std::vector<double> inv_freq_;  // RoPE
   std::vector<float> k_cache_;  // [n_layers, ctx, kv_dim], post-RoPE keys
   std::vector<float> v_cache_;  // [n_layers, ctx, kv_dim]
 };

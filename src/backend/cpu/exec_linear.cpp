@@ -1,0 +1,119 @@
+// Products of the CPU executor: every job of a Linear step, its folded input
+// (a norm, SiLU*mul or the attention merge, computed by each thread into its
+// own scratch) and what it finishes on the rows it computed (a residual
+// add, RoPE and the append of head rows, SiLU*mul of gate and up rows).
+#include <algorithm>
+
+#include "backend/cpu/attention_kernels.h"
+#include "backend/cpu/executor.h"
+#include "backend/cpu/kernels.h"
+#include "core/error.h"
+
+namespace lr::cpu {
+
+void Executor::merge_rows(int first, int count, float* out, int64_t ld) const {
+  const Config& c = s_.c;
+  const int H = c.n_heads, hd = c.head_dim;
+  for (int t = first; t < first + count; ++t)
+    for (int h = 0; h < H; ++h)
+      attend_merge(chunks_, &part_m_[part(t, 0, h)], &part_l_[part(t, 0, h)], H,
+                   &part_acc_[part(t, 0, h) * size_t(hd)], int64_t(H) * hd, hd, out + int64_t(t - first) * ld + h * hd);
+}
+
+// Work is split across threads in units of rows: head_dim rows (a head) when
+// the step ropes or appends heads, else 8 rows for one token (matrix-vector)
+// or 16 (the matrix-matrix kernels' tile height), over the jobs' rows one
+// after another. A step that ends in SiLU*mul splits its jobs' rows alike,
+// so each thread finishes the gate and up rows it computed.
+Executor::Fn Executor::linear(const Step& s) {
+  std::vector<Job> jobs = s.jobs;
+  if (s.stacked) {  // one product over the packed matrix, into the jobs' consecutive outputs
+    Job one = jobs[0];
+    one.m = s.stacked;
+    jobs = {one};
+  }
+  bool heads = false;
+  for (const Job& j : jobs) {
+    heads = heads || j.rope || j.append;
+    LR_ASSERT(!j.norm || (j.in_off == 0 && j.m->cols == width(j.in)));
+    LR_ASSERT(!j.accumulate || j.out == Buf::X);
+    LR_ASSERT(!s.silu_mul || j.m->rows == jobs[0].m->rows);
+  }
+  const int hd = s_.c.head_dim;
+  return [this, &s, jobs, heads, hd](int tid, int nth) {
+    const int t0 = first(s), n = count(s);
+    const int64_t align = heads ? hd : n == 1 ? 8 : 16;
+    // The job's input: a buffer's rows, or its folded form in this thread's
+    // scratch (jobs of a step that read the same input resolve it once).
+    const Job* last = nullptr;
+    const float* x = nullptr;
+    int64_t ldx = 0;
+    auto input = [&](const Job& j) {
+      if (last && last->in == j.in && last->in_off == j.in_off && last->norm == j.norm &&
+          last->in2 == j.in2 && last->merge_in == j.merge_in)
+        return;
+      last = &j;
+      const int64_t cols = j.m->cols;
+      if (!j.norm && !j.merge_in && j.in2 == Buf::None) {
+        x = row(j.in, t0) + j.in_off;
+        ldx = width(j.in);
+        return;
+      }
+      float* mine = local(tid);
+      x = mine;
+      ldx = cols;
+      if (j.merge_in) return merge_rows(t0, n, mine, cols);
+      for (int t = 0; t < n; ++t) {
+        const float* in = row(j.in, t0 + t) + j.in_off;
+        float* dst = mine + int64_t(t) * cols;
+        if (j.norm) {
+          cpu::rms_norm(in, j.norm->f32(), dst, cols, s_.c.rms_eps);
+        } else {
+          std::copy_n(in, cols, dst);
+          silu_mul(dst, row(j.in2, t0 + t) + j.in_off, cols);
+        }
+      }
+    };
+    // Rows [r0, r1) of job j for the call's tokens, then what the job finishes on them.
+    auto product = [&](const Job& j, int64_t r0, int64_t r1) {
+      input(j);
+      const Buf to = j.accumulate ? Buf::Y : j.out;  // a residual is summed from Y
+      matmul(*j.m, x, ldx, row(to, t0) + j.out_off, width(to), n, r0, r1);
+      for (int t = 0; t < n; ++t) {
+        float* y = row(to, t0 + t) + j.out_off;
+        if (j.accumulate) cpu::add(y + r0, row(Buf::X, t0 + t) + j.out_off + r0, r1 - r0);
+        if (!j.rope && !j.append) continue;
+        const int h = int(r0 / hd), pos = s_.pos + t0 + t;
+        if (j.rope) s_.rope.apply(y + r0, 1, hd, pos);
+        if (j.append) {
+          float* cache = j.out == Buf::K ? s_.dense->key(s.layer, h) : s_.dense->value(s.layer, h);
+          std::copy_n(y + r0, hd, cache + int64_t(pos) * hd);
+        }
+      }
+    };
+    if (s.silu_mul) {
+      const Span sp = split(jobs[0].m->rows, tid, nth, align);
+      if (sp.begin >= sp.end) return;
+      for (const Job& j : jobs) product(j, sp.begin, sp.end);
+      for (int t = 0; t < n; ++t)
+        silu_mul(row(Buf::G, t0 + t) + sp.begin, row(Buf::U, t0 + t) + sp.begin, sp.end - sp.begin);
+      return;
+    }
+    int64_t units = 0;
+    for (const Job& j : jobs) units += (j.m->rows + align - 1) / align;
+    const Span sp = split(units, tid, nth);
+    int64_t u0 = 0;  // first unit of the job
+    for (const Job& j : jobs) {
+      const int64_t ju = (j.m->rows + align - 1) / align;
+      const int64_t b = std::max(sp.begin, u0), e = std::min(sp.end, u0 + ju);
+      if (heads) {
+        for (int64_t u = b; u < e; ++u) product(j, (u - u0) * hd, std::min(j.m->rows, (u - u0 + 1) * hd));
+      } else if (b < e) {
+        product(j, (b - u0) * align, std::min(j.m->rows, (e - u0) * align));
+      }
+      u0 += ju;
+    }
+  };
+}
+
+}  // namespace lr::cpu

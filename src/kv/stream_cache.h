@@ -1,0 +1,75 @@
+// A compressed key cache (--cache-type-k, key_config.h): one KeyStream per
+// (layer, KV head) and the values as f16. A forward call of n tokens stages
+// its own keys and values exactly (the call's attention reads them as they
+// are) and commits them into the streams when it ends; a call that does not
+// stage (a decode step) encodes its key at once, so attention scores it from
+// the stored form.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kv/key_stream.h"
+
+namespace lr::kv {
+
+// What a session's key cache holds.
+struct KeyCacheStats {
+  KeyType type = KeyType::F32;
+  int64_t tokens = 0;          // cached positions
+  int head_dim = 0;
+  int streams = 0;             // layers x KV heads
+  KeyBytes held;               // bytes held for the cached positions
+  KeyBytes allocated;          // bytes reserved for the whole context
+  uint64_t value_bytes = 0;    // f16 values, whole context
+  double mean_rank = 0;        // SVDq: mean rank and stored channels over fitted streams
+  double mean_channels = 0;
+  double nominal_bits = 0;     // SVDq: mean over streams of mean(schedule) x rank / head_dim
+  int fitted = 0, degraded = 0;
+  // Bits per key element of what is held: all key bytes x 8 / (tokens x head_dim x streams).
+  double true_bits() const {
+    return tokens > 0 ? double(held.total()) * 8.0 / (double(tokens) * head_dim * streams) : 0;
+  }
+};
+
+class StreamCache {
+ public:
+  // calibrated: per (layer, KV head), layer-major, the basis of a calibrated
+  // SVDq cache (empty otherwise). rope_freq: the model's RoPE (KeyStream).
+  StreamCache(const KeyCacheConfig& cfg, int n_layers, int n_kv_heads, int head_dim, int ctx,
+              const std::vector<double>& rope_freq,
+              const std::vector<std::shared_ptr<const SvdqBasis>>& calibrated);
+
+  KeyStream& stream(int l, int h) { return ks_[index(l, h)]; }
+  const KeyStream& stream(int l, int h) const { return ks_[index(l, h)]; }
+  uint16_t* values(int l, int h) { return &v16_[index(l, h) * size_t(ctx_) * size_t(d_)]; }
+
+  void begin_call(int pos, int n);
+  void end_call(ThreadPool& pool);
+  bool staging() const { return stage_n_ > 0; }
+  int stage_begin() const { return stage_begin_; }
+  // The staged positions [stage_begin, stage_begin + n) of KV head h, [n, head_dim].
+  float* staged_key(int l, int h) { return &sk_[index(l, h) * size_t(stage_n_) * size_t(d_)]; }
+  float* staged_value(int l, int h) { return &sv_[index(l, h) * size_t(stage_n_) * size_t(d_)]; }
+  // Keys and values of KV head h at positions [pos, pos + n), rows `stride`
+  // floats apart: staged during a staging call, else encoded now.
+  void append(int l, int h, int pos, const float* k, const float* v, int n, int64_t stride);
+  // Forgets positions >= n.
+  void truncate(int n);
+
+  KeyCacheStats stats() const;
+  // Keys allocated for the whole context and the f16 values.
+  uint64_t bytes() const;
+
+ private:
+  size_t index(int l, int h) const { return size_t(l) * size_t(n_kv_heads_) + size_t(h); }
+  int n_kv_heads_, d_, ctx_;
+  std::vector<KeyStream> ks_;    // [n_layers * n_kv_heads]
+  std::vector<uint16_t> v16_;    // [n_layers, n_kv_heads, ctx, head_dim] f16
+  int stage_begin_ = 0, stage_n_ = 0;
+  std::vector<float> sk_, sv_;   // [n_layers, n_kv_heads, stage_n, head_dim]
+};
+
+}  // namespace lr::kv

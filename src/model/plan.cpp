@@ -1,0 +1,313 @@
+#include "model/plan.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "core/error.h"
+#include "model/pack.h"
+
+namespace lr {
+
+const char* buf_name(Buf b) {
+  static const char* names[] = {"-", "x", "h", "y", "q", "k", "v", "att", "p", "g", "u", "logits"};
+  return names[size_t(b)];
+}
+
+const char* op_name(Op o) {
+  static const char* names[] = {"embed",   "rms_norm", "linear",  "rope_append",   "attend",
+                                "merge",   "add",      "silu_mul", "append",       "rope",
+                                "scores",  "softmax",  "mix",      "latent_append", "reconstruct"};
+  return names[size_t(o)];
+}
+
+Buf site_buffer(Site s) {
+  switch (s) {
+    case Site::AttnIn:
+    case Site::MlpIn:
+      return Buf::H;
+    case Site::AttnOut:
+      return Buf::Att;
+    case Site::MlpMid:
+      return Buf::G;
+    case Site::Keys:
+      return Buf::K;
+    case Site::Queries:
+      return Buf::Q;
+  }
+  return Buf::None;
+}
+
+int64_t Plan::width(Buf b, const Config& c) const {
+  switch (b) {
+    case Buf::X:
+    case Buf::H:
+    case Buf::Y:
+      return c.dim;
+    case Buf::Q:
+    case Buf::Att:
+      return c.q_dim();
+    case Buf::K:
+    case Buf::V:
+      return c.kv_dim();
+    case Buf::P:
+      return p_width;
+    case Buf::G:
+    case Buf::U:
+      return c.ffn_dim;
+    case Buf::Logits:
+      return c.vocab;
+    case Buf::None:
+      return 0;
+  }
+  return 0;
+}
+
+namespace {
+
+uint8_t bit(Site s) { return uint8_t(1u << unsigned(s)); }
+
+std::string prefix(int l) { return l < 0 ? "" : "blk." + std::to_string(l) + "."; }
+
+// One linear map of a projection group: the map, its name, where its output goes.
+struct Map {
+  const Linear* lin;
+  const char* name;
+  Buf out;
+  bool rope = false, append = false;  // CPU: head rows roped / appended by the product
+};
+
+// Writes the model's plan, block by block.
+class Planner {
+ public:
+  Planner(const Weights& w, const PlanOptions& o) : w_(w), o_(o), c_(w.cfg) {
+    plan_.target = o.target;
+    plan_.streamed_keys = o.streamed_keys;
+  }
+
+  Plan run() {
+    for (int l = 0; l < c_.n_layers; ++l) {
+      plan_.region_begin.push_back(plan_.steps.size());
+      if (l == 0) add(Op::Embed, -1, "embed");
+      p_ = 0;
+      attention(l);
+      mlp(l);
+    }
+    plan_.region_begin.push_back(plan_.steps.size());
+    output_head();
+    return std::move(plan_);
+  }
+
+ private:
+  // x += o(attend(rope(q(h)), rope(k(h)), v(h))),  h = rms_norm(x)
+  void attention(int l) {
+    const Layer& L = w_.layers[size_t(l)];
+    rms_norm(l, "attn_norm", L.attn_norm, Site::AttnIn);
+    const bool cpu = o_.target == Target::Cpu, cache = cpu && !o_.streamed_keys;
+    project(l, "qkv", {{&L.q, "q", Buf::Q, cpu}, {&L.k, "k", Buf::K, cpu, cache}, {&L.v, "v", Buf::V, false, cache}},
+            Buf::H, &L.qkv_in);
+    if (!cpu) add(Op::RopeAppend, l, "rope_append").observe = bit(Site::Keys) | bit(Site::Queries);
+    if (o_.streamed_keys) add(Op::Append, l, "append");
+    add(Op::Attend, l, "attend");
+    add(Op::Merge, l, "merge").observe = bit(Site::AttnOut);
+    project(l, "", {{&L.o, "o", Buf::Y}}, Buf::Att);
+    residual(l, "attn_residual");
+  }
+
+  // x += down(silu(gate(h)) * up(h)),  h = rms_norm(x)
+  void mlp(int l) {
+    const Layer& L = w_.layers[size_t(l)];
+    rms_norm(l, "ffn_norm", L.ffn_norm, Site::MlpIn);
+    project(l, "gate_up", {{&L.gate, "gate", Buf::G}, {&L.up, "up", Buf::U}}, Buf::H, &L.gate_up_in);
+    Step& s = add(Op::SiluMul, l, "silu_mul");
+    s.width = c_.ffn_dim;
+    s.observe = bit(Site::MlpMid);
+    project(l, "", {{&L.down, "down", Buf::Y}}, Buf::G);
+    residual(l, "ffn_residual");
+  }
+
+  // logits = output(rms_norm(x))
+  void output_head() {
+    rms_norm(-1, "output_norm", w_.out_norm, std::nullopt);
+    project(-1, "output", {{&w_.output, "output", Buf::Logits}}, Buf::H);
+  }
+
+  Step& add(Op op, int layer, const std::string& name) {
+    Step& s = plan_.steps.emplace_back();
+    s.op = op;
+    s.layer = layer;
+    s.name = prefix(layer) + name;
+    return s;
+  }
+
+  void rms_norm(int l, const char* name, const Matrix& norm, std::optional<Site> site) {
+    Step& s = add(Op::RmsNorm, l, name);
+    s.norm = &norm;
+    s.a = Buf::X;
+    s.b = Buf::H;
+    s.width = c_.dim;
+    if (site) s.observe = bit(*site);
+  }
+
+  void residual(int l, const char* name) {
+    Step& s = add(Op::Add, l, name);
+    s.a = Buf::Y;
+    s.width = c_.dim;
+  }
+
+  // y = M x for a group of linear maps that read the same input: the input
+  // side of every map (V, or W for a dense map) in one step, then the output
+  // side U of the low-rank ones in a second (a group of one map is named
+  // after it; `group` names a larger one). Latents go to P in order.
+  // `packed`: the group's input matrices stacked in one allocation (model/pack.h).
+  void project(int l, const std::string& group, const std::vector<Map>& maps, Buf in,
+               const Matrix* packed = nullptr) {
+    std::vector<Job> first, second;
+    std::vector<const Linear*> lins;
+    bool any_lowrank = false, all_lowrank = true;
+    for (const Map& mp : maps) {
+      const Linear& m = *mp.lin;
+      lins.push_back(&m);
+      Job j;
+      j.in = in;
+      j.map = mp.name;
+      if (m.low_rank()) {
+        any_lowrank = true;
+        j.m = &m.v;
+        j.side = Side::In;
+        j.out = Buf::P;
+        j.out_off = p_;
+        Job u;
+        u.m = &m.u;
+        u.in = Buf::P;
+        u.in_off = p_;
+        u.out = mp.out;
+        u.map = mp.name;
+        u.side = Side::Out;
+        u.rope = mp.rope;
+        u.append = mp.append;
+        second.push_back(u);
+        p_ += m.rank();
+      } else {
+        all_lowrank = false;
+        j.m = &m.w;
+        j.out = mp.out;
+        j.rope = mp.rope;
+        j.append = mp.append;
+      }
+      first.push_back(j);
+    }
+    plan_.p_width = std::max(plan_.p_width, p_);
+    const std::string base = group.empty() ? maps[0].name : group;
+    Step& a = add(Op::Linear, l, base + (any_lowrank ? "_in" : ""));
+    a.jobs = std::move(first);
+    if (packed && all_lowrank && maps.size() > 1 && packed_input(*packed, lins)) a.stacked = packed;
+    mark_observed(a);
+    if (second.empty()) return;
+    Step& b = add(Op::Linear, l, base + "_out");
+    b.jobs = std::move(second);
+    mark_observed(b);
+  }
+
+  // A product that ropes q or k heads is where the post-RoPE queries and keys are seen.
+  static void mark_observed(Step& s) {
+    for (const Job& j : s.jobs)
+      if (j.rope) s.observe |= bit(j.out == Buf::Q ? Site::Queries : Site::Keys);
+  }
+
+  const Weights& w_;
+  const PlanOptions& o_;
+  const Config& c_;
+  Plan plan_;
+  int64_t p_ = 0;  // latents of the layer so far (P offset)
+};
+
+}  // namespace
+
+Plan plan_forward(const Weights& w, const PlanOptions& o) { return Planner(w, o).run(); }
+
+// --- fusion -------------------------------------------------------------------
+
+namespace {
+
+bool reads(const Job& j, Buf b) { return j.in == b; }
+
+}  // namespace
+
+Plan fuse(Plan p) {
+  LR_ASSERT(!p.fused);
+  std::vector<Step> out;
+  std::vector<size_t> region_begin;
+  size_t next_region = 0;
+  const Matrix* norm = nullptr;  // an RmsNorm x -> h waiting for the products that read h
+  bool merge = false;            // a Merge waiting for the product that reads att
+  bool silu_in = false;          // GPU: a SiLU*mul waiting for the product that reads g
+  bool rope_append = false;      // GPU: a RopeAppend waiting for attention
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    while (next_region < p.region_begin.size() && p.region_begin[next_region] == i) {
+      region_begin.push_back(out.size());
+      ++next_region;
+    }
+    Step s = std::move(p.steps[i]);
+    switch (s.op) {
+      case Op::RmsNorm:
+        LR_ASSERT(s.a == Buf::X && s.b == Buf::H);
+        norm = s.norm;
+        continue;
+      case Op::Merge:
+        merge = true;
+        continue;
+      case Op::RopeAppend:
+        if (p.target == Target::Gpu) {
+          rope_append = true;
+          continue;
+        }
+        break;
+      case Op::SiluMul:
+        if (p.target == Target::Cpu) {  // the gate/up product finishes its rows
+          LR_ASSERT(!out.empty() && out.back().op == Op::Linear);
+          out.back().silu_mul = true;
+        } else {
+          silu_in = true;
+        }
+        continue;
+      case Op::Add: {  // the product before it accumulates into x
+        LR_ASSERT(s.a == Buf::Y && !out.empty() && out.back().op == Op::Linear);
+        for (Job& j : out.back().jobs)
+          if (j.out == Buf::Y) {
+            j.out = Buf::X;
+            j.accumulate = true;
+          }
+        continue;
+      }
+      case Op::Attend:
+        s.rope_append = rope_append;
+        rope_append = false;
+        break;
+      case Op::Linear:
+        for (Job& j : s.jobs) {
+          if (norm && reads(j, Buf::H)) {
+            j.in = Buf::X;
+            j.norm = norm;
+          }
+          if (merge && reads(j, Buf::Att)) j.merge_in = true;
+          if (silu_in && reads(j, Buf::G)) j.in2 = Buf::U;
+        }
+        if (std::any_of(s.jobs.begin(), s.jobs.end(), [](const Job& j) { return j.merge_in; })) merge = false;
+        if (std::any_of(s.jobs.begin(), s.jobs.end(), [](const Job& j) { return j.in2 != Buf::None; }))
+          silu_in = false;
+        break;
+      default:
+        break;
+    }
+    // What a fused plan folds is not observable: its activations are never written whole.
+    s.observe &= uint8_t(bit(Site::Keys) | bit(Site::Queries));
+    out.push_back(std::move(s));
+  }
+  LR_ASSERT(!merge && !silu_in && !rope_append);
+  p.steps = std::move(out);
+  p.region_begin = std::move(region_begin);
+  p.fused = true;
+  return p;
+}
+
+}  // namespace lr

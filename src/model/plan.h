@@ -1,0 +1,174 @@
+// The plan of a forward step: what the model computes for a step of n
+// tokens, block by block, as a list of steps over named activation buffers
+// [n, width]. The planner (plan.cpp) writes it in the model's terms, one
+// short function per block; executors run it without knowing what it means:
+// the fast CPU path (backend/cpu/executor.h), the CUDA backend
+// (backend/cuda/backend_cuda.cpp) and the scalar plan executor
+// (backend/ref/plan_scalar.cpp). The reference forward pass
+// (backend/ref/forward_ref.cpp) is written independently of the plan, so the
+// plan itself is tested against something it did not generate.
+//
+// Prefill and decode run the same plan: a prompt is a step of n tokens, a
+// decode step one token. plan_forward() writes the model's plan unfused;
+// fuse() folds its elementwise steps into the products (the fastest plan,
+// what `run` and `perplexity` execute). The bench's research rungs are
+// transformations of the same plan (plan_transforms.h).
+//
+// Host-only code: no backend is included, so plans are unit tested anywhere.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/weights.h"
+
+namespace lr {
+
+// Which executor a plan is arranged for. The model is the same; what
+// differs is where the elementwise work next to a product goes. A CPU
+// thread computes whole rows of a product, so it finishes them there: it
+// ropes the q and k heads it has just written and appends k and v to the
+// cache, and (fused) applies SiLU*mul to its gate and up rows. A GPU
+// kernel stages a product's input, so a fused GPU plan folds RoPE and the
+// append into attention and SiLU*mul into the next product's input, and the
+// unfused one ropes and appends in a step of its own.
+enum class Target : uint8_t { Cpu, Gpu };
+
+// How the KV cache is kept (the research rungs; Dense is the product).
+enum class KvMode {
+  Static,  // eager baseline: separate RoPE and append steps, attention as three steps
+           // (scores, softmax, weighted sum) over a materialized score row
+  Dense,   // the current token's k, v roped and appended; one-pass online-softmax
+           // attention split across threads (or GPU blocks)
+  Legacy,  // the cache holds the latents V_k x, V_v x; every step reconstructs
+           // (and ropes) the whole history before attending
+};
+
+// How an executor groups the steps into dispatches.
+enum class ExecUnit {
+  PerOp,     // every step is its own dispatch (CPU: threads woken and joined; GPU: a launch)
+  PerLayer,  // one region per layer (CPU: spin barriers between steps; GPU: a graph)
+  PerToken,  // one region for the whole step, embedding to logits
+};
+
+// Activation buffers of a step, [n_tokens, width] each (Plan::width).
+enum class Buf : uint8_t { None, X, H, Y, Q, K, V, Att, P, G, U, Logits };
+const char* buf_name(Buf b);
+
+// Where the compressor (and calibrate-kv) observe activations: each is a
+// buffer after a step of an unfused plan.
+enum class Site : uint8_t {
+  AttnIn,   // rms_norm(x) before q, k, v      H   [n, dim]
+  AttnOut,  // attention output before o        Att [n, q_dim]
+  MlpIn,    // rms_norm(x) before gate, up      H   [n, dim]
+  MlpMid,   // silu(gate) * up before down      G   [n, ffn_dim]
+  Keys,     // post-RoPE keys (not a linear input) K [n, kv_dim]
+  Queries,  // post-RoPE queries (not a linear input) Q [n, q_dim]
+};
+Buf site_buffer(Site s);
+
+enum class Op : uint8_t {
+  Embed,        // x = tok_embd[token]
+  RmsNorm,      // b = rms_norm(a) * norm
+  Linear,       // every job: out (+)= M in
+  RopeAppend,   // q, k roped at their positions; k, v appended to the cache
+  Attend,       // attention partials of q over the cache, split across chunks of positions
+  Merge,        // att = the partials merged
+  Add,          // x += a (a residual)
+  SiluMul,      // g = silu(g) * u
+  Append,       // k, v -> the cache (static KV; a compressed key cache encodes them)
+  // The research baselines only (plan_transforms.h):
+  Rope,          // static / legacy: a (q) and b (k) roped in place
+  Scores,        // static: s[h, j] = q_h . k_j / sqrt(head_dim), j <= pos
+  Softmax,       // static: rows of s
+  Mix,           // static: att = s V
+  LatentAppend,  // legacy: the k and v latents (segments of P) -> the latent cache
+  Reconstruct,   // legacy: k (roped) and v of every cached position rebuilt from the latents
+};
+const char* op_name(Op o);
+
+// The side of a linear map a job computes: a dense W, or the input side V
+// (applied first) or output side U of low-rank factors.
+enum class Side : uint8_t { Whole, In, Out };
+
+// One matrix of a Linear step: out[t, out_off + r] (+)= sum_c M[r, c] x[t, c].
+struct Job {
+  const Matrix* m = nullptr;  // [rows, cols] (weights; executors find their copies by address)
+  Buf in = Buf::None;         // x = in[t, in_off .. in_off + cols) ...
+  int64_t in_off = 0;
+  Buf out = Buf::None;
+  int64_t out_off = 0;
+  // ... or, folded into the product's input by fuse():
+  const Matrix* norm = nullptr;  // x = rms_norm(in[t, :]) * norm
+  Buf in2 = Buf::None;           // x = silu(in) * in2 (GPU)
+  bool merge_in = false;         // x = the attention partials merged (att is not written)
+  bool accumulate = false;       // out += M x (a residual folded into the product)
+  // CPU: the rows are heads of q, k or v; the thread that computes a head
+  // ropes it (q, k) and appends it to the cache (k, v).
+  bool rope = false, append = false;
+  const char* map = "";  // the linear map ("q", "gate", "output", ...) for step names
+  Side side = Side::Whole;
+};
+
+struct Step {
+  Op op = Op::Linear;
+  int layer = -1;    // -1: the embedding or the output head
+  std::string name;  // "blk.3.qkv_in", "output", ...
+  // Linear
+  std::vector<Job> jobs;
+  const Matrix* stacked = nullptr;  // the jobs' matrices are consecutive row views of this
+                                    // one and their outputs consecutive: one product (CPU)
+  bool silu_mul = false;            // then g = silu(g) * u on the rows computed (CPU, fused)
+  // RmsNorm a -> b; Add x += a; Rope a (q), b (k, or None); widths per token
+  const Matrix* norm = nullptr;
+  Buf a = Buf::None, b = Buf::None;
+  int64_t width = 0;
+  bool rope_append = false;  // Attend (GPU, fused): ropes q and k, appends k, v, then attends
+  // Legacy: the k and v latent segments of P and the factors that rebuild them.
+  struct Latent {
+    int64_t k_off = 0, v_off = 0, k_rank = 0, v_rank = 0;
+    const Matrix* uk = nullptr;
+    const Matrix* uv = nullptr;
+    bool append = false;  // Reconstruct (CPU): appends the latents of the step's tokens first
+  } latent;
+  uint8_t observe = 0;  // bit (1 << Site): the activation an observer sees after this step
+
+  bool observes(Site s) const { return observe & (1u << unsigned(s)); }
+};
+
+struct Plan {
+  Target target = Target::Cpu;
+  KvMode kv = KvMode::Dense;
+  bool packed = true, fused = false, streamed_keys = false;
+  ExecUnit unit = ExecUnit::PerToken;
+  std::vector<Step> steps;
+  std::vector<size_t> region_begin;    // first step of each layer's region, then the output head's
+  int64_t p_width = 1;                 // floats of the latent scratch P per token
+  int64_t k_latent = 0, v_latent = 0;  // legacy: the widest k / v latent (cache row widths)
+
+  // Floats per token of buffer b for the model of config c.
+  int64_t width(Buf b, const Config& c) const;
+  // Steps [begin, end) of region r.
+  std::pair<size_t, size_t> region(size_t r) const {
+    return {region_begin[r], r + 1 < region_begin.size() ? region_begin[r + 1] : steps.size()};
+  }
+};
+
+struct PlanOptions {
+  Target target = Target::Cpu;
+  // CPU: the keys go to a compressed key cache (kv/key_stream.h): the q/k/v
+  // products rope but do not append; an Append step encodes k and stores v.
+  bool streamed_keys = false;
+};
+
+// The model's plan: packed projections, dense KV, unfused, per-token.
+Plan plan_forward(const Weights& w, const PlanOptions& o);
+
+// The fused plan: every RmsNorm folded into the products that read its
+// output, the attention merge into the product that reads it, every residual
+// add into the product before it, SiLU*mul into the gate/up product (CPU) or
+// the down product's input (GPU), and (GPU) RoPE + append into attention.
+Plan fuse(Plan p);
+
+}  // namespace lr

@@ -1,0 +1,182 @@
+#include "model/plan_transforms.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace lr {
+
+namespace {
+
+uint8_t bit(Site s) { return uint8_t(1u << unsigned(s)); }
+
+std::string prefix(int l) { return l < 0 ? "" : "blk." + std::to_string(l) + "."; }
+
+Step make(Op op, int layer, const char* name) {
+  Step s;
+  s.op = op;
+  s.layer = layer;
+  s.name = prefix(layer) + name;
+  return s;
+}
+
+// Rewrites every step through f(step, out) (which appends zero or more
+// steps), keeping each layer's region at the steps it became.
+template <class F>
+Plan rewrite(Plan p, F f) {
+  std::vector<Step> out;
+  std::vector<size_t> begin;
+  size_t r = 0;
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    for (; r < p.region_begin.size() && p.region_begin[r] == i; ++r) begin.push_back(out.size());
+    f(std::move(p.steps[i]), out);
+  }
+  for (; r < p.region_begin.size(); ++r) begin.push_back(out.size());
+  p.steps = std::move(out);
+  p.region_begin = std::move(begin);
+  return p;
+}
+
+void require_unfused_dense(const Plan& p, const char* what) {
+  LR_ASSERT(!p.fused && p.kv == KvMode::Dense);
+  if (p.streamed_keys)
+    fail("{} keeps its own cache; a compressed key cache (--cache-type-k) runs with --kv dense", what);
+}
+
+}  // namespace
+
+Plan unpack(Plan p) {
+  p.packed = false;
+  return rewrite(std::move(p), [](Step s, std::vector<Step>& out) {
+    if (s.op != Op::Linear) return out.push_back(std::move(s));
+    for (size_t i = 0; i < s.jobs.size(); ++i) {
+      const Job& j = s.jobs[i];
+      Step one = make(Op::Linear, s.layer, j.map);
+      one.name += j.side == Side::In ? "_in" : j.side == Side::Out ? "_out" : "";
+      one.jobs = {j};
+      if (j.rope) one.observe = bit(j.out == Buf::Q ? Site::Queries : Site::Keys);
+      one.silu_mul = s.silu_mul && i + 1 == s.jobs.size();
+      out.push_back(std::move(one));
+    }
+  });
+}
+
+Plan static_kv(Plan p) {
+  require_unfused_dense(p, "--kv static");
+  p.kv = KvMode::Static;
+  return rewrite(std::move(p), [](Step s, std::vector<Step>& out) {
+    switch (s.op) {
+      case Op::Linear:
+        for (Job& j : s.jobs) j.rope = j.append = false;
+        s.observe &= uint8_t(~(bit(Site::Keys) | bit(Site::Queries)));
+        return out.push_back(std::move(s));
+      case Op::RopeAppend:
+      case Op::Merge:
+        return;
+      case Op::Attend: {
+        Step r = make(Op::Rope, s.layer, "rope");
+        r.a = Buf::Q;
+        r.b = Buf::K;
+        r.observe = bit(Site::Keys) | bit(Site::Queries);
+        out.push_back(std::move(r));
+        out.push_back(make(Op::Append, s.layer, "append"));
+        out.push_back(make(Op::Scores, s.layer, "scores"));
+        out.push_back(make(Op::Softmax, s.layer, "softmax"));
+        Step m = make(Op::Mix, s.layer, "mix");
+        m.observe = bit(Site::AttnOut);
+        return out.push_back(std::move(m));
+      }
+      default:
+        return out.push_back(std::move(s));
+    }
+  });
+}
+
+Plan latent_kv(Plan p) {
+  require_unfused_dense(p, "--kv legacy");
+  p.kv = KvMode::Legacy;
+  const Target target = p.target;
+  Step::Latent lat;  // of the layer being rewritten
+  int64_t k_latent = 0, v_latent = 0;
+  Plan q = rewrite(std::move(p), [&](Step s, std::vector<Step>& out) {
+    switch (s.op) {
+      case Op::Linear: {
+        std::vector<Job> keep;
+        for (const Job& j : s.jobs) {
+          const bool kv = j.out == Buf::K || j.out == Buf::V || j.map == std::string("k") ||
+                          j.map == std::string("v");
+          if (!kv || j.side == Side::In) {
+            if (kv) (j.map == std::string("k") ? lat.k_off : lat.v_off) = j.out_off;
+            if (kv) (j.map == std::string("k") ? lat.k_rank : lat.v_rank) = j.m->rows;
+            keep.push_back(j);
+            continue;
+          }
+          if (j.side == Side::Whole)
+            fail("--kv legacy caches the low-rank latents of k and v, but layer {} has a dense {} "
+                 "projection (use a compressed model, or --kv dense)",
+                 s.layer, j.map);
+          (j.map == std::string("k") ? lat.uk : lat.uv) = j.m;  // the output side is dropped
+        }
+        if (keep.empty()) return;
+        s.jobs = std::move(keep);
+        s.observe &= uint8_t(~bit(Site::Keys));
+        return out.push_back(std::move(s));
+      }
+      case Op::RopeAppend:
+      case Op::Attend: {
+        if (s.op == Op::Attend && target == Target::Gpu) return out.push_back(std::move(s));
+        k_latent = std::max(k_latent, lat.k_rank);
+        v_latent = std::max(v_latent, lat.v_rank);
+        if (target == Target::Cpu) {  // one step: the latents join the cache, the history is rebuilt
+          Step r = make(Op::Reconstruct, s.layer, "kv_rebuild");
+          r.latent = lat;
+          r.latent.append = true;
+          out.push_back(std::move(r));
+          return out.push_back(std::move(s));
+        }
+        Step a = make(Op::LatentAppend, s.layer, "latent_append");
+        a.latent = lat;
+        a.latent.uk = a.latent.uv = nullptr;
+        out.push_back(std::move(a));
+        Step r = make(Op::Reconstruct, s.layer, "reconstruct");
+        r.latent = lat;
+        r.latent.k_off = r.latent.v_off = 0;
+        out.push_back(std::move(r));
+        Step rq = make(Op::Rope, s.layer, "rope_q");
+        rq.a = Buf::Q;
+        rq.observe = bit(Site::Queries);
+        return out.push_back(std::move(rq));
+      }
+      default:
+        return out.push_back(std::move(s));
+    }
+  });
+  q.k_latent = k_latent;
+  q.v_latent = v_latent;
+  return q;
+}
+
+Plan with_unit(Plan p, ExecUnit u) {
+  p.unit = u;
+  return p;
+}
+
+Plan derive(const Weights& w, const PlanOptions& o, const ExecOptions& e) {
+  Plan p = plan_forward(w, o);
+  if (e.kv == KvMode::Static) p = static_kv(std::move(p));
+  if (e.kv == KvMode::Legacy) p = latent_kv(std::move(p));
+  if (!e.packed) p = unpack(std::move(p));
+  if (e.fused) p = fuse(std::move(p));
+  return with_unit(std::move(p), e.unit);
+}
+
+ExecOptions prefill_options(const ExecOptions& e) {
+  ExecOptions p = e;
+  p.fused = false;
+  p.packed = true;
+  p.unit = ExecUnit::PerOp;
+  if (p.kv == KvMode::Static) p.kv = KvMode::Dense;
+  return p;
+}
+
+}  // namespace lr
