@@ -8,6 +8,7 @@
 
 #include "core/dtype.h"
 #include "core/half.h"
+#include "model/scalar_ops.h"
 
 namespace lr::cpu::ref {
 
@@ -77,10 +78,7 @@ void matmul_f16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t 
 }
 
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
-  double ss = 0;
-  for (int64_t i = 0; i < n; ++i) ss += double(x[i]) * double(x[i]);
-  const double inv = 1.0 / std::sqrt(ss / double(n) + double(eps));
-  for (int64_t i = 0; i < n; ++i) y[i] = float(double(x[i]) * inv * double(w[i]));
+  scalar::rms_norm(x, w, y, n, eps);
 }
 
 float dot(const float* a, const float* b, int64_t n) {
@@ -97,12 +95,7 @@ void scale(float a, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = a * y[i];
 }
 
-void silu_mul(float* g, const float* u, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const double v = g[i];
-    g[i] = float(v / (1.0 + std::exp(-v)) * double(u[i]));
-  }
-}
+void silu_mul(float* g, const float* u, int64_t n) { scalar::silu_mul(g, u, n); }
 
 void add(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = y[i] + x[i];
@@ -138,27 +131,7 @@ void matvec_q8_0(const int8_t* W, const float* scales, const float* x, float* y,
 
 void attend_partial(const float* q, int g, int d, const float* K, const float* V, int64_t stride,
                     int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc) {
-  for (int h = 0; h < g; ++h) {
-    const float* qh = q + int64_t(h) * d;
-    std::vector<double> s;
-    double mx = -std::numeric_limits<double>::infinity();
-    for (int64_t j = j0; j < j1; ++j) {
-      double dotp = 0;
-      for (int i = 0; i < d; ++i) dotp += double(qh[i]) * double(K[j * stride + i]);
-      s.push_back(dotp * scale);
-      mx = std::max(mx, s.back());
-    }
-    double sum = 0;
-    std::vector<double> out(size_t(d), 0.0);
-    for (int64_t j = j0; j < j1; ++j) {
-      const double p = std::exp(s[size_t(j - j0)] - mx);
-      sum += p;
-      for (int i = 0; i < d; ++i) out[size_t(i)] += p * double(V[j * stride + i]);
-    }
-    m[h] = float(mx);
-    l[h] = float(sum);
-    for (int i = 0; i < d; ++i) acc[int64_t(h) * d + i] = float(out[size_t(i)]);
-  }
+  scalar::attend_partial(q, g, d, K, V, stride, j0, j1, scale, m, l, acc);
 }
 
 void attend_merge(int n, const float* m, const float* l, int64_t ml_stride, const float* acc,

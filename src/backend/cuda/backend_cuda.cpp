@@ -31,6 +31,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/half.h"
+#include "model/scalar_ops.h"
 
 namespace lr {
 
@@ -116,10 +117,7 @@ std::shared_ptr<const DeviceWeights> upload(std::shared_ptr<const Weights> host)
     CK(cudaMemcpy(dst, norms[i]->f32(), size_t(c.dim) * 4, cudaMemcpyHostToDevice));
     d->norm_at[norms[i]->ptr()] = dst;
   }
-  std::vector<double> inv(size_t(c.head_dim / 2));
-  for (int i = 0; i < c.head_dim / 2; ++i)
-    inv[size_t(i)] =
-        std::pow(double(c.rope_theta), -2.0 * i / c.head_dim) / double(c.rope_linear_factor);
+  const std::vector<double> inv = scalar::rope_inv_freq(c);
   d->inv_freq = device_alloc<double>(inv.size());
   CK(cudaMemcpy(d->inv_freq, inv.data(), inv.size() * sizeof(double), cudaMemcpyHostToDevice));
   // The copies above ran on the legacy default stream, which sessions' non-blocking streams do not
