@@ -19,7 +19,7 @@ import statistics
 import sys
 import time
 
-SHAPES = {  # as lowrank synth (src/runtime/synth_model.cpp)
+SHAPES = {  # as lowrank synth (src/compress/synth_model.cpp)
     "tiny": dict(layers=2, dim=256, ffn=384, heads=4, kv_heads=2, vocab=300, theta=10000.0, eps=1e-5, tied=False),
     "tiny-mha128": dict(layers=2, dim=256, ffn=384, heads=2, kv_heads=2, vocab=300, theta=10000.0, eps=1e-6,
                         tied=False),

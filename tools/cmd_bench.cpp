@@ -9,7 +9,7 @@
 #include "common.h"
 #include "core/error.h"
 #include "model/load.h"
-#include "runtime/bench.h"
+#include "bench/harness/harness.h"
 #include "svg_plot.h"
 
 namespace lr::cli {

@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "kv/svdq.h"
 #include "model/load.h"
-#include "runtime/calibrate_kv.h"
+#include "compress/calibrate_kv.h"
 
 namespace lr::cli {
 

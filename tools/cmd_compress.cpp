@@ -11,7 +11,7 @@
 #include "common.h"
 #include "core/error.h"
 #include "model/load.h"
-#include "runtime/compress_model.h"
+#include "compress/compress_model.h"
 
 namespace lr::cli {
 

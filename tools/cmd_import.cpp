@@ -6,7 +6,7 @@
 #include "common.h"
 #include "core/error.h"
 #include "model/load.h"
-#include "runtime/import_model.h"
+#include "import/import_model.h"
 
 namespace lr::cli {
 

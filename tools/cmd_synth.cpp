@@ -4,7 +4,7 @@
 
 #include "common.h"
 #include "core/error.h"
-#include "runtime/synth_model.h"
+#include "compress/synth_model.h"
 
 namespace lr::cli {
 

@@ -16,9 +16,9 @@
 #include "backend/cuda/plan.h"
 #include "core/error.h"
 #include "model/load.h"
-#include "runtime/bench.h"
+#include "bench/harness/harness.h"
 #include "runtime/model.h"
-#include "runtime/synth_model.h"
+#include "compress/synth_model.h"
 
 namespace lr {
 namespace {

@@ -16,9 +16,9 @@
 #include "model/load.h"
 #include "model/pack.h"
 #include "model_test_util.h"
-#include "runtime/bench.h"
+#include "bench/harness/harness.h"
 #include "runtime/model.h"
-#include "runtime/synth_model.h"
+#include "compress/synth_model.h"
 
 namespace lr {
 namespace {

@@ -8,7 +8,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "model/pack.h"
-#include "runtime/compress_model.h"
+#include "compress/compress_model.h"
 #include "runtime/model.h"
 #include "model_test_util.h"
 

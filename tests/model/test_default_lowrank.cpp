@@ -10,7 +10,7 @@
 #include <filesystem>
 
 #include "model/load.h"
-#include "runtime/compress_model.h"
+#include "compress/compress_model.h"
 #include "runtime/model.h"
 #include "model_test_util.h"
 

@@ -9,7 +9,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "format/gguf.h"
-#include "runtime/calibrate_kv.h"
+#include "compress/calibrate_kv.h"
 #include "runtime/model.h"
 #include "model_test_util.h"
 

@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "format/gguf_source.h"
 #include "model/load.h"
-#include "runtime/compress_model.h"
+#include "compress/compress_model.h"
 #include "runtime/model.h"
 #include "model_test_util.h"
 

@@ -8,7 +8,7 @@
 
 #include "../error_of.h"
 #include "backend/backend.h"
-#include "runtime/synth_model.h"
+#include "compress/synth_model.h"
 #include "model/plan_transforms.h"
 #include "model_test_util.h"
 #include "runtime/model.h"

@@ -1,5 +1,6 @@
-// `lowrank bench`: every decode mode of the ablation measured side by side in
-// one process, interleaved and repeated, medians reported.
+// The bench harness of `lowrank bench`: every mode of the decode ablation
+// (rungs.cpp) measured side by side in one process, interleaved and
+// repeated, medians reported.
 #pragma once
 
 #include <functional>

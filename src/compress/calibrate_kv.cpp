@@ -1,4 +1,4 @@
-#include "runtime/calibrate_kv.h"
+#include "compress/calibrate_kv.h"
 
 #include <fstream>
 #include <sstream>

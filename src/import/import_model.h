@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "runtime/compress_model.h"
+#include "compress/compress_model.h"
 
 namespace lr {
 

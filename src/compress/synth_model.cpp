@@ -1,4 +1,4 @@
-#include "runtime/synth_model.h"
+#include "compress/synth_model.h"
 
 #include <algorithm>
 #include <cmath>

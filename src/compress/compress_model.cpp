@@ -1,4 +1,4 @@
-#include "runtime/compress_model.h"
+#include "compress/compress_model.h"
 
 #include <cmath>
 #include <fstream>

@@ -1,4 +1,4 @@
-#include "runtime/import_model.h"
+#include "import/import_model.h"
 
 #include <filesystem>
 #include <fstream>
