@@ -146,7 +146,8 @@ int run(const BenchCliOptions& o) {
   if (need_dense) {
     const std::string dpath = o.dense.empty() ? default_model_path() : o.dense;
     dense = std::make_unique<Model>(load_model(dpath, wtype));
-    std::printf("dense model: %s (%.1f MB of weights read per token)\n", dense->path.c_str(),
+    std::printf("dense model: %s (%.1f MB of weights in memory, %.1f MB read per token)\n", dense->path.c_str(),
+                double(estimate_bytes(matrix_shapes(*dense->weights), wtype)) / 1e6,
                 double(dense->weights->bytes_per_token()) / 1e6);
   }
   std::printf("%s weights, %d threads, %d repetitions (medians), modes interleaved\n", o.wtype.c_str(),
@@ -158,7 +159,8 @@ int run(const BenchCliOptions& o) {
   for (size_t i = 0; i < paths.size(); ++i) {
     // One model at a time (each run measures the dense baseline again, side by side).
     Model lowrank = load_model(paths[i], wtype);
-    std::printf("low-rank model %zu: %s (%.1f MB of weights read per token)\n", i, paths[i].c_str(),
+    std::printf("low-rank model %zu: %s (%.1f MB of weights in memory, %.1f MB read per token)\n", i,
+                paths[i].c_str(), double(estimate_bytes(matrix_shapes(*lowrank.weights), wtype)) / 1e6,
                 double(lowrank.weights->bytes_per_token()) / 1e6);
     std::fflush(stdout);
     for (BenchRow& r : run_bench(lowrank, dense.get(), b, [](const std::string& what) {

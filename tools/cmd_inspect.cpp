@@ -80,17 +80,25 @@ int run(const InspectOptions& o) {
     c.tied_output = f->find_tensor("output.weight") == nullptr;
     uint64_t params = 0;
     uint64_t calib = 0;  // kv_calib.* tensors: key bases, not parameters
-    for (const auto& t : f->tensors()) (t.name.rfind("kv_calib.", 0) == 0 ? calib : params) += t.elements();
+    std::vector<MatrixShape> shapes;  // the model's matrices as the loader makes them
+    for (const auto& t : f->tensors()) {
+      const bool is_calib = t.name.rfind("kv_calib.", 0) == 0;
+      (is_calib ? calib : params) += t.elements();
+      if (is_calib) continue;
+      if (t.shape.size() == 1) shapes.push_back({1, int64_t(t.shape[0]), true});
+      if (t.shape.size() == 2) shapes.push_back({int64_t(t.shape[1]), int64_t(t.shape[0]), false});
+    }
     bool low_rank = f->has("lowrank.method");  // compress and import record it; calibrate-kv alone does not
     std::printf(
         "\nmodel: %d layers, dim %d, ffn %d, heads %d (kv %d) x %d, vocab %d, ctx_train %d, "
         "rope theta %g, %s output%s\nparameters: %.1f M (dense equivalent %.1f M); in memory: "
-        "~%.1f MiB with 16-bit weights (fast path), ~%.1f MiB as f32 (reference)\n",
+        "%.1f MiB as f16 or bf16 (the fast path's default), %.1f MiB as q8_0, %.1f MiB as f32 (the reference)\n",
         c.n_layers, c.dim, c.ffn_dim, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab, c.ctx_train,
         c.rope_theta, c.tied_output ? "tied" : "separate",
         low_rank ? fmt::format(", low-rank ({})", f->get_string("lowrank.method", "?")).c_str() : "",
-        double(params) / 1e6, double(parameter_count(c)) / 1e6, double(params) * 2 / (1 << 20),
-        double(params) * 4 / (1 << 20));
+        double(params) / 1e6, double(parameter_count(c)) / 1e6,
+        double(estimate_bytes(shapes, DType::F16)) / (1 << 20), double(estimate_bytes(shapes, DType::Q8_0)) / (1 << 20),
+        double(estimate_bytes(shapes, DType::F32)) / (1 << 20));
     if (calib > 0)
       std::printf("key calibration (calibrate-kv, for --svdq-basis calibrated): %s%s, %.2f MiB\n",
                   f->get_string("lowrank.kv_calib.source", "?").c_str(),

@@ -172,9 +172,9 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
   Model m = load_model(in_path, DType::F32);
   if (!m.file) fail("{}: compress reads GGUF models", in_path);
   const Config& c = m.weights->cfg;
-  for (const Layer& l : m.weights->layers)
-    for (const Linear* lin : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
-      if (lin->low_rank()) fail("{}: the model is already low-rank", in_path);
+  for_each_linear(*m.weights, [&](const WeightSpec&, int, const Linear& lin) {
+    if (lin.low_rank()) fail("{}: the model is already low-rank", in_path);
+  });
 
   bool need_calib = opt_in.method == CompressMethod::Whiten || opt_in.basis_sharing >= 2;
   std::unique_ptr<GramObserver> grams;

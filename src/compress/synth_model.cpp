@@ -122,31 +122,24 @@ uint64_t write_synthetic_model(const std::string& path, const SynthOptions& o) {
       });
     });
   };
-  add("token_embd.weight", c.vocab, c.dim, 1.0, 0.0, o.wtype);
-  add("output_norm.weight", 1, c.dim, 0.0, 1.0, DType::F32);
-  if (!c.tied_output)
-    add("output.weight", c.vocab, c.dim, 1.0 / std::sqrt(double(c.dim)), 0.0, o.wtype);
   std::map<std::string, std::vector<int32_t>> ranks;
-  for (int l = 0; l < c.n_layers; ++l)
-    for (const WeightSpec& spec : kWeightTable) {
-      if (!spec.per_layer) continue;
-      const std::string name = fmt::format(fmt::runtime(spec.gguf), l);
-      if (spec.is_norm) {
-        add(name, 1, c.dim, 0.0, 1.0, DType::F32);
-        continue;
-      }
-      const auto [out, in] = slot_shape(c, spec.slot);
-      const double sd = 1.0 / std::sqrt(double(in));
-      if (o.keep >= 1) {
-        add(name, out, in, sd, 0.0, o.wtype);
-        continue;
-      }
-      const int64_t r = compress::rank_for_keep(o.keep, out, in);
-      ranks[spec.kind].push_back(int32_t(r));
-      // W = U V: V [r, in] with sd 1/sqrt(in), U [out, r] with sd 1/sqrt(r).
-      add(lowrank_in_name(spec, l), r, in, sd, 0.0, o.wtype);
-      add(lowrank_out_name(spec, l), out, r, 1.0 / std::sqrt(double(r)), 0.0, o.wtype);
+  for_each_tensor(c, [&](const WeightSpec& spec, int l) {
+    const std::string name = spec.per_layer ? fmt::format(fmt::runtime(spec.gguf), l) : spec.gguf;
+    const auto [out, in] = slot_shape(c, spec.slot);
+    if (spec.is_norm) return add(name, 1, c.dim, 0.0, 1.0, DType::F32);
+    if (spec.slot == Slot::TokEmbd) return add(name, out, in, 1.0, 0.0, o.wtype);
+    const double sd = 1.0 / std::sqrt(double(in));
+    if (spec.slot == Slot::Output) {  // dense (or the embedding's, tied)
+      if (!c.tied_output) add(name, out, in, sd, 0.0, o.wtype);
+      return;
     }
+    if (o.keep >= 1) return add(name, out, in, sd, 0.0, o.wtype);
+    const int64_t r = compress::rank_for_keep(o.keep, out, in);
+    ranks[spec.kind].push_back(int32_t(r));
+    // W = U V: V [r, in] with sd 1/sqrt(in), U [out, r] with sd 1/sqrt(r).
+    add(lowrank_in_name(spec, l), r, in, sd, 0.0, o.wtype);
+    add(lowrank_out_name(spec, l), out, r, 1.0 / std::sqrt(double(r)), 0.0, o.wtype);
+  });
   for (auto& [kind, rs] : ranks) w.set_i32s("lowrank.rank." + kind, rs);
   w.write(path);
   return params;

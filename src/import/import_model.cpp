@@ -496,16 +496,16 @@ ImportReport import_checkpoint(const std::string& in, const std::string& out, co
       }
     }
   {
+    // The block's maps layer by layer, as rep.matrices lists them.
+    auto block = [&](auto&& f) {
+      for_each_linear(w, [&](const WeightSpec& spec, int, const Linear& lin) {
+        if (spec.per_layer) f(lin);
+      });
+    };
     std::map<const uint8_t*, int> uses;
-    for (const Layer& L : w.layers)
-      for (const Linear* lin : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down})
-        if (lin->low_rank()) ++uses[lin->v.ptr()];
+    block([&](const Linear& lin) { uses[lin.v.ptr()] += lin.low_rank(); });
     size_t i = 0;
-    for (const Layer& L : w.layers)
-      for (const Linear* lin : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) {
-        rep.matrices[i].shared = lin->low_rank() && uses[lin->v.ptr()] > 1;
-        ++i;
-      }
+    block([&](const Linear& lin) { rep.matrices[i++].shared = lin.low_rank() && uses[lin.v.ptr()] > 1; });
   }
   ImportSource src(ck, base_src, c);
   w.cfg.tied_output = !src.has_output() && !base_src.find("output.weight");
@@ -520,11 +520,11 @@ ImportReport import_checkpoint(const std::string& in, const std::string& out, co
   // Parameters: the linear maps as imported (a shared basis once) plus the
   // embedding, norms and head of the dense model.
   uint64_t dense_linear = 0;
-  for (const WeightSpec& spec : kWeightTable)
-    if (spec.is_linear() && spec.per_layer) {
-      auto [r, cc] = slot_shape(c, spec.slot);
-      dense_linear += uint64_t(r) * uint64_t(cc) * uint64_t(c.n_layers);
-    }
+  for_each_tensor(c, [&](const WeightSpec& spec, int) {
+    if (!spec.is_linear() || !spec.per_layer) return;
+    const auto [r, cc] = slot_shape(c, spec.slot);
+    dense_linear += uint64_t(r) * uint64_t(cc);
+  });
   rep.params_after = w.parameters() + rep.params_before - dense_linear;
   return rep;
 }

@@ -98,71 +98,77 @@ std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& 
   const Config& cfg = w->cfg;
   std::map<std::string, Matrix> shared;  // shared bases by tensor name, loaded once
 
-  for (const WeightSpec& spec : kWeightTable) {
-    int n = spec.per_layer ? cfg.n_layers : 1;
-    std::vector<int64_t> groups =
-        naming == Naming::Gguf && spec.is_linear() ? src.int_array(shared_map_key(spec))
-                                                  : std::vector<int64_t>{};
-    if (!groups.empty() && int64_t(groups.size()) != n)
-      fail("{}: metadata '{}' has {} entries, expected {} (one per layer)", src.path(),
-           shared_map_key(spec), groups.size(), n);
-    for (int layer = 0; layer < n; ++layer) {
-      auto [rows, cols] = slot_shape(cfg, spec.slot);
-      std::string name = tensor_name(spec, naming, layer);
-      if (!spec.is_linear()) {
-        std::optional<TensorView> t = src.find(name);
-        if (!t) fail("{}: missing tensor '{}'", src.path(), name);
-        bool ok = spec.is_norm ? (t->shape.size() == 1 && int64_t(t->shape[0]) == cols)
-                               : (t->shape.size() == 2 && int64_t(t->shape[0]) == cols &&
-                                  int64_t(t->shape[1]) == rows);
-        if (!ok)
-          fail("{}: tensor '{}' has shape {}, expected [{}, {}] ([out, in])", src.path(), name,
-               shape_str(t->shape), rows, cols);
-        Matrix& m = slot_matrix(*w, spec.slot, layer);
-        m = Matrix::allocate(spec.is_norm ? DType::F32 : wtype, rows, cols);
-        fill_matrix(m, *t, false, cfg.head_dim);
-        continue;
-      }
-      Linear& lin = slot_linear(*w, spec.slot, layer);
-      if (spec.slot == Slot::Output && cfg.tied_output) {
-        lin.w = w->tok_embd;  // shared storage
-        continue;
-      }
-      bool permute = naming == Naming::HuggingFace && (spec.slot == Slot::Q || spec.slot == Slot::K);
-      bool has_dense = src.find(name).has_value();
-      bool has_lowrank = naming == Naming::Gguf && src.find(lowrank_out_name(spec, layer));
-      if (has_dense || !has_lowrank) {
-        lin.w = read_matrix(require_matrix(src, name, rows, cols, "[out, in]"), wtype, permute,
-                            cfg.head_dim);
-        continue;
-      }
-      // Low-rank: U [out, r] and V [r, in] (private or a shared basis).
-      std::string out_name = lowrank_out_name(spec, layer);
-      std::optional<TensorView> ut = src.find(out_name);
-      if (!ut || ut->shape.size() != 2 || int64_t(ut->shape[1]) != rows || ut->shape[0] == 0)
-        fail("{}: tensor '{}' has shape {}, expected [{}, rank] (low-rank output factor)",
-             src.path(), out_name, ut ? shape_str(ut->shape) : "none", rows);
-      int64_t rank = int64_t(ut->shape[0]);
-      std::string in_name = lowrank_in_name(spec, layer);
-      bool is_shared = !groups.empty() && groups[size_t(layer)] >= 0;
-      // A private pair never needs more than min(out, in); a basis shared by g
-      // layers can have up to min(in, g*out) directions.
-      int64_t max_rank = is_shared ? cols : std::min(rows, cols);
-      if (rank > max_rank)
-        fail("{}: tensor '{}' has rank {}, more than {} = {}", src.path(), out_name, rank,
-             is_shared ? "in (shared basis)" : "min(out, in)", max_rank);
-      if (is_shared) in_name = shared_basis_name(spec, int(groups[size_t(layer)]));
-      TensorView vt = require_matrix(src, in_name, rank, cols, "low-rank input factor [rank, in]");
-      lin.u = read_matrix(*ut, wtype, false, cfg.head_dim);
-      if (is_shared) {
-        auto it = shared.find(in_name);
-        if (it == shared.end()) it = shared.emplace(in_name, read_matrix(vt, wtype, false, cfg.head_dim)).first;
-        lin.v = it->second;
-      } else {
-        lin.v = read_matrix(vt, wtype, false, cfg.head_dim);
-      }
+  // lowrank.shared.<kind>: which shared basis each layer's map uses (-1: its own), read once per kind.
+  std::map<Slot, std::vector<int64_t>> shared_maps;
+  auto groups_of = [&](const WeightSpec& spec) -> const std::vector<int64_t>& {
+    auto it = shared_maps.find(spec.slot);
+    if (it != shared_maps.end()) return it->second;
+    std::vector<int64_t> g = naming == Naming::Gguf && spec.is_linear() && spec.per_layer
+                                 ? src.int_array(shared_map_key(spec))
+                                 : std::vector<int64_t>{};
+    if (!g.empty() && int64_t(g.size()) != cfg.n_layers)
+      fail("{}: metadata '{}' has {} entries, expected {} (one per layer)", src.path(), shared_map_key(spec),
+           g.size(), cfg.n_layers);
+    return shared_maps.emplace(spec.slot, std::move(g)).first->second;
+  };
+
+  for_each_tensor(cfg, [&](const WeightSpec& spec, int layer) {
+    const std::vector<int64_t>& groups = groups_of(spec);
+    auto [rows, cols] = slot_shape(cfg, spec.slot);
+    std::string name = tensor_name(spec, naming, layer);
+    if (!spec.is_linear()) {
+      std::optional<TensorView> t = src.find(name);
+      if (!t) fail("{}: missing tensor '{}'", src.path(), name);
+      bool ok = spec.is_norm ? (t->shape.size() == 1 && int64_t(t->shape[0]) == cols)
+                             : (t->shape.size() == 2 && int64_t(t->shape[0]) == cols &&
+                                int64_t(t->shape[1]) == rows);
+      if (!ok)
+        fail("{}: tensor '{}' has shape {}, expected [{}, {}] ([out, in])", src.path(), name,
+             shape_str(t->shape), rows, cols);
+      Matrix& m = slot_matrix(*w, spec.slot, layer);
+      m = Matrix::allocate(spec.is_norm ? DType::F32 : wtype, rows, cols);
+      fill_matrix(m, *t, false, cfg.head_dim);
+      return;
     }
-  }
+    Linear& lin = slot_linear(*w, spec.slot, layer);
+    if (spec.slot == Slot::Output && cfg.tied_output) {
+      lin.w = w->tok_embd;  // shared storage
+      return;
+    }
+    bool permute = naming == Naming::HuggingFace && (spec.slot == Slot::Q || spec.slot == Slot::K);
+    bool has_dense = src.find(name).has_value();
+    bool has_lowrank = naming == Naming::Gguf && src.find(lowrank_out_name(spec, layer));
+    if (has_dense || !has_lowrank) {
+      lin.w = read_matrix(require_matrix(src, name, rows, cols, "[out, in]"), wtype, permute,
+                          cfg.head_dim);
+      return;
+    }
+    // Low-rank: U [out, r] and V [r, in] (private or a shared basis).
+    std::string out_name = lowrank_out_name(spec, layer);
+    std::optional<TensorView> ut = src.find(out_name);
+    if (!ut || ut->shape.size() != 2 || int64_t(ut->shape[1]) != rows || ut->shape[0] == 0)
+      fail("{}: tensor '{}' has shape {}, expected [{}, rank] (low-rank output factor)",
+           src.path(), out_name, ut ? shape_str(ut->shape) : "none", rows);
+    int64_t rank = int64_t(ut->shape[0]);
+    std::string in_name = lowrank_in_name(spec, layer);
+    bool is_shared = !groups.empty() && groups[size_t(layer)] >= 0;
+    // A private pair never needs more than min(out, in); a basis shared by g
+    // layers can have up to min(in, g*out) directions.
+    int64_t max_rank = is_shared ? cols : std::min(rows, cols);
+    if (rank > max_rank)
+      fail("{}: tensor '{}' has rank {}, more than {} = {}", src.path(), out_name, rank,
+           is_shared ? "in (shared basis)" : "min(out, in)", max_rank);
+    if (is_shared) in_name = shared_basis_name(spec, int(groups[size_t(layer)]));
+    TensorView vt = require_matrix(src, in_name, rank, cols, "low-rank input factor [rank, in]");
+    lin.u = read_matrix(*ut, wtype, false, cfg.head_dim);
+    if (is_shared) {
+      auto it = shared.find(in_name);
+      if (it == shared.end()) it = shared.emplace(in_name, read_matrix(vt, wtype, false, cfg.head_dim)).first;
+      lin.v = it->second;
+    } else {
+      lin.v = read_matrix(vt, wtype, false, cfg.head_dim);
+    }
+  });
   if (naming == Naming::Gguf) read_key_calibration(src, *w);
   pack_projections(*w);
   return w;

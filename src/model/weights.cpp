@@ -163,40 +163,27 @@ const WeightSpec& weight_spec(Slot s) {
   return kWeightTable[0];
 }
 
-namespace {
-// Calls f(matrix) for every matrix of the model, once per distinct allocation.
-template <typename F>
-void for_each_distinct(const Weights& w, F&& f) {
+void for_each_matrix(const Weights& w, const std::function<void(const WeightSpec&, const Matrix&)>& f) {
   std::set<const uint8_t*> seen;
-  auto visit = [&](const Matrix& m) {
-    if (m.rows == 0 || !seen.insert(m.data.get()).second) return;
-    f(m);
-  };
-  for (const WeightSpec& spec : kWeightTable) {
-    int n = spec.per_layer ? w.cfg.n_layers : 1;
-    for (int l = 0; l < n; ++l) {
-      if (!spec.is_linear()) {
-        visit(slot_matrix(w, spec.slot, l));
-        continue;
-      }
-      const Linear& lin = slot_linear(w, spec.slot, l);
-      visit(lin.w);
-      visit(lin.v);
-      visit(lin.u);
-    }
-  }
+  for_each_tensor(w.cfg, [&](const WeightSpec& spec, int l) {
+    auto visit = [&](const Matrix& m) {
+      if (m.rows > 0 && seen.insert(m.data.get()).second) f(spec, m);
+    };
+    if (!spec.is_linear()) return visit(slot_matrix(w, spec.slot, l));
+    const Linear& lin = slot_linear(w, spec.slot, l);
+    for (const Matrix* m : {&lin.w, &lin.v, &lin.u}) visit(*m);
+  });
 }
-}  // namespace
 
 uint64_t Weights::bytes() const {
   uint64_t total = 0;
-  for_each_distinct(*this, [&](const Matrix& m) { total += m.bytes(); });
+  for_each_matrix(*this, [&](const WeightSpec&, const Matrix& m) { total += m.bytes(); });
   return total;
 }
 
 uint64_t Weights::parameters() const {
   uint64_t total = 0;
-  for_each_distinct(*this, [&](const Matrix& m) { total += uint64_t(m.rows) * uint64_t(m.cols); });
+  for_each_matrix(*this, [&](const WeightSpec&, const Matrix& m) { total += uint64_t(m.rows) * uint64_t(m.cols); });
   return total;
 }
 
@@ -210,17 +197,6 @@ uint64_t Weights::bytes_per_token() const {
   return total;
 }
 
-uint64_t weights_bytes(const Config& c, DType wtype) {
-  uint64_t total = 0;
-  for (const WeightSpec& spec : kWeightTable) {
-    if (spec.slot == Slot::Output && c.tied_output) continue;
-    auto [rows, cols] = slot_shape(c, spec.slot);
-    uint64_t elem = spec.is_norm ? 4 : (wtype == DType::F32 ? 4 : 2);
-    total += uint64_t(rows) * uint64_t(cols) * elem * (spec.per_layer ? uint64_t(c.n_layers) : 1);
-  }
-  return total;
-}
-
 uint64_t parameter_count(const Config& c) {
   uint64_t total = 0;
   for (const WeightSpec& spec : kWeightTable) {
@@ -228,6 +204,35 @@ uint64_t parameter_count(const Config& c) {
     auto [rows, cols] = slot_shape(c, spec.slot);
     total += uint64_t(rows) * uint64_t(cols) * (spec.per_layer ? uint64_t(c.n_layers) : 1);
   }
+  return total;
+}
+
+std::vector<MatrixShape> matrix_shapes(const Weights& w) {
+  std::vector<MatrixShape> out;
+  for_each_matrix(w, [&](const WeightSpec& spec, const Matrix& m) { out.push_back({m.rows, m.cols, spec.is_norm}); });
+  return out;
+}
+
+std::vector<MatrixShape> matrix_shapes(const Config& c) {
+  std::vector<MatrixShape> out;
+  for_each_tensor(c, [&](const WeightSpec& spec, int) {
+    if (spec.slot == Slot::Output && c.tied_output) return;
+    const auto [rows, cols] = slot_shape(c, spec.slot);
+    out.push_back({rows, cols, spec.is_norm});
+  });
+  return out;
+}
+
+uint64_t matrix_bytes(DType t, int64_t rows, int64_t cols, int64_t row_pad) {
+  const uint64_t ld = uint64_t((cols + row_pad - 1) / row_pad * row_pad);
+  const uint64_t elem = t == DType::F32 ? 4 : t == DType::Q8_0 ? 1 : 2;
+  return uint64_t(rows) * ld * elem + (t == DType::Q8_0 ? uint64_t(rows) * uint64_t(q8_blocks(cols)) * 4 : 0);
+}
+
+uint64_t estimate_bytes(const std::vector<MatrixShape>& shapes, DType wtype, int64_t row_pad) {
+  uint64_t total = 0;
+  for (const MatrixShape& m : shapes)
+    total += m.norm ? uint64_t(m.rows) * uint64_t(m.cols) * 4 : matrix_bytes(wtype, m.rows, m.cols, row_pad);
   return total;
 }
 

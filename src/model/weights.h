@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -163,9 +164,48 @@ Linear& slot_linear(Weights& w, Slot s, int layer);
 const Linear& slot_linear(const Weights& w, Slot s, int layer);
 // The table entry of a slot.
 const WeightSpec& weight_spec(Slot s);
-// Bytes a dense model of config `c` takes in memory with matrices of type `wtype`.
-uint64_t weights_bytes(const Config& c, DType wtype);
 // Parameter count of the dense model (tied output counted once).
 uint64_t parameter_count(const Config& c);
+
+// --- visiting the table ---------------------------------------------------------
+// The loader, saver, importers, compressor, synth, inspect and the CUDA
+// weight layout walk the model through these rather than naming its maps.
+
+// f(spec, layer) for every tensor the table describes: the model-wide ones
+// (layer 0), then layer by layer the block's, each in table order.
+template <class F>
+void for_each_tensor(const Config& c, F&& f) {
+  for (const WeightSpec& spec : kWeightTable)
+    if (!spec.per_layer) f(spec, 0);
+  for (int l = 0; l < c.n_layers; ++l)
+    for (const WeightSpec& spec : kWeightTable)
+      if (spec.per_layer) f(spec, l);
+}
+// f(spec, layer, linear) for every linear map (Weights or const Weights).
+template <class W, class F>
+void for_each_linear(W& w, F&& f) {
+  for_each_tensor(w.cfg, [&](const WeightSpec& spec, int l) {
+    if (spec.is_linear()) f(spec, l, slot_linear(w, spec.slot, l));
+  });
+}
+// f(spec, matrix) for every matrix of `w` (embedding, norms, dense W and
+// factors), each distinct allocation once: a shared basis, a tied embedding.
+void for_each_matrix(const Weights& w, const std::function<void(const WeightSpec&, const Matrix&)>& f);
+
+// --- memory -----------------------------------------------------------------------
+// A matrix by its shape: what memory estimates are made of.
+struct MatrixShape {
+  int64_t rows = 0, cols = 0;
+  bool norm = false;  // kept in f32
+};
+// The distinct matrices of `w`; those of a dense model of config `c`.
+std::vector<MatrixShape> matrix_shapes(const Weights& w);
+std::vector<MatrixShape> matrix_shapes(const Config& c);
+// Bytes of a [rows, cols] matrix of type t with rows padded to row_pad elements (Q8_0: with its scales).
+uint64_t matrix_bytes(DType t, int64_t rows, int64_t cols, int64_t row_pad = 1);
+// Bytes the matrices take with every one but the norms stored as `wtype`,
+// rows padded to row_pad elements: the one estimate behind inspect, bench and
+// the CUDA memory plan.
+uint64_t estimate_bytes(const std::vector<MatrixShape>& shapes, DType wtype, int64_t row_pad = 1);
 
 }  // namespace lr

@@ -45,14 +45,10 @@ LaunchStats launch_stats(const Plan& p, ExecUnit unit) {
 }
 
 WeightLayout plan_weights(const Weights& w) {
-  std::vector<const Matrix*> ms = {&w.tok_embd};
-  auto add = [&](const Linear& l) {
-    for (const Matrix* m : {&l.w, &l.v, &l.u})
-      if (m->rows > 0) ms.push_back(m);
-  };
-  add(w.output);
-  for (const Layer& L : w.layers)
-    for (const Linear* l : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) add(*l);
+  std::vector<const Matrix*> ms;  // the norms go to a buffer of their own
+  for_each_matrix(w, [&](const WeightSpec& spec, const Matrix& m) {
+    if (!spec.is_norm) ms.push_back(&m);
+  });
   for (const Matrix* m : ms)
     if (m->dtype != DType::F32 && m->dtype != DType::F16 && m->dtype != DType::BF16)
       fail("the CUDA backend reads F32, F16 or BF16 weights, not {} (load the model as bf16)",
@@ -92,8 +88,7 @@ MemoryPlan plan_memory(const Weights& w, const Plan& p, const ExecOptions& e, in
                        int max_tokens) {
   const Config& c = w.cfg;
   MemoryPlan m;
-  m.weights = plan_weights(w).elements * 2;
-  m.weights += uint64_t(c.dim) * 4 * uint64_t(2 * c.n_layers + 1);  // norms
+  m.weights = estimate_bytes(matrix_shapes(w), DType::BF16, kRowPad);  // and the f32 norms
   const uint64_t L = uint64_t(c.n_layers), T = uint64_t(ctx), kv = uint64_t(c.kv_dim());
   if (e.kv == KvMode::Legacy)
     m.kv = L * T * uint64_t(p.k_latent + p.v_latent) * 2 + 2 * T * kv * 4;
