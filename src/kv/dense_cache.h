@@ -12,7 +12,9 @@ namespace lr::kv {
 class DenseCache {
  public:
   DenseCache(int n_layers, int n_kv_heads, int head_dim, int ctx)
-      : n_kv_heads_(n_kv_heads), head_dim_(head_dim), ctx_(ctx),
+      : n_kv_heads_(n_kv_heads),
+        head_dim_(head_dim),
+        ctx_(ctx),
         k_(size_t(n_layers) * size_t(n_kv_heads) * size_t(ctx) * size_t(head_dim), 0.f),
         v_(k_.size(), 0.f) {}
 
@@ -31,7 +33,8 @@ class DenseCache {
   std::vector<float> k_, v_;  // [n_layers, n_kv_heads, ctx, head_dim]
 };
 
-inline void DenseCache::append(int l, int pos, const float* k, const float* v, int n, int64_t stride) {
+inline void DenseCache::append(int l, int pos, const float* k, const float* v, int n,
+                               int64_t stride) {
   for (int t = 0; t < n; ++t)
     for (int h = 0; h < n_kv_heads_; ++h)
       for (int i = 0; i < head_dim_; ++i) {

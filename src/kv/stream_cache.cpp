@@ -7,8 +7,8 @@
 
 namespace lr::kv {
 
-StreamCache::StreamCache(const KeyCacheConfig& cfg, int n_layers, int n_kv_heads, int head_dim, int ctx,
-                         const std::vector<double>& rope_freq,
+StreamCache::StreamCache(const KeyCacheConfig& cfg, int n_layers, int n_kv_heads, int head_dim,
+                         int ctx, const std::vector<double>& rope_freq,
                          const std::vector<std::shared_ptr<const SvdqBasis>>& calibrated)
     : n_kv_heads_(n_kv_heads), d_(head_dim), ctx_(ctx) {
   const size_t streams = size_t(n_layers) * size_t(n_kv_heads);
@@ -42,7 +42,8 @@ void StreamCache::end_call(ThreadPool& pool) {
   sv_.shrink_to_fit();
 }
 
-void StreamCache::append(int l, int h, int pos, const float* k, const float* v, int n, int64_t stride) {
+void StreamCache::append(int l, int h, int pos, const float* k, const float* v, int n,
+                         int64_t stride) {
   if (staging()) {
     const int at = pos - stage_begin_;
     LR_ASSERT(at >= 0 && at + n <= stage_n_);
@@ -55,7 +56,8 @@ void StreamCache::append(int l, int h, int pos, const float* k, const float* v, 
   stream(l, h).append(k, n, stride);
   uint16_t* dst = values(l, h) + size_t(pos) * size_t(d_);
   for (int t = 0; t < n; ++t)
-    for (int i = 0; i < d_; ++i) dst[size_t(t) * size_t(d_) + size_t(i)] = f32_to_f16(v[t * stride + i]);
+    for (int i = 0; i < d_; ++i)
+      dst[size_t(t) * size_t(d_) + size_t(i)] = f32_to_f16(v[t * stride + i]);
 }
 
 void StreamCache::truncate(int n) {

@@ -18,15 +18,15 @@ namespace lr::kv {
 // What a session's key cache holds.
 struct KeyCacheStats {
   KeyType type = KeyType::F32;
-  int64_t tokens = 0;          // cached positions
+  int64_t tokens = 0;  // cached positions
   int head_dim = 0;
-  int streams = 0;             // layers x KV heads
-  KeyBytes held;               // bytes held for the cached positions
-  KeyBytes allocated;          // bytes reserved for the whole context
-  uint64_t value_bytes = 0;    // f16 values, whole context
-  double mean_rank = 0;        // SVDq: mean rank and stored channels over fitted streams
+  int streams = 0;           // layers x KV heads
+  KeyBytes held;             // bytes held for the cached positions
+  KeyBytes allocated;        // bytes reserved for the whole context
+  uint64_t value_bytes = 0;  // f16 values, whole context
+  double mean_rank = 0;      // SVDq: mean rank and stored channels over fitted streams
   double mean_channels = 0;
-  double nominal_bits = 0;     // SVDq: mean over streams of mean(schedule) x rank / head_dim
+  double nominal_bits = 0;  // SVDq: mean over streams of mean(schedule) x rank / head_dim
   int fitted = 0, degraded = 0;
   // Bits per key element of what is held: all key bytes x 8 / (tokens x head_dim x streams).
   double true_bits() const {
@@ -66,10 +66,10 @@ class StreamCache {
  private:
   size_t index(int l, int h) const { return size_t(l) * size_t(n_kv_heads_) + size_t(h); }
   int n_kv_heads_, d_, ctx_;
-  std::vector<KeyStream> ks_;    // [n_layers * n_kv_heads]
-  std::vector<uint16_t> v16_;    // [n_layers, n_kv_heads, ctx, head_dim] f16
+  std::vector<KeyStream> ks_;  // [n_layers * n_kv_heads]
+  std::vector<uint16_t> v16_;  // [n_layers, n_kv_heads, ctx, head_dim] f16
   int stage_begin_ = 0, stage_n_ = 0;
-  std::vector<float> sk_, sv_;   // [n_layers, n_kv_heads, stage_n, head_dim]
+  std::vector<float> sk_, sv_;  // [n_layers, n_kv_heads, stage_n, head_dim]
 };
 
 }  // namespace lr::kv

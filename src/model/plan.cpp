@@ -14,9 +14,9 @@ const char* buf_name(Buf b) {
 }
 
 const char* op_name(Op o) {
-  static const char* names[] = {"embed",   "rms_norm", "linear",  "rope_append",   "attend",
-                                "merge",   "add",      "silu_mul", "append",       "rope",
-                                "scores",  "softmax",  "mix",      "latent_append", "reconstruct"};
+  static const char* names[] = {"embed",  "rms_norm", "linear",   "rope_append",   "attend",
+                                "merge",  "add",      "silu_mul", "append",        "rope",
+                                "scores", "softmax",  "mix",      "latent_append", "reconstruct"};
   return names[size_t(o)];
 }
 
@@ -64,9 +64,13 @@ int64_t Plan::width(Buf b, const Config& c) const {
 
 namespace {
 
-uint8_t bit(Site s) { return uint8_t(1u << unsigned(s)); }
+uint8_t bit(Site s) {
+  return uint8_t(1u << unsigned(s));
+}
 
-std::string prefix(int l) { return l < 0 ? "" : "blk." + std::to_string(l) + "."; }
+std::string prefix(int l) {
+  return l < 0 ? "" : "blk." + std::to_string(l) + ".";
+}
 
 // One linear map of a projection group: the map, its name, where its output goes.
 struct Map {
@@ -103,7 +107,10 @@ class Planner {
     const Layer& L = w_.layers[size_t(l)];
     rms_norm(l, "attn_norm", L.attn_norm, Site::AttnIn);
     const bool cpu = o_.target == Target::Cpu, cache = cpu && !o_.streamed_keys;
-    project(l, "qkv", {{&L.q, "q", Buf::Q, cpu}, {&L.k, "k", Buf::K, cpu, cache}, {&L.v, "v", Buf::V, false, cache}},
+    project(l, "qkv",
+            {{&L.q, "q", Buf::Q, cpu},
+             {&L.k, "k", Buf::K, cpu, cache},
+             {&L.v, "v", Buf::V, false, cache}},
             Buf::H, &L.qkv_in);
     if (!cpu) add(Op::RopeAppend, l, "rope_append").observe = bit(Site::Keys) | bit(Site::Queries);
     if (o_.streamed_keys) add(Op::Append, l, "append");
@@ -117,7 +124,8 @@ class Planner {
   void mlp(int l) {
     const Layer& L = w_.layers[size_t(l)];
     rms_norm(l, "ffn_norm", L.ffn_norm, Site::MlpIn);
-    project(l, "gate_up", {{&L.gate, "gate", Buf::G}, {&L.up, "up", Buf::U}}, Buf::H, &L.gate_up_in);
+    project(l, "gate_up", {{&L.gate, "gate", Buf::G}, {&L.up, "up", Buf::U}}, Buf::H,
+            &L.gate_up_in);
     Step& s = add(Op::SiluMul, l, "silu_mul");
     s.width = c_.ffn_dim;
     s.observe = bit(Site::MlpMid);
@@ -223,13 +231,17 @@ class Planner {
 
 }  // namespace
 
-Plan plan_forward(const Weights& w, const PlanOptions& o) { return Planner(w, o).run(); }
+Plan plan_forward(const Weights& w, const PlanOptions& o) {
+  return Planner(w, o).run();
+}
 
 // --- fusion -------------------------------------------------------------------
 
 namespace {
 
-bool reads(const Job& j, Buf b) { return j.in == b; }
+bool reads(const Job& j, Buf b) {
+  return j.in == b;
+}
 
 }  // namespace
 
@@ -292,8 +304,10 @@ Plan fuse(Plan p) {
           if (merge && reads(j, Buf::Att)) j.merge_in = true;
           if (silu_in && reads(j, Buf::G)) j.in2 = Buf::U;
         }
-        if (std::any_of(s.jobs.begin(), s.jobs.end(), [](const Job& j) { return j.merge_in; })) merge = false;
-        if (std::any_of(s.jobs.begin(), s.jobs.end(), [](const Job& j) { return j.in2 != Buf::None; }))
+        if (std::any_of(s.jobs.begin(), s.jobs.end(), [](const Job& j) { return j.merge_in; }))
+          merge = false;
+        if (std::any_of(s.jobs.begin(), s.jobs.end(),
+                        [](const Job& j) { return j.in2 != Buf::None; }))
           silu_in = false;
         break;
       default:

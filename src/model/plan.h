@@ -69,15 +69,15 @@ enum class Site : uint8_t {
 Buf site_buffer(Site s);
 
 enum class Op : uint8_t {
-  Embed,        // x = tok_embd[token]
-  RmsNorm,      // b = rms_norm(a) * norm
-  Linear,       // every job: out (+)= M in
-  RopeAppend,   // q, k roped at their positions; k, v appended to the cache
-  Attend,       // attention partials of q over the cache, split across chunks of positions
-  Merge,        // att = the partials merged
-  Add,          // x += a (a residual)
-  SiluMul,      // g = silu(g) * u
-  Append,       // k, v -> the cache (static KV; a compressed key cache encodes them)
+  Embed,       // x = tok_embd[token]
+  RmsNorm,     // b = rms_norm(a) * norm
+  Linear,      // every job: out (+)= M in
+  RopeAppend,  // q, k roped at their positions; k, v appended to the cache
+  Attend,      // attention partials of q over the cache, split across chunks of positions
+  Merge,       // att = the partials merged
+  Add,         // x += a (a residual)
+  SiluMul,     // g = silu(g) * u
+  Append,      // k, v -> the cache (static KV; a compressed key cache encodes them)
   // The research baselines only (plan_transforms.h):
   Rope,          // static / legacy: a (q) and b (k) roped in place
   Scores,        // static: s[h, j] = q_h . k_j / sqrt(head_dim), j <= pos

@@ -8,9 +8,13 @@ namespace lr {
 
 namespace {
 
-uint8_t bit(Site s) { return uint8_t(1u << unsigned(s)); }
+uint8_t bit(Site s) {
+  return uint8_t(1u << unsigned(s));
+}
 
-std::string prefix(int l) { return l < 0 ? "" : "blk." + std::to_string(l) + "."; }
+std::string prefix(int l) {
+  return l < 0 ? "" : "blk." + std::to_string(l) + ".";
+}
 
 Step make(Op op, int layer, const char* name) {
   Step s;
@@ -40,7 +44,8 @@ Plan rewrite(Plan p, F f) {
 void require_unfused_dense(const Plan& p, const char* what) {
   LR_ASSERT(!p.fused && p.kv == KvMode::Dense);
   if (p.streamed_keys)
-    fail("{} keeps its own cache; a compressed key cache (--cache-type-k) runs with --kv dense", what);
+    fail("{} keeps its own cache; a compressed key cache (--cache-type-k) runs with --kv dense",
+         what);
 }
 
 }  // namespace
@@ -112,9 +117,10 @@ Plan latent_kv(Plan p) {
             continue;
           }
           if (j.side == Side::Whole)
-            fail("--kv legacy caches the low-rank latents of k and v, but layer {} has a dense {} "
-                 "projection (use a compressed model, or --kv dense)",
-                 s.layer, j.map);
+            fail(
+                "--kv legacy caches the low-rank latents of k and v, but layer {} has a dense {} "
+                "projection (use a compressed model, or --kv dense)",
+                s.layer, j.map);
           (j.map == std::string("k") ? lat.uk : lat.uv) = j.m;  // the output side is dropped
         }
         if (keep.empty()) return;
@@ -127,7 +133,8 @@ Plan latent_kv(Plan p) {
         if (s.op == Op::Attend && target == Target::Gpu) return out.push_back(std::move(s));
         k_latent = std::max(k_latent, lat.k_rank);
         v_latent = std::max(v_latent, lat.v_rank);
-        if (target == Target::Cpu) {  // one step: the latents join the cache, the history is rebuilt
+        if (target ==
+            Target::Cpu) {  // one step: the latents join the cache, the history is rebuilt
           Step r = make(Op::Reconstruct, s.layer, "kv_rebuild");
           r.latent = lat;
           r.latent.append = true;

@@ -19,8 +19,8 @@ struct ExecOptions {
   bool fused = true;   // RMSNorm, SiLU*mul, residual adds and the attention merge folded
                        // into the neighbouring products (fuse())
   ExecUnit unit = ExecUnit::PerToken;
-  bool spin = true;    // CPU: idle threads spin between dispatches; false: they sleep, and every
-                       // dispatch wakes and joins them (an eager framework's per-op launch)
+  bool spin = true;  // CPU: idle threads spin between dispatches; false: they sleep, and every
+                     // dispatch wakes and joins them (an eager framework's per-op launch)
 };
 
 // Every product of a projection group a step of its own (q_in, k_in, v_in, ...).

@@ -9,7 +9,8 @@ namespace lr::scalar {
 std::vector<double> rope_inv_freq(const Config& c) {
   std::vector<double> f(size_t(c.head_dim / 2));
   for (int i = 0; i < c.head_dim / 2; ++i)
-    f[size_t(i)] = std::pow(double(c.rope_theta), -2.0 * i / c.head_dim) / double(c.rope_linear_factor);
+    f[size_t(i)] =
+        std::pow(double(c.rope_theta), -2.0 * i / c.head_dim) / double(c.rope_linear_factor);
   return f;
 }
 

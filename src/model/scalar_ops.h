@@ -20,7 +20,9 @@ void rope(float* x, int n_heads, int head_dim, int64_t pos, const std::vector<do
 // y = x / sqrt(mean(x^2) + eps) * w   (y may alias x)
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
 
-inline double silu(double x) { return x / (1.0 + std::exp(-x)); }
+inline double silu(double x) {
+  return x / (1.0 + std::exp(-x));
+}
 // g = silu(g) * u
 void silu_mul(float* g, const float* u, int64_t n);
 

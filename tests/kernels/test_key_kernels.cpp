@@ -50,7 +50,8 @@ TEST(KeyStream, ScoresEqualReconstructThenDot) {
             dot += double(q[size_t(h * d + i)]) * r[size_t(i)];
             mag += std::fabs(double(q[size_t(h * d + i)]) * r[size_t(i)]);
           }
-          worst = std::max(worst, std::fabs(sc[size_t(h) * n + size_t(j)] - 0.125 * dot) / (0.125 * mag + 1e-6));
+          worst = std::max(
+              worst, std::fabs(sc[size_t(h) * n + size_t(j)] - 0.125 * dot) / (0.125 * mag + 1e-6));
         }
       }
       EXPECT_LT(worst, 1e-4) << key_type_name(t) << " g=" << g;
@@ -97,8 +98,10 @@ TEST(AttendKeys, KernelMatchesReferenceForEveryType) {
     for (int g : {1, 3, 8}) {
       auto q = test::normal(size_t(g) * d, 16 + g);
       for (auto [j0, j1] : {std::pair<int64_t, int64_t>{0, n}, {32, 96}, {17, 190}, {192, 203}}) {
-        std::vector<float> m(static_cast<size_t>(g)), l(static_cast<size_t>(g)), acc(size_t(g) * d), ref(size_t(g) * d);
-        cpu::attend_keys_partial(s, V.data(), q.data(), g, j0, j1, 0.125f, m.data(), l.data(), acc.data());
+        std::vector<float> m(static_cast<size_t>(g)), l(static_cast<size_t>(g)), acc(size_t(g) * d),
+            ref(size_t(g) * d);
+        cpu::attend_keys_partial(s, V.data(), q.data(), g, j0, j1, 0.125f, m.data(), l.data(),
+                                 acc.data());
         attend_keys_reference(s, V.data(), q.data(), g, j0, j1, 0.125f, ref.data());
         for (int h = 0; h < g; ++h)
           for (int i = 0; i < d; ++i)
@@ -129,10 +132,13 @@ TEST(AttendKeys, ShortBlocksMatchReference) {
     ASSERT_NE(s.compressed() % 32, 0);
     auto q = test::normal(size_t(3) * d, 53);
     std::vector<float> m(3), l(3), acc(size_t(3) * d), ref(size_t(3) * d);
-    cpu::attend_keys_partial(s, V.data(), q.data(), 3, 0, n, 0.125f, m.data(), l.data(), acc.data());
+    cpu::attend_keys_partial(s, V.data(), q.data(), 3, 0, n, 0.125f, m.data(), l.data(),
+                             acc.data());
     attend_keys_reference(s, V.data(), q.data(), 3, 0, n, 0.125f, ref.data());
     for (int h = 0; h < 3; ++h)
-      for (int i = 0; i < d; ++i) EXPECT_NEAR(acc[size_t(h * d + i)] / l[size_t(h)], ref[size_t(h * d + i)], 2e-5) << key_type_name(c.type);
+      for (int i = 0; i < d; ++i)
+        EXPECT_NEAR(acc[size_t(h * d + i)] / l[size_t(h)], ref[size_t(h * d + i)], 2e-5)
+            << key_type_name(c.type);
   }
 }
 

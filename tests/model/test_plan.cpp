@@ -57,9 +57,10 @@ TEST(Plan, TheModelsPlanReadsLikeItsBlocks) {
   const Layer& L = w.layers[0];
   const Plan cpu = plan_forward(w, {Target::Cpu});
   // x += o(attend(rope(q(h)), rope(k(h)), v(h))); x += down(silu(gate(h)) * up(h))
-  EXPECT_EQ(names(cpu, 0), (std::vector<std::string>{"attn_norm", "qkv_in", "qkv_out", "attend", "merge", "o_in",
-                                                     "o_out", "attn_residual", "ffn_norm", "gate_up_in", "gate_up_out",
-                                                     "silu_mul", "down_in", "down_out", "ffn_residual"}));
+  EXPECT_EQ(names(cpu, 0), (std::vector<std::string>{
+                               "attn_norm", "qkv_in", "qkv_out", "attend", "merge", "o_in", "o_out",
+                               "attn_residual", "ffn_norm", "gate_up_in", "gate_up_out", "silu_mul",
+                               "down_in", "down_out", "ffn_residual"}));
   EXPECT_EQ(names(cpu, -1), (std::vector<std::string>{"embed", "output_norm", "output"}));
   EXPECT_FALSE(cpu.fused);
   // The q/k/v input side is one product over the packed [Vq; Vk; Vv]; latents go to P in order.
@@ -70,8 +71,8 @@ TEST(Plan, TheModelsPlanReadsLikeItsBlocks) {
   EXPECT_EQ(qkv_in.jobs[1].out, Buf::P);
   EXPECT_EQ(qkv_in.jobs[1].out_off, L.q.rank());
   EXPECT_EQ(qkv_in.jobs[2].out_off, L.q.rank() + L.k.rank());
-  EXPECT_EQ(cpu.p_width, L.q.rank() + L.k.rank() + L.v.rank() + L.o.rank() + L.gate.rank() + L.up.rank() +
-                             L.down.rank());
+  EXPECT_EQ(cpu.p_width, L.q.rank() + L.k.rank() + L.v.rank() + L.o.rank() + L.gate.rank() +
+                             L.up.rank() + L.down.rank());
   // CPU: the output-side product ropes q and k heads and appends k and v to the cache.
   const Step& qkv_out = step(cpu, "blk.0.qkv_out");
   ASSERT_EQ(qkv_out.jobs.size(), 3u);
@@ -99,8 +100,9 @@ TEST(Plan, FuseFoldsWhereEachTargetFinishesItsRows) {
   Model m = load_model(s.path, DType::F32);
   const Weights& w = *m.weights;
   const Plan cpu = fuse(plan_forward(w, {Target::Cpu}));
-  EXPECT_EQ(names(cpu, 0), (std::vector<std::string>{"qkv_in", "qkv_out", "attend", "o_in", "o_out", "gate_up_in",
-                                                     "gate_up_out", "down_in", "down_out"}));
+  EXPECT_EQ(names(cpu, 0),
+            (std::vector<std::string>{"qkv_in", "qkv_out", "attend", "o_in", "o_out", "gate_up_in",
+                                      "gate_up_out", "down_in", "down_out"}));
   EXPECT_EQ(cpu.steps.size(), 1 + 2u * 9 + 1);  // embed, two layers, the output head
   EXPECT_EQ(step(cpu, "blk.0.qkv_in").jobs[0].norm, &w.layers[0].attn_norm);
   EXPECT_EQ(step(cpu, "blk.0.qkv_in").jobs[0].in, Buf::X);
@@ -126,24 +128,28 @@ TEST(Plan, TheTransformsGiveTheRungs) {
   const Weights& w = *m.weights;
   const Plan naive = derive(w, {Target::Cpu}, rung(KvMode::Static, false, false));
   EXPECT_EQ(names(naive, 1),
-            (std::vector<std::string>{"attn_norm", "q_in", "k_in", "v_in", "q_out", "k_out", "v_out", "rope",
-                                      "append", "scores", "softmax", "mix", "o_in", "o_out", "attn_residual",
-                                      "ffn_norm", "gate_in", "up_in", "gate_out", "up_out", "silu_mul", "down_in",
-                                      "down_out", "ffn_residual"}));
+            (std::vector<std::string>{
+                "attn_norm", "q_in",   "k_in",          "v_in",     "q_out",    "k_out",
+                "v_out",     "rope",   "append",        "scores",   "softmax",  "mix",
+                "o_in",      "o_out",  "attn_residual", "ffn_norm", "gate_in",  "up_in",
+                "gate_out",  "up_out", "silu_mul",      "down_in",  "down_out", "ffn_residual"}));
   for (const Step& st : naive.steps)
     for (const Job& j : st.jobs) EXPECT_FALSE(j.rope || j.append) << st.name;
   const Plan legacy = derive(w, {Target::Cpu}, rung(KvMode::Legacy, false, false));
   auto l0 = names(legacy, 0);
   EXPECT_EQ(std::vector<std::string>(l0.begin(), l0.begin() + 8),
-            (std::vector<std::string>{"attn_norm", "q_in", "k_in", "v_in", "q_out", "kv_rebuild", "attend", "merge"}));
+            (std::vector<std::string>{"attn_norm", "q_in", "k_in", "v_in", "q_out", "kv_rebuild",
+                                      "attend", "merge"}));
   const Step& rebuild = step(legacy, "blk.0.kv_rebuild");
   EXPECT_TRUE(rebuild.latent.append);
   EXPECT_EQ(rebuild.latent.k_off, w.layers[0].q.rank());
   EXPECT_EQ(rebuild.latent.uk, &w.layers[0].k.u);
   EXPECT_EQ(legacy.k_latent, w.layers[0].k.rank());
   EXPECT_EQ(l0.size(), 20u);
-  EXPECT_EQ(derive(w, {Target::Cpu}, rung(KvMode::Dense, false, false)).steps.size(), 1 + 2u * 21 + 2);
-  EXPECT_EQ(derive(w, {Target::Cpu}, rung(KvMode::Dense, true, false)).steps.size(), 1 + 2u * 15 + 2);
+  EXPECT_EQ(derive(w, {Target::Cpu}, rung(KvMode::Dense, false, false)).steps.size(),
+            1 + 2u * 21 + 2);
+  EXPECT_EQ(derive(w, {Target::Cpu}, rung(KvMode::Dense, true, false)).steps.size(),
+            1 + 2u * 15 + 2);
   // Unpacking names each product after its map and drops the stacked product.
   const Plan unpacked = derive(w, {Target::Cpu}, rung(KvMode::Dense, false, true));
   EXPECT_EQ(step(unpacked, "blk.0.q_in").stacked, nullptr);
@@ -159,9 +165,11 @@ TEST(Plan, TheTransformsGiveTheRungs) {
 TEST(Plan, LatentKvNeedsLowRankKeysAndValues) {
   Synth s(1.0);
   Model m = load_model(s.path, DType::F32);
-  EXPECT_NE(test::error_of([&] { derive(*m.weights, {Target::Cpu}, rung(KvMode::Legacy, true, true)); })
-                .find("--kv legacy caches the low-rank latents of k and v, but layer 0 has a dense k projection"),
-            std::string::npos);
+  EXPECT_NE(
+      test::error_of([&] { derive(*m.weights, {Target::Cpu}, rung(KvMode::Legacy, true, true)); })
+          .find("--kv legacy caches the low-rank latents of k and v, but layer 0 has a dense k "
+                "projection"),
+      std::string::npos);
 }
 
 // Every rung's plan on each target, executed step by step in scalar loops,
@@ -177,8 +185,8 @@ TEST(Plan, EveryRungOfEveryTargetMatchesTheReference) {
         for (bool packed : {false, true})
           for (bool fused : {false, true}) {
             if (keep == 1.0 && kv == KvMode::Legacy) continue;
-            SCOPED_TRACE(fmt::format("keep {} target {} kv {} packed {} fused {}", keep, int(target), int(kv),
-                                     packed, fused));
+            SCOPED_TRACE(fmt::format("keep {} target {} kv {} packed {} fused {}", keep,
+                                     int(target), int(kv), packed, fused));
             BackendOptions o;
             o.ctx = 64;
             o.exec = rung(kv, packed, fused);

@@ -31,13 +31,16 @@ TEST(Weights, EstimateIsWhatTheLoaderAllocates) {
       const Weights& w = *m.weights;
       EXPECT_EQ(estimate_bytes(matrix_shapes(w), wt), w.bytes());
       // A dense model's estimate from its config alone is the same.
-      if (keep == 1.0) EXPECT_EQ(estimate_bytes(matrix_shapes(w.cfg), wt), w.bytes());
+      if (keep == 1.0) {
+        EXPECT_EQ(estimate_bytes(matrix_shapes(w.cfg), wt), w.bytes());
+      }
     }
   // Tied embeddings: the output head is not a second matrix.
   Model tied = load_model(synth(t, 1.0, "smollm2-135m"), DType::BF16);
   ASSERT_TRUE(tied.weights->cfg.tied_output);
   const Config& c = tied.weights->cfg;
-  EXPECT_EQ(matrix_shapes(c).size(), size_t(2 + 9 * c.n_layers));  // embedding, out_norm, 9 per layer
+  EXPECT_EQ(matrix_shapes(c).size(),
+            size_t(2 + 9 * c.n_layers));  // embedding, out_norm, 9 per layer
   EXPECT_EQ(estimate_bytes(matrix_shapes(c), DType::BF16), tied.weights->bytes());
   // By hand for Q8_0: a [3, 40] matrix is 120 int8 values and 3 x 2 f32 scales;
   // padded to 8-element rows (the GPU's layout) as bf16: 3 x 48 x 2.
@@ -73,7 +76,9 @@ TEST(Weights, VisitorsWalkTheTableLayerByLayer) {
   EXPECT_EQ(linear, 1 + 7 * w.cfg.n_layers);  // the head (dense in synth) and 7 maps per layer
   EXPECT_EQ(low_rank, 7 * w.cfg.n_layers);
   std::set<const uint8_t*> distinct;
-  for_each_matrix(w, [&](const WeightSpec&, const Matrix& mat) { EXPECT_TRUE(distinct.insert(mat.ptr()).second); });
+  for_each_matrix(w, [&](const WeightSpec&, const Matrix& mat) {
+    EXPECT_TRUE(distinct.insert(mat.ptr()).second);
+  });
   EXPECT_EQ(distinct.size(), 3 + size_t(w.cfg.n_layers) * (2 + 7 * 2));
 }
 

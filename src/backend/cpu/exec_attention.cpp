@@ -15,7 +15,8 @@ namespace lr::cpu {
 namespace {
 
 // Folds the partial (m2, l2, acc2) of g heads into (m, l, acc).
-void combine(int g, int d, float* m, float* l, float* acc, const float* m2, const float* l2, const float* acc2) {
+void combine(int g, int d, float* m, float* l, float* acc, const float* m2, const float* l2,
+             const float* acc2) {
   for (int h = 0; h < g; ++h) {
     if (!(l2[h] > 0)) continue;
     const float mx = l[h] > 0 ? std::max(m[h], m2[h]) : m2[h];
@@ -41,7 +42,8 @@ Executor::Fn Executor::attend(const Step& s) {
     const float scale = 1.f / std::sqrt(float(hd));
     const Span sp = split(int64_t(count(s)) * c.n_kv_heads * C, tid, nth);
     for (int64_t u = sp.begin; u < sp.end; ++u) {
-      const int t = int(u / (int64_t(c.n_kv_heads) * C)), kvh = int(u / C % c.n_kv_heads), chunk = int(u % C);
+      const int t = int(u / (int64_t(c.n_kv_heads) * C)), kvh = int(u / C % c.n_kv_heads),
+                chunk = int(u % C);
       const int64_t n = s_.pos + t + 1;  // positions this token sees
       const size_t at = part(t, chunk, kvh * g);
       float *m = &part_m_[at], *sum = &part_l_[at], *acc = &part_acc_[at * size_t(hd)];
@@ -51,24 +53,25 @@ Executor::Fn Executor::attend(const Step& s) {
                        n * (chunk + 1) / C, scale, m, sum, acc);
       } else if (s_.latent) {
         kv::LatentCache& lc = *s_.latent;
-        attend_partial(q, g, hd, lc.keys() + kvh * hd, lc.values() + kvh * hd, lc.kv_dim(), n * chunk / C,
-                       n * (chunk + 1) / C, scale, m, sum, acc);
+        attend_partial(q, g, hd, lc.keys() + kvh * hd, lc.values() + kvh * hd, lc.kv_dim(),
+                       n * chunk / C, n * (chunk + 1) / C, scale, m, sum, acc);
       } else if (!s_.streams->staging()) {  // chunks of whole blocks of the compressed keys
         const kv::KeyStream& ks = s_.streams->stream(l, kvh);
         const Span r = split(n, chunk, C, ks.block_tokens());
-        attend_keys_partial(ks, s_.streams->values(l, kvh), q, g, r.begin, r.end, scale, m, sum, acc);
+        attend_keys_partial(ks, s_.streams->values(l, kvh), q, g, r.begin, r.end, scale, m, sum,
+                            acc);
       } else {  // the call's own positions exact, the history from the stored form
         kv::StreamCache& sc = *s_.streams;
         const int hist = sc.stage_begin();
-        attend_partial(q, g, hd, sc.staged_key(l, kvh), sc.staged_value(l, kvh), hd, 0, n - hist, scale, m,
-                       sum, acc);
+        attend_partial(q, g, hd, sc.staged_key(l, kvh), sc.staged_value(l, kvh), hd, 0, n - hist,
+                       scale, m, sum, acc);
         if (hist == 0) continue;
         thread_local std::vector<float> m2, l2, acc2;
         m2.resize(size_t(g));
         l2.resize(size_t(g));
         acc2.resize(size_t(g) * size_t(hd));
-        attend_keys_partial(sc.stream(l, kvh), sc.values(l, kvh), q, g, 0, hist, scale, m2.data(), l2.data(),
-                            acc2.data());
+        attend_keys_partial(sc.stream(l, kvh), sc.values(l, kvh), q, g, 0, hist, scale, m2.data(),
+                            l2.data(), acc2.data());
         combine(g, hd, m, sum, acc, m2.data(), l2.data(), acc2.data());
       }
     }
@@ -83,8 +86,8 @@ Executor::Fn Executor::merge(const Step& s) {
     for (int64_t u = sp.begin; u < sp.end; ++u) {
       const int t = int(u / c.n_heads), h = int(u % c.n_heads);
       attend_merge(chunks_, &part_m_[part(t, 0, h)], &part_l_[part(t, 0, h)], c.n_heads,
-                   &part_acc_[part(t, 0, h) * size_t(c.head_dim)], int64_t(c.n_heads) * c.head_dim, c.head_dim,
-                   row(Buf::Att, t) + h * c.head_dim);
+                   &part_acc_[part(t, 0, h) * size_t(c.head_dim)], int64_t(c.n_heads) * c.head_dim,
+                   c.head_dim, row(Buf::Att, t) + h * c.head_dim);
     }
   };
 }
@@ -113,7 +116,8 @@ Executor::Fn Executor::static_attention(const Step& s) {
       } else {
         float* out = row(Buf::Att, 0) + h * hd;
         std::fill_n(out, hd, 0.f);
-        for (int j = 0; j <= pos; ++j) axpy(sc[j], s_.dense->value(l, kvh) + int64_t(j) * hd, out, hd);
+        for (int j = 0; j <= pos; ++j)
+          axpy(sc[j], s_.dense->value(l, kvh) + int64_t(j) * hd, out, hd);
       }
     }
   };
@@ -146,8 +150,10 @@ Executor::Fn Executor::latent(const Step& s) {
     // The latent rows of a layer are consecutive: a matrix of j1 - j0 tokens.
     float* K = lc.keys() + sp.begin * kv_dim;
     float* V = lc.values() + sp.begin * kv_dim;
-    matmul(*L.uk, lc.k_latent(l, int(sp.begin)), L.k_rank, K, kv_dim, sp.end - sp.begin, 0, L.uk->rows);
-    matmul(*L.uv, lc.v_latent(l, int(sp.begin)), L.v_rank, V, kv_dim, sp.end - sp.begin, 0, L.uv->rows);
+    matmul(*L.uk, lc.k_latent(l, int(sp.begin)), L.k_rank, K, kv_dim, sp.end - sp.begin, 0,
+           L.uk->rows);
+    matmul(*L.uv, lc.v_latent(l, int(sp.begin)), L.v_rank, V, kv_dim, sp.end - sp.begin, 0,
+           L.uv->rows);
     for (int64_t j = sp.begin; j < sp.end; ++j)
       s_.rope.apply(K + (j - sp.begin) * kv_dim, s_.c.n_kv_heads, s_.c.head_dim, int(j));
   };

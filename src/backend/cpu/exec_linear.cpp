@@ -17,7 +17,8 @@ void Executor::merge_rows(int first, int count, float* out, int64_t ld) const {
   for (int t = first; t < first + count; ++t)
     for (int h = 0; h < H; ++h)
       attend_merge(chunks_, &part_m_[part(t, 0, h)], &part_l_[part(t, 0, h)], H,
-                   &part_acc_[part(t, 0, h) * size_t(hd)], int64_t(H) * hd, hd, out + int64_t(t - first) * ld + h * hd);
+                   &part_acc_[part(t, 0, h) * size_t(hd)], int64_t(H) * hd, hd,
+                   out + int64_t(t - first) * ld + h * hd);
 }
 
 // Work is split across threads in units of rows: head_dim rows (a head) when
@@ -107,7 +108,8 @@ Executor::Fn Executor::linear(const Step& s) {
       const int64_t ju = (j.m->rows + align - 1) / align;
       const int64_t b = std::max(sp.begin, u0), e = std::min(sp.end, u0 + ju);
       if (heads) {
-        for (int64_t u = b; u < e; ++u) product(j, (u - u0) * hd, std::min(j.m->rows, (u - u0 + 1) * hd));
+        for (int64_t u = b; u < e; ++u)
+          product(j, (u - u0) * hd, std::min(j.m->rows, (u - u0 + 1) * hd));
       } else if (b < e) {
         product(j, (b - u0) * align, std::min(j.m->rows, (e - u0) * align));
       }

@@ -10,8 +10,13 @@
 
 namespace lr::cpu {
 
-Executor::Executor(Session& s, Plan plan, int max_tokens, ActivationObserver* observer, bool profile)
-    : s_(s), plan_(std::move(plan)), max_tokens_(max_tokens), observer_(observer), profile_(profile) {
+Executor::Executor(Session& s, Plan plan, int max_tokens, ActivationObserver* observer,
+                   bool profile)
+    : s_(s),
+      plan_(std::move(plan)),
+      max_tokens_(max_tokens),
+      observer_(observer),
+      profile_(profile) {
   const Config& c = s.c;
   LR_ASSERT(max_tokens >= 1);
   for (int b = 1; b < int(Buf::Logits); ++b) {
@@ -28,7 +33,8 @@ Executor::Executor(Session& s, Plan plan, int max_tokens, ActivationObserver* ob
   part_acc_.assign(parts * size_t(c.head_dim), 0.f);
   for (const Step& st : plan_.steps) {
     for (const Job& j : st.jobs)
-      if (j.norm || j.merge_in || j.in2 != Buf::None) local_floats_ = std::max(local_floats_, j.m->cols);
+      if (j.norm || j.merge_in || j.in2 != Buf::None)
+        local_floats_ = std::max(local_floats_, j.m->cols);
     if (st.op == Op::Scores) scores_.assign(size_t(c.n_heads) * size_t(s.ctx), 0.f);
   }
   local_.assign(size_t(s.pool.size()) * size_t(max_tokens) * size_t(local_floats_), 0.f);
@@ -54,7 +60,8 @@ Executor::~Executor() {
   std::fprintf(stderr, "decode profile: %llu tokens, %.3f ms/token in steps\n",
                (unsigned long long)profiled_calls_, total / 1e6 / calls);
   for (auto& [ns, k] : rows)
-    std::fprintf(stderr, "  %-16s %8.1f us/token  %5.1f%%\n", k.c_str(), ns / 1e3 / calls, 100.0 * ns / total);
+    std::fprintf(stderr, "  %-16s %8.1f us/token  %5.1f%%\n", k.c_str(), ns / 1e3 / calls,
+                 100.0 * ns / total);
 }
 
 void Executor::run(const int32_t* tokens, int n, Head head, float* logits) {
@@ -74,7 +81,8 @@ void Executor::run(const int32_t* tokens, int n, Head head, float* logits) {
       pool.run(steps_[i].fn);
       if (profile_)
         step_ns_[i] += double(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                  std::chrono::steady_clock::now() - t0).count());
+                                  std::chrono::steady_clock::now() - t0)
+                                  .count());
       if (observer_) observe(*steps_[i].step, n);
     }
     profiled_calls_ += profile_ ? 1 : 0;
@@ -105,7 +113,8 @@ void Executor::run(const int32_t* tokens, int n, Head head, float* logits) {
 }
 
 void Executor::observe(const Step& s, int n) {
-  for (Site site : {Site::AttnIn, Site::AttnOut, Site::MlpIn, Site::MlpMid, Site::Keys, Site::Queries})
+  for (Site site :
+       {Site::AttnIn, Site::AttnOut, Site::MlpIn, Site::MlpMid, Site::Keys, Site::Queries})
     if (s.observes(site)) {
       const Buf b = site_buffer(site);
       observer_->observe(s.layer, site, row(b, 0), n, int(width(b)));
@@ -114,21 +123,31 @@ void Executor::observe(const Step& s, int n) {
 
 Executor::Fn Executor::compile(const Step& s) {
   switch (s.op) {
-    case Op::Linear: return linear(s);
-    case Op::RmsNorm: return rms_norm(s);
+    case Op::Linear:
+      return linear(s);
+    case Op::RmsNorm:
+      return rms_norm(s);
     case Op::Add:
-    case Op::SiluMul: return elementwise(s);
+    case Op::SiluMul:
+      return elementwise(s);
     case Op::Rope:
-    case Op::RopeAppend: return rope(s);
-    case Op::Append: return append(s);
-    case Op::Attend: return attend(s);
-    case Op::Merge: return merge(s);
+    case Op::RopeAppend:
+      return rope(s);
+    case Op::Append:
+      return append(s);
+    case Op::Attend:
+      return attend(s);
+    case Op::Merge:
+      return merge(s);
     case Op::Scores:
     case Op::Softmax:
-    case Op::Mix: return static_attention(s);
+    case Op::Mix:
+      return static_attention(s);
     case Op::LatentAppend:
-    case Op::Reconstruct: return latent(s);
-    case Op::Embed: break;
+    case Op::Reconstruct:
+      return latent(s);
+    case Op::Embed:
+      break;
   }
   LR_ASSERT(false && "no CPU form of this step");
   return {};
@@ -148,7 +167,8 @@ Executor::Fn Executor::elementwise(const Step& s) {
   return [this, &s](int tid, int nth) {
     const Span sp = split(int64_t(count(s)) * s.width, tid, nth, 8);
     if (sp.begin >= sp.end) return;
-    if (s.op == Op::Add) return cpu::add(row(s.a, 0) + sp.begin, row(Buf::X, 0) + sp.begin, sp.end - sp.begin);
+    if (s.op == Op::Add)
+      return cpu::add(row(s.a, 0) + sp.begin, row(Buf::X, 0) + sp.begin, sp.end - sp.begin);
     silu_mul(row(Buf::G, 0) + sp.begin, row(Buf::U, 0) + sp.begin, sp.end - sp.begin);
   };
 }
@@ -211,7 +231,8 @@ Executor::Fn Executor::append(const Step& s) {
           ks.add_queries(rows.data(), int64_t(n) * g, hd, s_.pos, g);
         }
       }
-      s_.streams->append(l, int(h), s_.pos, row(Buf::K, 0) + h * hd, row(Buf::V, 0) + h * hd, n, width(Buf::K));
+      s_.streams->append(l, int(h), s_.pos, row(Buf::K, 0) + h * hd, row(Buf::V, 0) + h * hd, n,
+                         width(Buf::K));
     }
   };
 }

@@ -78,7 +78,9 @@ class Executor {
   int count(const Step& s) const { return is_head(s) ? head_count_ : n_; }
   static bool is_head(const Step& s) { return s.layer < 0 && s.op != Op::Embed; }
   // This thread's scratch for a product's folded input, [max_tokens, local_floats_].
-  float* local(int tid) { return &local_[size_t(tid) * size_t(local_floats_) * size_t(max_tokens_)]; }
+  float* local(int tid) {
+    return &local_[size_t(tid) * size_t(local_floats_) * size_t(max_tokens_)];
+  }
   // Attention partials of token t, chunk c, query head h (m, l; acc [head_dim]).
   size_t part(int t, int c, int h) const {
     return (size_t(t) * size_t(chunks_) + size_t(c)) * size_t(s_.c.n_heads) + size_t(h);
@@ -105,11 +107,12 @@ class Executor {
 
   std::vector<float> buf_[size_t(Buf::Logits) + 1];  // [max_tokens, width] each
   int64_t width_[size_t(Buf::Logits) + 1] = {};
-  int chunks_ = 1;                 // split-K attention chunks per (token, KV head)
-  std::vector<float> part_m_, part_l_, part_acc_;  // [max_tokens, chunks, n_heads] (acc: x head_dim)
-  int64_t local_floats_ = 0;       // per token of a thread's folded-input scratch
-  std::vector<float> local_;       // [nth, max_tokens, local_floats_]
-  std::vector<float> scores_;      // static KV: [n_heads, ctx]
+  int chunks_ = 1;  // split-K attention chunks per (token, KV head)
+  std::vector<float> part_m_, part_l_,
+      part_acc_;               // [max_tokens, chunks, n_heads] (acc: x head_dim)
+  int64_t local_floats_ = 0;   // per token of a thread's folded-input scratch
+  std::vector<float> local_;   // [nth, max_tokens, local_floats_]
+  std::vector<float> scores_;  // static KV: [n_heads, ctx]
 };
 
 }  // namespace lr::cpu

@@ -31,8 +31,8 @@ class CpuBackend final : public Backend {
         plan_options_{Target::Cpu, opt.keys.type != kv::KeyType::F32},
         s_(*weights_, opt, check_keys(opt).kv),
         decode_(s_, derive(*weights_, plan_options_, opt.exec), 1, nullptr, profiling()),
-        prefill_(s_, derive(*weights_, plan_options_, prefill_options(opt.exec)), std::min(kMaxBatch, opt.ctx),
-                 opt.observer),
+        prefill_(s_, derive(*weights_, plan_options_, prefill_options(opt.exec)),
+                 std::min(kMaxBatch, opt.ctx), opt.observer),
         observed_(opt.observer != nullptr) {}
 
   const char* name() const override { return "cpu"; }
@@ -52,7 +52,10 @@ class CpuBackend final : public Backend {
       const int m = std::min(kMaxBatch, n - done);
       s_.pos = n_past_;
       const bool last = done + m == n;
-      prefill_.run(tokens + done, m, all_logits ? cpu::Head::All : last ? cpu::Head::Last : cpu::Head::None,
+      prefill_.run(tokens + done, m,
+                   all_logits ? cpu::Head::All
+                   : last     ? cpu::Head::Last
+                              : cpu::Head::None,
                    all_logits ? logits + size_t(done) * size_t(vocab) : logits);
       n_past_ += m;
       done += m;
@@ -63,7 +66,9 @@ class CpuBackend final : public Backend {
   ExecCounters counters() const override { return {s_.pool.dispatches(), s_.pool.barriers()}; }
   void reset_counters() override { s_.pool.reset_counters(); }
   uint64_t cache_bytes() const override { return s_.cache_bytes(); }
-  kv::KeyCacheStats key_stats() const override { return s_.streams ? s_.streams->stats() : kv::KeyCacheStats{}; }
+  kv::KeyCacheStats key_stats() const override {
+    return s_.streams ? s_.streams->stats() : kv::KeyCacheStats{};
+  }
 
  private:
   void on_rewind(int n) override {

@@ -26,7 +26,8 @@ using kv::unpack_codes;
 inline float dot_f32(const float* a, const float* b, int n) {
   __m256 acc = _mm256_setzero_ps();
   int i = 0;
-  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  for (; i + 8 <= n; i += 8)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
   float s = hsum(acc);
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
@@ -73,13 +74,15 @@ void block32_scores(const BlockLayout& lay, const uint32_t* codes, const float* 
     } else if (b == 8) {
       const uint8_t* p = reinterpret_cast<const uint8_t*>(cw);
       auto part = [&](int i) {
-        return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + i))));
+        return _mm256_cvtepi32_ps(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + i))));
       };
       c0 = part(0), c1 = part(8), c2 = part(16), c3 = part(24);
     } else {
       unpack_codes(codes, off, 32, b, q8);
       for (int t = 0; t < 32; ++t) cf[t] = float(q8[t]);
-      c0 = _mm256_load_ps(cf), c1 = _mm256_load_ps(cf + 8), c2 = _mm256_load_ps(cf + 16), c3 = _mm256_load_ps(cf + 24);
+      c0 = _mm256_load_ps(cf), c1 = _mm256_load_ps(cf + 8), c2 = _mm256_load_ps(cf + 16),
+      c3 = _mm256_load_ps(cf + 24);
     }
     for (int h = 0; h < NH; ++h) {
       const __m256 wv = _mm256_broadcast_ss(w + h * ldw + c);
@@ -93,9 +96,11 @@ void block32_scores(const BlockLayout& lay, const uint32_t* codes, const float* 
     for (int k = 0; k < 4; ++k) _mm256_storeu_ps(s + h * lds + 8 * k, acc[h][k]);
 }
 
-void latent_scores(const kv::KeyStream& ks, const float* prep, int g, int64_t blk, float* s, int64_t lds) {
+void latent_scores(const kv::KeyStream& ks, const float* prep, int g, int64_t blk, float* s,
+                   int64_t lds) {
   const BlockLayout& layout = ks.layout();
-  const int C = layout.channels(), pf = key_prep_floats(ks), d = ks.head_dim(), bt = ks.block_tokens();
+  const int C = layout.channels(), pf = key_prep_floats(ks), d = ks.head_dim(),
+            bt = ks.block_tokens();
   const uint8_t* B = ks.block(blk);
   const uint16_t* sm = reinterpret_cast<const uint16_t*>(B);
   const uint32_t* codes = reinterpret_cast<const uint32_t*>(B + 4 * C);
@@ -119,9 +124,15 @@ void latent_scores(const kv::KeyStream& ks, const float* prep, int g, int64_t bl
       const float* wh = &w[size_t(h0) * size_t(C)];
       float* sh = s + h0 * lds;
       switch (std::min(3, g - h0)) {
-        case 1: block32_scores<1>(layout, codes, wh, C, &base[size_t(h0)], sh, lds); break;
-        case 2: block32_scores<2>(layout, codes, wh, C, &base[size_t(h0)], sh, lds); break;
-        default: block32_scores<3>(layout, codes, wh, C, &base[size_t(h0)], sh, lds); break;
+        case 1:
+          block32_scores<1>(layout, codes, wh, C, &base[size_t(h0)], sh, lds);
+          break;
+        case 2:
+          block32_scores<2>(layout, codes, wh, C, &base[size_t(h0)], sh, lds);
+          break;
+        default:
+          block32_scores<3>(layout, codes, wh, C, &base[size_t(h0)], sh, lds);
+          break;
       }
     }
     return;
@@ -151,8 +162,7 @@ void accumulate_f16(float* acc, int d, const float* c, const float* p, int64_t l
     for (int b = 0; b < nb; ++b) {
       const uint16_t* v = V + int64_t(b) * d + d0;
       __m256 vk[4];
-      for (int k = 0; k < 4; ++k)
-        vk[k] = load_f16x8(v + 8 * k);
+      for (int k = 0; k < 4; ++k) vk[k] = load_f16x8(v + 8 * k);
       for (int h = 0; h < NH; ++h) {
         const __m256 pb = _mm256_set1_ps(p[h * lds + b]);
         for (int k = 0; k < 4; ++k) a[h][k] = _mm256_fmadd_ps(pb, vk[k], a[h][k]);
@@ -201,9 +211,15 @@ void softmax_update_f16(int g, int d, float* s, int64_t lds, int nb, const uint1
     float* ah = acc + int64_t(h0) * d;
     const float* sh = s + h0 * lds;
     switch (nh) {
-      case 1: accumulate_f16<1>(ah, d, c, sh, lds, V, nb); break;
-      case 2: accumulate_f16<2>(ah, d, c, sh, lds, V, nb); break;
-      default: accumulate_f16<3>(ah, d, c, sh, lds, V, nb); break;
+      case 1:
+        accumulate_f16<1>(ah, d, c, sh, lds, V, nb);
+        break;
+      case 2:
+        accumulate_f16<2>(ah, d, c, sh, lds, V, nb);
+        break;
+      default:
+        accumulate_f16<3>(ah, d, c, sh, lds, V, nb);
+        break;
     }
   }
 }
@@ -254,19 +270,21 @@ void key_scores(const kv::KeyStream& ks, const float* prep, int g, int64_t j0, i
         tmp.resize(size_t(g) * size_t(bt));
         latent_scores(ks, prep, g, blk, tmp.data(), bt);
         for (int h = 0; h < g; ++h)
-          std::copy(tmp.begin() + h * bt + (j - b0), tmp.begin() + h * bt + (e - b0), s + h * lds + (j - j0));
+          std::copy(tmp.begin() + h * bt + (j - b0), tmp.begin() + h * bt + (e - b0),
+                    s + h * lds + (j - j0));
       }
       j = e;
     }
   }
   for (; j < j1; ++j) {
     ks.decode_rows(j, j + 1, row);
-    for (int h = 0; h < g; ++h) s[h * lds + (j - j0)] = dot_f32(prep + size_t(h) * size_t(pf), row, d);
+    for (int h = 0; h < g; ++h)
+      s[h * lds + (j - j0)] = dot_f32(prep + size_t(h) * size_t(pf), row, d);
   }
 }
 
-void attend_keys_partial(const kv::KeyStream& ks, const uint16_t* V, const float* q, int g, int64_t j0,
-                         int64_t j1, float scale, float* m, float* l, float* acc) {
+void attend_keys_partial(const kv::KeyStream& ks, const uint16_t* V, const float* q, int g,
+                         int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc) {
   const int d = ks.head_dim();
   for (int h = 0; h < g; ++h) {
     m[h] = -INFINITY;
@@ -275,7 +293,8 @@ void attend_keys_partial(const kv::KeyStream& ks, const uint16_t* V, const float
   }
   if (j1 <= j0) return;
   const bool latent = ks.latent();
-  const int T = latent ? std::max(32, ks.block_tokens()) / ks.block_tokens() * ks.block_tokens() : 32;
+  const int T =
+      latent ? std::max(32, ks.block_tokens()) / ks.block_tokens() * ks.block_tokens() : 32;
   // Per-thread scratch: prepared queries, scores, a decoded tile of keys and values.
   thread_local std::vector<float> prep, s, kt, vt;
   prep.resize(size_t(g) * size_t(key_prep_floats(ks)));

@@ -26,7 +26,7 @@ void key_scores(const kv::KeyStream& ks, const float* prep, int g, int64_t j0, i
 // Same contract as attend_partial: g query heads q [g, d] sharing the
 // stream's KV head, positions [j0, j1), values V [capacity, d] f16. Writes
 // the running max m[g], sum l[g] and unnormalized acc [g, d].
-void attend_keys_partial(const kv::KeyStream& ks, const uint16_t* V, const float* q, int g, int64_t j0,
-                         int64_t j1, float scale, float* m, float* l, float* acc);
+void attend_keys_partial(const kv::KeyStream& ks, const uint16_t* V, const float* q, int g,
+                         int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc);
 
 }  // namespace lr::cpu

@@ -11,10 +11,14 @@ namespace lr::cpu {
 
 void matvec(const Matrix& W, const float* x, float* y, int64_t r0, int64_t r1) {
   switch (W.dtype) {
-    case DType::BF16: return matvec_bf16(W.half(), x, y, W.cols, r0, r1);
-    case DType::F16: return matvec_f16(W.half(), x, y, W.cols, r0, r1);
-    case DType::Q8_0: return matvec_q8_0(W.q8(), W.scales.get(), x, y, W.cols, r0, r1);
-    default: return matvec_f32(W.f32(), x, y, W.cols, r0, r1);
+    case DType::BF16:
+      return matvec_bf16(W.half(), x, y, W.cols, r0, r1);
+    case DType::F16:
+      return matvec_f16(W.half(), x, y, W.cols, r0, r1);
+    case DType::Q8_0:
+      return matvec_q8_0(W.q8(), W.scales.get(), x, y, W.cols, r0, r1);
+    default:
+      return matvec_f32(W.f32(), x, y, W.cols, r0, r1);
   }
 }
 
@@ -22,10 +26,14 @@ void matmul(const Matrix& W, const float* X, int64_t ldx, float* Y, int64_t ldy,
             int64_t r0, int64_t r1) {
   if (n == 1) return matvec(W, X, Y, r0, r1);
   switch (W.dtype) {
-    case DType::BF16: return matmul_bf16(W.half(), X, Y, n, W.cols, ldx, ldy, r0, r1);
-    case DType::F16: return matmul_f16(W.half(), X, Y, n, W.cols, ldx, ldy, r0, r1);
-    case DType::Q8_0: return matmul_q8_0(W.q8(), W.scales.get(), X, Y, n, W.cols, ldx, ldy, r0, r1);
-    default: return matmul_f32(W.f32(), X, Y, n, W.cols, ldx, ldy, r0, r1);
+    case DType::BF16:
+      return matmul_bf16(W.half(), X, Y, n, W.cols, ldx, ldy, r0, r1);
+    case DType::F16:
+      return matmul_f16(W.half(), X, Y, n, W.cols, ldx, ldy, r0, r1);
+    case DType::Q8_0:
+      return matmul_q8_0(W.q8(), W.scales.get(), X, Y, n, W.cols, ldx, ldy, r0, r1);
+    default:
+      return matmul_f32(W.f32(), X, Y, n, W.cols, ldx, ldy, r0, r1);
   }
 }
 
@@ -65,14 +73,19 @@ void RopeTable::apply(float* x, int n_heads, int head_dim, int pos) const {
 namespace {
 
 // The stored calibration of stream (l, h) cut to cfg's rank and schedule.
-std::shared_ptr<const kv::SvdqBasis> calibrated_basis(const Weights& w, int l, int h, const kv::SvdqConfig& cfg) {
+std::shared_ptr<const kv::SvdqBasis> calibrated_basis(const Weights& w, int l, int h,
+                                                      const kv::SvdqConfig& cfg) {
   const Weights::KeyCalibration& cal = w.key_calibration;
   if (cal.empty())
-    fail("--svdq-basis calibrated: the model has no calibrated key basis (run lowrank calibrate-kv on it)");
+    fail(
+        "--svdq-basis calibrated: the model has no calibrated key basis (run lowrank calibrate-kv "
+        "on it)");
   const bool q = cfg.metric == kv::Metric::Query;
   if (q && cal.q_vectors.empty())
-    fail("--svdq-metric query --svdq-basis calibrated: the model's key calibration has no query-aware fit "
-         "(rerun lowrank calibrate-kv)");
+    fail(
+        "--svdq-metric query --svdq-basis calibrated: the model's key calibration has no "
+        "query-aware fit "
+        "(rerun lowrank calibrate-kv)");
   const size_t d = size_t(w.cfg.head_dim), i = size_t(l) * size_t(w.cfg.n_kv_heads) + size_t(h);
   auto slice = [&](const std::vector<float>& v, size_t n) {
     return std::vector<float>(v.begin() + ptrdiff_t(i * n), v.begin() + ptrdiff_t((i + 1) * n));
@@ -98,8 +111,10 @@ Session::Session(const Weights& w_, const BackendOptions& opt, KvMode kv)
     std::vector<std::shared_ptr<const kv::SvdqBasis>> bases;
     if (opt.keys.type == kv::KeyType::Svdq && opt.keys.svdq.basis == kv::BasisSource::Calibrated)
       for (int l = 0; l < c.n_layers; ++l)
-        for (int h = 0; h < c.n_kv_heads; ++h) bases.push_back(calibrated_basis(w, l, h, opt.keys.svdq));
-    streams.emplace(opt.keys, c.n_layers, c.n_kv_heads, c.head_dim, opt.ctx, scalar::rope_inv_freq(c), bases);
+        for (int h = 0; h < c.n_kv_heads; ++h)
+          bases.push_back(calibrated_basis(w, l, h, opt.keys.svdq));
+    streams.emplace(opt.keys, c.n_layers, c.n_kv_heads, c.head_dim, opt.ctx,
+                    scalar::rope_inv_freq(c), bases);
   } else if (kv == KvMode::Legacy) {
     std::vector<int64_t> rk, rv;
     for (const Layer& L : w.layers) {

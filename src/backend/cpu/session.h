@@ -47,10 +47,10 @@ struct Session {
   ThreadPool pool;
   int ctx;  // KV cache capacity in tokens
   RopeTable rope;
-  std::optional<kv::DenseCache> dense;    // dense and static KV
-  std::optional<kv::LatentCache> latent;  // legacy KV
-  std::optional<kv::StreamCache> streams; // a compressed key type (--cache-type-k)
-  int pos = 0;  // position of the first token being run
+  std::optional<kv::DenseCache> dense;     // dense and static KV
+  std::optional<kv::LatentCache> latent;   // legacy KV
+  std::optional<kv::StreamCache> streams;  // a compressed key type (--cache-type-k)
+  int pos = 0;                             // position of the first token being run
 
   uint64_t cache_bytes() const;
 };

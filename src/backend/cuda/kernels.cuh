@@ -67,6 +67,7 @@ cudaError_t launch_gemv(cudaStream_t s, const GemvArgs& a, int n);
 // Raises the kernels' dynamic shared memory limits for the widest GEMV input
 // and the widest legacy latent (call once before launching or capturing).
 cudaError_t prepare_kernels(int64_t max_cols, int64_t max_latent);
+cudaError_t prepare_reconstruct(int64_t max_latent);  // the legacy part (kernels_baseline.cu)
 // x = in[t, in_off + c] split in two bf16 parts for c < cols, rows `ld` apart:
 // hi = bf16(x), lo = bf16(x - hi), so hi + lo carries 16 of x's 24 mantissa
 // bits (the prefill products' inputs for cuBLAS: W hi + W lo).

@@ -29,7 +29,8 @@ class ScalarPlan final : public Backend {
     const size_t L = size_t(c.n_layers), T = size_t(ctx_), kv = size_t(c.kv_dim());
     k_.assign(L * T * kv, 0.f);
     v_.assign(L * T * kv, 0.f);
-    const int64_t kl = std::max(decode_.k_latent, prefill_.k_latent), vl = std::max(decode_.v_latent, prefill_.v_latent);
+    const int64_t kl = std::max(decode_.k_latent, prefill_.k_latent),
+                  vl = std::max(decode_.v_latent, prefill_.v_latent);
     lk_.assign(L * T * size_t(kl), 0.f);
     lv_.assign(L * T * size_t(vl), 0.f);
     k_latent_ = kl;
@@ -60,9 +61,15 @@ class ScalarPlan final : public Backend {
  private:
   float* row(Buf b, int t) { return buf_[int(b)].data() + size_t(t) * size_t(width_[int(b)]); }
   const Config& cfg() const { return weights_->cfg; }
-  float* kc(int l, int pos) { return &k_[(size_t(l) * size_t(ctx_) + size_t(pos)) * size_t(cfg().kv_dim())]; }
-  float* vc(int l, int pos) { return &v_[(size_t(l) * size_t(ctx_) + size_t(pos)) * size_t(cfg().kv_dim())]; }
-  void rope(float* x, int heads, int pos) const { scalar::rope(x, heads, cfg().head_dim, pos, inv_freq_); }
+  float* kc(int l, int pos) {
+    return &k_[(size_t(l) * size_t(ctx_) + size_t(pos)) * size_t(cfg().kv_dim())];
+  }
+  float* vc(int l, int pos) {
+    return &v_[(size_t(l) * size_t(ctx_) + size_t(pos)) * size_t(cfg().kv_dim())];
+  }
+  void rope(float* x, int heads, int pos) const {
+    scalar::rope(x, heads, cfg().head_dim, pos, inv_freq_);
+  }
 
   void run(const Step& s, const int32_t* tokens, int n) {
     const Config& c = cfg();
@@ -129,8 +136,10 @@ class ScalarPlan final : public Backend {
   }
 
   void latent_append(const Step::Latent& L, int l, int t, int pos) {
-    std::copy_n(row(Buf::P, t) + L.k_off, L.k_rank, &lk_[(size_t(l) * ctx_ + size_t(pos)) * size_t(k_latent_)]);
-    std::copy_n(row(Buf::P, t) + L.v_off, L.v_rank, &lv_[(size_t(l) * ctx_ + size_t(pos)) * size_t(v_latent_)]);
+    std::copy_n(row(Buf::P, t) + L.k_off, L.k_rank,
+                &lk_[(size_t(l) * ctx_ + size_t(pos)) * size_t(k_latent_)]);
+    std::copy_n(row(Buf::P, t) + L.v_off, L.v_rank,
+                &lv_[(size_t(l) * ctx_ + size_t(pos)) * size_t(v_latent_)]);
   }
 
   // out[r] (+)= M[r, :] x for every row, x the job's input (or its folded form);
@@ -154,7 +163,8 @@ class ScalarPlan final : public Backend {
     for (int64_t h = 0; h < M.rows / hd && (j.rope || j.append); ++h) {
       float* head = out + h * hd;
       if (j.rope) rope(head, 1, pos);
-      if (j.append) std::copy_n(head, hd, (j.out == Buf::K ? kc(s.layer, pos) : vc(s.layer, pos)) + h * hd);
+      if (j.append)
+        std::copy_n(head, hd, (j.out == Buf::K ? kc(s.layer, pos) : vc(s.layer, pos)) + h * hd);
     }
   }
 
@@ -194,13 +204,14 @@ class ScalarPlan final : public Backend {
   std::vector<float> buf_[int(Buf::Logits) + 1];
   int64_t width_[int(Buf::Logits) + 1] = {};
   int64_t k_latent_ = 0, v_latent_ = 0;
-  std::vector<float> k_, v_, lk_, lv_, k_all_, v_all_;  // caches as the executors lay them out (f32)
+  std::vector<float> k_, v_, lk_, lv_, k_all_,
+      v_all_;  // caches as the executors lay them out (f32)
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_scalar_plan_backend(std::shared_ptr<const Weights> w, const BackendOptions& opt,
-                                                  Target target) {
+std::unique_ptr<Backend> make_scalar_plan_backend(std::shared_ptr<const Weights> w,
+                                                  const BackendOptions& opt, Target target) {
   return std::make_unique<ScalarPlan>(std::move(w), opt, target);
 }
 
