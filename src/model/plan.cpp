@@ -62,15 +62,15 @@ int64_t Plan::width(Buf b, const Config& c) const {
   return 0;
 }
 
+std::string step_name(int layer, const std::string& name) {
+  return layer < 0 ? name : "blk." + std::to_string(layer) + "." + name;
+}
+
+uint8_t observed_by(const Job& j) {
+  return j.rope ? site_bit(j.out == Buf::Q ? Site::Queries : Site::Keys) : 0;
+}
+
 namespace {
-
-uint8_t bit(Site s) {
-  return uint8_t(1u << unsigned(s));
-}
-
-std::string prefix(int l) {
-  return l < 0 ? "" : "blk." + std::to_string(l) + ".";
-}
 
 // One linear map of a projection group: the map, its name, where its output goes.
 struct Map {
@@ -112,10 +112,12 @@ class Planner {
              {&L.k, "k", Buf::K, cpu, cache},
              {&L.v, "v", Buf::V, false, cache}},
             Buf::H, &L.qkv_in);
-    if (!cpu) add(Op::RopeAppend, l, "rope_append").observe = bit(Site::Keys) | bit(Site::Queries);
+    if (!cpu)
+      add(Op::RopeAppend, l, "rope_append").observe =
+          site_bit(Site::Keys) | site_bit(Site::Queries);
     if (o_.streamed_keys) add(Op::Append, l, "append");
     add(Op::Attend, l, "attend");
-    add(Op::Merge, l, "merge").observe = bit(Site::AttnOut);
+    add(Op::Merge, l, "merge").observe = site_bit(Site::AttnOut);
     project(l, "", {{&L.o, "o", Buf::Y}}, Buf::Att);
     residual(l, "attn_residual");
   }
@@ -128,7 +130,7 @@ class Planner {
             &L.gate_up_in);
     Step& s = add(Op::SiluMul, l, "silu_mul");
     s.width = c_.ffn_dim;
-    s.observe = bit(Site::MlpMid);
+    s.observe = site_bit(Site::MlpMid);
     project(l, "", {{&L.down, "down", Buf::Y}}, Buf::G);
     residual(l, "ffn_residual");
   }
@@ -143,7 +145,7 @@ class Planner {
     Step& s = plan_.steps.emplace_back();
     s.op = op;
     s.layer = layer;
-    s.name = prefix(layer) + name;
+    s.name = step_name(layer, name);
     return s;
   }
 
@@ -153,7 +155,7 @@ class Planner {
     s.a = Buf::X;
     s.b = Buf::H;
     s.width = c_.dim;
-    if (site) s.observe = bit(*site);
+    if (site) s.observe = site_bit(*site);
   }
 
   void residual(int l, const char* name) {
@@ -216,10 +218,8 @@ class Planner {
     mark_observed(b);
   }
 
-  // A product that ropes q or k heads is where the post-RoPE queries and keys are seen.
   static void mark_observed(Step& s) {
-    for (const Job& j : s.jobs)
-      if (j.rope) s.observe |= bit(j.out == Buf::Q ? Site::Queries : Site::Keys);
+    for (const Job& j : s.jobs) s.observe |= observed_by(j);
   }
 
   const Weights& w_;
@@ -233,95 +233,6 @@ class Planner {
 
 Plan plan_forward(const Weights& w, const PlanOptions& o) {
   return Planner(w, o).run();
-}
-
-// --- fusion -------------------------------------------------------------------
-
-namespace {
-
-bool reads(const Job& j, Buf b) {
-  return j.in == b;
-}
-
-}  // namespace
-
-Plan fuse(Plan p) {
-  LR_ASSERT(!p.fused);
-  std::vector<Step> out;
-  std::vector<size_t> region_begin;
-  size_t next_region = 0;
-  const Matrix* norm = nullptr;  // an RmsNorm x -> h waiting for the products that read h
-  bool merge = false;            // a Merge waiting for the product that reads att
-  bool silu_in = false;          // GPU: a SiLU*mul waiting for the product that reads g
-  bool rope_append = false;      // GPU: a RopeAppend waiting for attention
-  for (size_t i = 0; i < p.steps.size(); ++i) {
-    while (next_region < p.region_begin.size() && p.region_begin[next_region] == i) {
-      region_begin.push_back(out.size());
-      ++next_region;
-    }
-    Step s = std::move(p.steps[i]);
-    switch (s.op) {
-      case Op::RmsNorm:
-        LR_ASSERT(s.a == Buf::X && s.b == Buf::H);
-        norm = s.norm;
-        continue;
-      case Op::Merge:
-        merge = true;
-        continue;
-      case Op::RopeAppend:
-        if (p.target == Target::Gpu) {
-          rope_append = true;
-          continue;
-        }
-        break;
-      case Op::SiluMul:
-        if (p.target == Target::Cpu) {  // the gate/up product finishes its rows
-          LR_ASSERT(!out.empty() && out.back().op == Op::Linear);
-          out.back().silu_mul = true;
-        } else {
-          silu_in = true;
-        }
-        continue;
-      case Op::Add: {  // the product before it accumulates into x
-        LR_ASSERT(s.a == Buf::Y && !out.empty() && out.back().op == Op::Linear);
-        for (Job& j : out.back().jobs)
-          if (j.out == Buf::Y) {
-            j.out = Buf::X;
-            j.accumulate = true;
-          }
-        continue;
-      }
-      case Op::Attend:
-        s.rope_append = rope_append;
-        rope_append = false;
-        break;
-      case Op::Linear:
-        for (Job& j : s.jobs) {
-          if (norm && reads(j, Buf::H)) {
-            j.in = Buf::X;
-            j.norm = norm;
-          }
-          if (merge && reads(j, Buf::Att)) j.merge_in = true;
-          if (silu_in && reads(j, Buf::G)) j.in2 = Buf::U;
-        }
-        if (std::any_of(s.jobs.begin(), s.jobs.end(), [](const Job& j) { return j.merge_in; }))
-          merge = false;
-        if (std::any_of(s.jobs.begin(), s.jobs.end(),
-                        [](const Job& j) { return j.in2 != Buf::None; }))
-          silu_in = false;
-        break;
-      default:
-        break;
-    }
-    // What a fused plan folds is not observable: its activations are never written whole.
-    s.observe &= uint8_t(bit(Site::Keys) | bit(Site::Queries));
-    out.push_back(std::move(s));
-  }
-  LR_ASSERT(!merge && !silu_in && !rope_append);
-  p.steps = std::move(out);
-  p.region_begin = std::move(region_begin);
-  p.fused = true;
-  return p;
 }
 
 }  // namespace lr

@@ -10,9 +10,9 @@
 //
 // Prefill and decode run the same plan: a prompt is a step of n tokens, a
 // decode step one token. plan_forward() writes the model's plan unfused;
-// fuse() folds its elementwise steps into the products (the fastest plan,
-// what `run` and `perplexity` execute). The bench's research rungs are
-// transformations of the same plan (plan_transforms.h).
+// fuse() (plan_transforms.h) folds its elementwise steps into the products:
+// the fastest plan, what `run` and `perplexity` execute. The bench's
+// research rungs are transformations of the same plan.
 //
 // Host-only code: no backend is included, so plans are unit tested anywhere.
 #pragma once
@@ -67,6 +67,9 @@ enum class Site : uint8_t {
   Queries,  // post-RoPE queries (not a linear input) Q [n, q_dim]
 };
 Buf site_buffer(Site s);
+inline uint8_t site_bit(Site s) {
+  return uint8_t(1u << unsigned(s));
+}
 
 enum class Op : uint8_t {
   Embed,       // x = tok_embd[token]
@@ -134,8 +137,13 @@ struct Step {
   } latent;
   uint8_t observe = 0;  // bit (1 << Site): the activation an observer sees after this step
 
-  bool observes(Site s) const { return observe & (1u << unsigned(s)); }
+  bool observes(Site s) const { return observe & site_bit(s); }
 };
+
+// "blk.<layer>.<name>", or `name` for the embedding and the output head (layer -1).
+std::string step_name(int layer, const std::string& name);
+// What an observer sees after a product: the post-RoPE queries or keys it ropes.
+uint8_t observed_by(const Job& j);
 
 struct Plan {
   Target target = Target::Cpu;
@@ -164,11 +172,5 @@ struct PlanOptions {
 
 // The model's plan: packed projections, dense KV, unfused, per-token.
 Plan plan_forward(const Weights& w, const PlanOptions& o);
-
-// The fused plan: every RmsNorm folded into the products that read its
-// output, the attention merge into the product that reads it, every residual
-// add into the product before it, SiLU*mul into the gate/up product (CPU) or
-// the down product's input (GPU), and (GPU) RoPE + append into attention.
-Plan fuse(Plan p);
 
 }  // namespace lr

@@ -1,6 +1,7 @@
 #include "model/plan_transforms.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/error.h"
 
@@ -8,19 +9,11 @@ namespace lr {
 
 namespace {
 
-uint8_t bit(Site s) {
-  return uint8_t(1u << unsigned(s));
-}
-
-std::string prefix(int l) {
-  return l < 0 ? "" : "blk." + std::to_string(l) + ".";
-}
-
 Step make(Op op, int layer, const char* name) {
   Step s;
   s.op = op;
   s.layer = layer;
-  s.name = prefix(layer) + name;
+  s.name = step_name(layer, name);
   return s;
 }
 
@@ -50,6 +43,74 @@ void require_unfused_dense(const Plan& p, const char* what) {
 
 }  // namespace
 
+Plan fuse(Plan p) {
+  LR_ASSERT(!p.fused);
+  p.fused = true;
+  const Target target = p.target;
+  const Matrix* norm = nullptr;  // an RmsNorm x -> h waiting for the products that read h
+  bool merge = false;            // a Merge waiting for the product that reads att
+  bool silu_in = false;          // GPU: a SiLU*mul waiting for the product that reads g
+  bool rope_append = false;      // GPU: a RopeAppend waiting for attention
+  Plan q = rewrite(std::move(p), [&](Step s, std::vector<Step>& out) {
+    switch (s.op) {
+      case Op::RmsNorm:
+        LR_ASSERT(s.a == Buf::X && s.b == Buf::H);
+        norm = s.norm;
+        return;
+      case Op::Merge:
+        merge = true;
+        return;
+      case Op::RopeAppend:
+        if (target == Target::Cpu) break;
+        rope_append = true;
+        return;
+      case Op::SiluMul:
+        if (target == Target::Gpu) {
+          silu_in = true;
+          return;
+        }
+        LR_ASSERT(!out.empty() && out.back().op == Op::Linear);
+        out.back().silu_mul = true;  // the gate/up product finishes its rows
+        return;
+      case Op::Add:  // the product before it accumulates into x
+        LR_ASSERT(s.a == Buf::Y && !out.empty() && out.back().op == Op::Linear);
+        for (Job& j : out.back().jobs)
+          if (j.out == Buf::Y) {
+            j.out = Buf::X;
+            j.accumulate = true;
+          }
+        return;
+      case Op::Attend:
+        s.rope_append = std::exchange(rope_append, false);
+        break;
+      case Op::Linear: {
+        bool merged = false, silu = false;
+        for (Job& j : s.jobs) {
+          if (norm && j.in == Buf::H) {
+            j.in = Buf::X;
+            j.norm = norm;
+          }
+          if (merge && j.in == Buf::Att) merged = j.merge_in = true;
+          if (silu_in && j.in == Buf::G) {
+            j.in2 = Buf::U;
+            silu = true;
+          }
+        }
+        merge = merge && !merged;
+        silu_in = silu_in && !silu;
+        break;
+      }
+      default:
+        break;
+    }
+    // What a fused plan folds is not observable: its activations are never written whole.
+    s.observe &= uint8_t(site_bit(Site::Keys) | site_bit(Site::Queries));
+    out.push_back(std::move(s));
+  });
+  LR_ASSERT(!merge && !silu_in && !rope_append);
+  return q;
+}
+
 Plan unpack(Plan p) {
   p.packed = false;
   return rewrite(std::move(p), [](Step s, std::vector<Step>& out) {
@@ -59,7 +120,7 @@ Plan unpack(Plan p) {
       Step one = make(Op::Linear, s.layer, j.map);
       one.name += j.side == Side::In ? "_in" : j.side == Side::Out ? "_out" : "";
       one.jobs = {j};
-      if (j.rope) one.observe = bit(j.out == Buf::Q ? Site::Queries : Site::Keys);
+      one.observe = observed_by(j);
       one.silu_mul = s.silu_mul && i + 1 == s.jobs.size();
       out.push_back(std::move(one));
     }
@@ -73,7 +134,7 @@ Plan static_kv(Plan p) {
     switch (s.op) {
       case Op::Linear:
         for (Job& j : s.jobs) j.rope = j.append = false;
-        s.observe &= uint8_t(~(bit(Site::Keys) | bit(Site::Queries)));
+        s.observe &= uint8_t(~(site_bit(Site::Keys) | site_bit(Site::Queries)));
         return out.push_back(std::move(s));
       case Op::RopeAppend:
       case Op::Merge:
@@ -82,13 +143,13 @@ Plan static_kv(Plan p) {
         Step r = make(Op::Rope, s.layer, "rope");
         r.a = Buf::Q;
         r.b = Buf::K;
-        r.observe = bit(Site::Keys) | bit(Site::Queries);
+        r.observe = site_bit(Site::Keys) | site_bit(Site::Queries);
         out.push_back(std::move(r));
         out.push_back(make(Op::Append, s.layer, "append"));
         out.push_back(make(Op::Scores, s.layer, "scores"));
         out.push_back(make(Op::Softmax, s.layer, "softmax"));
         Step m = make(Op::Mix, s.layer, "mix");
-        m.observe = bit(Site::AttnOut);
+        m.observe = site_bit(Site::AttnOut);
         return out.push_back(std::move(m));
       }
       default:
@@ -125,7 +186,7 @@ Plan latent_kv(Plan p) {
         }
         if (keep.empty()) return;
         s.jobs = std::move(keep);
-        s.observe &= uint8_t(~bit(Site::Keys));
+        s.observe &= uint8_t(~site_bit(Site::Keys));
         return out.push_back(std::move(s));
       }
       case Op::RopeAppend:
@@ -151,7 +212,7 @@ Plan latent_kv(Plan p) {
         out.push_back(std::move(r));
         Step rq = make(Op::Rope, s.layer, "rope_q");
         rq.a = Buf::Q;
-        rq.observe = bit(Site::Queries);
+        rq.observe = site_bit(Site::Queries);
         return out.push_back(std::move(rq));
       }
       default:

@@ -23,6 +23,11 @@ struct ExecOptions {
                      // dispatch wakes and joins them (an eager framework's per-op launch)
 };
 
+// The fused plan: every RmsNorm folded into the products that read its
+// output, the attention merge into the product that reads it, every residual
+// add into the product before it, SiLU*mul into the gate/up product (CPU) or
+// the down product's input (GPU), and (GPU) RoPE + append into attention.
+Plan fuse(Plan p);
 // Every product of a projection group a step of its own (q_in, k_in, v_in, ...).
 Plan unpack(Plan p);
 // Static KV: RoPE and the append as steps of their own; attention as scores,

@@ -43,50 +43,48 @@ void save_gguf(const Weights& w, const gguf::File& meta, const TensorSource& src
   for (const auto& [key, value] : opt.metadata) out.set(key, value);
 
   const Config& c = w.cfg;
-  for (const WeightSpec& spec : kWeightTable) {
-    const int n = spec.per_layer ? c.n_layers : 1;
-    if (!spec.is_linear()) {
-      for (int l = 0; l < n; ++l) copy_tensor(out, src, spec.per_layer ? fmt::format(fmt::runtime(spec.gguf), l) : spec.gguf);
-      continue;
-    }
-    if (spec.slot == Slot::Output && c.tied_output) continue;
-    // Shared bases: an input factor whose storage appears in more than one layer.
-    std::map<const uint8_t*, int> uses;
-    for (int l = 0; l < n; ++l) {
-      const Linear& lin = slot_linear(w, spec.slot, l);
-      if (lin.low_rank()) ++uses[lin.v.data.get()];
-    }
+  // A shared basis: an input factor whose storage more than one layer uses.
+  std::map<const uint8_t*, int> uses;
+  for_each_linear(w, [&](const WeightSpec&, int, const Linear& lin) {
+    if (lin.low_rank()) ++uses[lin.v.data.get()];
+  });
+  // Per kind of map: the ranks of its layers (0: dense), and the shared basis
+  // each layer uses (-1: its own), stored as lowrank.* metadata.
+  struct Kind {
+    std::vector<int32_t> ranks, groups;
     std::map<const uint8_t*, int> group_of;
-    std::vector<int32_t> groups(static_cast<size_t>(n), -1), ranks(static_cast<size_t>(n), 0);
-    bool any_shared = false;
-    for (int l = 0; l < n; ++l) {
-      const Linear& lin = slot_linear(w, spec.slot, l);
-      std::string dense_name = spec.per_layer ? fmt::format(fmt::runtime(spec.gguf), l) : spec.gguf;
-      if (!lin.low_rank()) {
-        if (src.find(dense_name))
-          copy_tensor(out, src, dense_name);
-        else
-          add_matrix(out, dense_name, lin.w, opt.factor_type);
-        continue;
-      }
-      ranks[size_t(l)] = int32_t(lin.rank());
-      add_matrix(out, lowrank_out_name(spec, l), lin.u, opt.factor_type);
-      const uint8_t* key = lin.v.data.get();
-      if (uses[key] > 1) {
-        any_shared = true;
-        auto it = group_of.find(key);
-        if (it == group_of.end()) {
-          int g = int(group_of.size());
-          it = group_of.emplace(key, g).first;
-          add_matrix(out, shared_basis_name(spec, g), lin.v, opt.factor_type);
-        }
-        groups[size_t(l)] = it->second;
-      } else {
-        add_matrix(out, lowrank_in_name(spec, l), lin.v, opt.factor_type);
-      }
+  };
+  std::map<Slot, Kind> kinds;
+  for_each_tensor(c, [&](const WeightSpec& spec, int l) {
+    const std::string name = spec.per_layer ? fmt::format(fmt::runtime(spec.gguf), l) : spec.gguf;
+    if (!spec.is_linear()) return copy_tensor(out, src, name);
+    if (spec.slot == Slot::Output && c.tied_output) return;
+    Kind& k = kinds[spec.slot];
+    k.ranks.resize(size_t(spec.per_layer ? c.n_layers : 1), 0);
+    k.groups.resize(k.ranks.size(), -1);
+    const Linear& lin = slot_linear(w, spec.slot, l);
+    if (!lin.low_rank()) {
+      if (src.find(name))
+        copy_tensor(out, src, name);
+      else
+        add_matrix(out, name, lin.w, opt.factor_type);
+      return;
     }
-    out.set_i32s(fmt::format("lowrank.rank.{}", spec.kind), ranks);
-    if (any_shared) out.set_i32s(shared_map_key(spec), groups);
+    k.ranks[size_t(l)] = int32_t(lin.rank());
+    add_matrix(out, lowrank_out_name(spec, l), lin.u, opt.factor_type);
+    const uint8_t* key = lin.v.data.get();
+    if (uses[key] == 1) return add_matrix(out, lowrank_in_name(spec, l), lin.v, opt.factor_type);
+    auto it = k.group_of.find(key);
+    if (it == k.group_of.end()) {
+      it = k.group_of.emplace(key, int(k.group_of.size())).first;
+      add_matrix(out, shared_basis_name(spec, it->second), lin.v, opt.factor_type);
+    }
+    k.groups[size_t(l)] = it->second;
+  });
+  for (const auto& [slot, k] : kinds) {
+    const WeightSpec& spec = weight_spec(slot);
+    out.set_i32s(fmt::format("lowrank.rank.{}", spec.kind), k.ranks);
+    if (!k.group_of.empty()) out.set_i32s(shared_map_key(spec), k.groups);
   }
   write_key_calibration(out, w);
   out.write(path);

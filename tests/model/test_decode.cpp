@@ -1,6 +1,6 @@
-// The decode plan of the fast CPU path: every combination of the execution
-// switches (kv mode, packing, fusion, execution unit) against the scalar
-// reference, exact dispatch and barrier counts, and packing at load time.
+// The fast CPU executor of the plan: every rung (kv mode, packing, fusion,
+// execution unit) against the scalar reference, exact dispatch and barrier
+// counts, and packing at load time.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -223,14 +223,14 @@ TEST(Decode, DispatchAndBarrierCountsFollowThePlan) {
     EXPECT_EQ(c.dispatches, 19u);
     EXPECT_EQ(c.barriers, 0u);
     // Naive eager: 24 operations per layer (attn_norm, q/k/v_in, q/k/v_out,
-    // rope, kv_append, scores, softmax, weighted_sum, o_in, o_out,
-    // attn_residual, ffn_norm, gate/up_in, gate/up_out, silu_mul, down_in,
-    // down_out, ffn_residual) and output_norm, output: 50 dispatches.
+    // rope, append, scores, softmax, mix, o_in, o_out, attn_residual,
+    // ffn_norm, gate/up_in, gate/up_out, silu_mul, down_in, down_out,
+    // ffn_residual) and output_norm, output: 50 dispatches.
     c = one_step(mlr, {KvMode::Static, false, false, ExecUnit::PerOp}, threads);
     EXPECT_EQ(c.dispatches, 50u);
     EXPECT_EQ(c.barriers, 0u);
-    // Legacy: attn_norm, q/k/v_in, q_out, kv_rebuild, attend, attn_merge,
-    // o_in, o_out, attn_residual and the same 9 MLP operations: 20 per layer.
+    // Legacy: attn_norm, q/k/v_in, q_out, kv_rebuild, attend, merge, o_in,
+    // o_out, attn_residual and the same 9 MLP operations: 20 per layer.
     c = one_step(mlr, {KvMode::Legacy, false, false, ExecUnit::PerOp}, threads);
     EXPECT_EQ(c.dispatches, 42u);
     // Dense model, packed, fused: qkv, attend, o, gate_up, down per layer.

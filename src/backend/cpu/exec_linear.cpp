@@ -21,11 +21,11 @@ void Executor::merge_rows(int first, int count, float* out, int64_t ld) const {
                    out + int64_t(t - first) * ld + h * hd);
 }
 
-// Work is split across threads in units of rows: head_dim rows (a head) when
-// the step ropes or appends heads, else 8 rows for one token (matrix-vector)
-// or 16 (the matrix-matrix kernels' tile height), over the jobs' rows one
-// after another. A step that ends in SiLU*mul splits its jobs' rows alike,
-// so each thread finishes the gate and up rows it computed.
+// Work is split across threads in units of rows, 8 for one token
+// (matrix-vector) or 16 (the matrix-matrix kernels' tile height), over the
+// jobs' rows one after another; a unit never splits a RoPE pair. A step that
+// ends in SiLU*mul splits its jobs' rows alike, so each thread finishes the
+// gate and up rows it computed.
 Executor::Fn Executor::linear(const Step& s) {
   std::vector<Job> jobs = s.jobs;
   if (s.stacked) {  // one product over the packed matrix, into the jobs' consecutive outputs
@@ -33,17 +33,15 @@ Executor::Fn Executor::linear(const Step& s) {
     one.m = s.stacked;
     jobs = {one};
   }
-  bool heads = false;
   for (const Job& j : jobs) {
-    heads = heads || j.rope || j.append;
     LR_ASSERT(!j.norm || (j.in_off == 0 && j.m->cols == width(j.in)));
     LR_ASSERT(!j.accumulate || j.out == Buf::X);
     LR_ASSERT(!s.silu_mul || j.m->rows == jobs[0].m->rows);
   }
   const int hd = s_.c.head_dim;
-  return [this, &s, jobs, heads, hd](int tid, int nth) {
+  return [this, &s, jobs, hd](int tid, int nth) {
     const int t0 = first(s), n = count(s);
-    const int64_t align = heads ? hd : n == 1 ? 8 : 16;
+    const int64_t align = n == 1 ? 8 : 16;
     // The job's input: a buffer's rows, or its folded form in this thread's
     // scratch (jobs of a step that read the same input resolve it once).
     const Job* last = nullptr;
@@ -83,12 +81,14 @@ Executor::Fn Executor::linear(const Step& s) {
       for (int t = 0; t < n; ++t) {
         float* y = row(to, t0 + t) + j.out_off;
         if (j.accumulate) cpu::add(y + r0, row(Buf::X, t0 + t) + j.out_off + r0, r1 - r0);
-        if (!j.rope && !j.append) continue;
-        const int h = int(r0 / hd), pos = s_.pos + t0 + t;
-        if (j.rope) s_.rope.apply(y + r0, 1, hd, pos);
-        if (j.append) {
+        const int pos = s_.pos + t0 + t;
+        if (j.rope) s_.rope.apply_rows(y, r0, r1, hd, pos);
+        for (int64_t r = r0; j.append && r < r1;) {  // each head's part of the rows
+          const int h = int(r / hd);
+          const int64_t e = std::min<int64_t>(r1, int64_t(h + 1) * hd);
           float* cache = j.out == Buf::K ? s_.dense->key(s.layer, h) : s_.dense->value(s.layer, h);
-          std::copy_n(y + r0, hd, cache + int64_t(pos) * hd);
+          std::copy(y + r, y + e, cache + int64_t(pos) * hd + (r - int64_t(h) * hd));
+          r = e;
         }
       }
     };
@@ -107,12 +107,7 @@ Executor::Fn Executor::linear(const Step& s) {
     for (const Job& j : jobs) {
       const int64_t ju = (j.m->rows + align - 1) / align;
       const int64_t b = std::max(sp.begin, u0), e = std::min(sp.end, u0 + ju);
-      if (heads) {
-        for (int64_t u = b; u < e; ++u)
-          product(j, (u - u0) * hd, std::min(j.m->rows, (u - u0 + 1) * hd));
-      } else if (b < e) {
-        product(j, (b - u0) * align, std::min(j.m->rows, (e - u0) * align));
-      }
+      if (b < e) product(j, (b - u0) * align, std::min(j.m->rows, (e - u0) * align));
       u0 += ju;
     }
   };

@@ -70,6 +70,17 @@ void RopeTable::apply(float* x, int n_heads, int head_dim, int pos) const {
   }
 }
 
+void RopeTable::apply_rows(float* x, int64_t r0, int64_t r1, int head_dim, int pos) const {
+  const float* cs = &cos[size_t(pos) * half];
+  const float* sn = &sin[size_t(pos) * half];
+  for (int64_t r = r0; r < r1; r += 2) {
+    const int i = int(r % head_dim) / 2;
+    const float a = x[r], b = x[r + 1];
+    x[r] = a * cs[i] - b * sn[i];
+    x[r + 1] = a * sn[i] + b * cs[i];
+  }
+}
+
 namespace {
 
 // The stored calibration of stream (l, h) cut to cfg's rank and schedule.

@@ -37,6 +37,8 @@ struct RopeTable {
   RopeTable(const Config& c, int ctx);
   // Rotates the pairs (x[2i], x[2i+1]) of n_heads consecutive heads.
   void apply(float* x, int n_heads, int head_dim, int pos) const;
+  // The same for rows [r0, r1) of consecutive heads (r0 and r1 even).
+  void apply_rows(float* x, int64_t r0, int64_t r1, int head_dim, int pos) const;
 };
 
 struct Session {
