@@ -37,14 +37,14 @@ int run(const RunOptions& o) {
     prompt = ss.str();
   }
   if (prompt.empty()) fail("no prompt: give one with -p TEXT or -f FILE");
+  if (o.raw && o.chat) fail("--raw and --chat exclude each other");
+  if (o.raw && !o.system.empty()) fail("--system needs the chat template (drop --raw)");
 
   Model m = load_model(o.model.model_path(), o.model.weight_type());
   const Tokenizer& tok = *m.tokenizer;
   std::set<int32_t> stop;
   if (tok.eos_id() >= 0) stop.insert(tok.eos_id());
   bool add_bos = tok.add_bos();
-  if (o.raw && o.chat) fail("--raw and --chat exclude each other");
-  if (o.raw && !o.system.empty()) fail("--system needs the chat template (drop --raw)");
   bool chat = !o.raw && (o.chat || !tok.chat_template().empty());
   ChatTemplate t;
   if (chat) {
@@ -52,7 +52,7 @@ int run(const RunOptions& o) {
       t = parse_chat_template(tok.chat_template());
     } catch (const Error& e) {
       if (o.chat) throw;
-      std::fprintf(stderr, "lowrank: %s; continuing the prompt as plain text (--raw says so)\n", e.what());
+      std::fprintf(stderr, "lowrank: %s; continuing the prompt as plain text (--raw does so without this note, --chat applies ChatML)\n", e.what());
       chat = false;
     }
   }
