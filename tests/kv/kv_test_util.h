@@ -7,8 +7,22 @@
 #include <vector>
 
 #include "core/half.h"
+#include "kv/key_config.h"
 
 namespace lr::kv::test {
+
+// A key cache of type t with the default settings; SVDq at a rank and block length.
+inline KeyCacheConfig of(KeyType t) {
+  KeyCacheConfig c;
+  c.type = t;
+  return c;
+}
+inline KeyCacheConfig svdq_cfg(int rank = 0, int group = 32) {
+  KeyCacheConfig c = of(KeyType::Svdq);
+  c.svdq.rank = rank;
+  c.svdq.group_size = group;
+  return c;
+}
 
 // Keys [n, d] = mean + sum_j a_tj sigma_j u_j over `rank` random orthonormal
 // directions u_j, a ~ N(0, 1), sigma_j = exp(-decay j), plus N(0, noise).

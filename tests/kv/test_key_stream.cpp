@@ -13,19 +13,8 @@
 namespace lr::kv {
 namespace {
 
-KeyCacheConfig svdq_cfg(int rank = 0, int group = 32) {
-  KeyCacheConfig c;
-  c.type = KeyType::Svdq;
-  c.svdq.rank = rank;
-  c.svdq.group_size = group;
-  return c;
-}
-
-KeyCacheConfig of(KeyType t) {
-  KeyCacheConfig c;
-  c.type = t;
-  return c;
-}
+using test::of;
+using test::svdq_cfg;
 
 std::vector<float> keys_of(const KeyStream& s) {
   std::vector<float> out(size_t(s.size()) * size_t(s.head_dim()));

@@ -126,41 +126,8 @@ TEST(CudaPlan, LaunchesPerTokenInEveryRung) {
   EXPECT_EQ(per_token.nodes_per_graph, (std::vector<int64_t>{20 + 2}));
 }
 
-// The plan itself, executed by its CPU twin, against the reference forward
-// pass: every rung, dense and low-rank, prompt logits and decode steps, and a
-// prompt split into two calls (the second a prefill over a cache).
-TEST(CudaPlan, PlanExecutedOnTheCpuMatchesTheReference) {
-  for (double keep : {1.0, 0.5}) {
-    Synth s(keep);
-    Model m = load_model(s.path, DType::F32);
-    const int V = m.weights->cfg.vocab;
-    for (const BenchMode& mode : bench_modes()) {
-      if (mode.keys != kv::KeyType::F32 || mode.name == "dense") continue;
-      if (keep == 1.0 && mode.exec.kv == KvMode::Legacy) continue;
-      SCOPED_TRACE(fmt::format("keep {} {}", keep, mode.name));
-      BackendOptions o;
-      o.ctx = 64;
-      o.exec = mode.exec;
-      auto ref = make_backend(m, ExecPath::Reference, o);
-      auto twin = make_scalar_plan_backend(m.weights, o, Target::Gpu);
-      std::vector<int32_t> toks;
-      for (int i = 0; i < 13; ++i) toks.push_back(3 + (i * 37) % (V - 3));
-      std::vector<float> a(toks.size() * size_t(V)), b(a.size());
-      ref->forward(toks.data(), 9, a.data(), true);
-      twin->forward(toks.data(), 9, b.data(), true);
-      ref->forward(toks.data() + 9, 4, a.data() + 9 * size_t(V), true);
-      twin->forward(toks.data() + 9, 4, b.data() + 9 * size_t(V), true);
-      EXPECT_LT(test::rel_err(b, a), 1e-4) << "prefill";
-      std::vector<float> la(static_cast<size_t>(V)), lb(static_cast<size_t>(V));
-      for (int step = 0; step < 5; ++step) {
-        const int32_t next = toks[size_t(step)];
-        ref->forward(&next, 1, la.data(), false);
-        twin->forward(&next, 1, lb.data(), false);
-        EXPECT_LT(test::rel_err(lb, la), 1e-4) << "decode step " << step;
-      }
-    }
-  }
-}
+// The plan itself, executed by the scalar plan executor against the reference
+// forward pass in every rung of both targets: tests/model/test_plan.cpp.
 
 TEST(CudaPlan, DenseModelAndWhatTheGpuDoesNotRun) {
   Synth s(1.0);
