@@ -14,11 +14,11 @@
 #include "../error_of.h"
 #include "../model/model_test_util.h"
 #include "backend/cuda/plan.h"
+#include "bench/harness/harness.h"
+#include "compress/synth_model.h"
 #include "core/error.h"
 #include "model/load.h"
-#include "bench/harness/harness.h"
 #include "runtime/model.h"
-#include "compress/synth_model.h"
 
 namespace lr {
 namespace {
@@ -37,12 +37,7 @@ class Gpu : public ::testing::Test {
     if (!ok) GTEST_SKIP() << "no GPU, CUDA tests skipped: " << info;
   }
   std::string synth(double keep, const std::string& shape = "tiny") {
-    SynthOptions o;
-    o.shape = shape;
-    o.keep = keep;
-    const std::string p = t_.file(shape + std::to_string(keep) + ".gguf");
-    write_synthetic_model(p, o);
-    return p;
+    return test::write_synth(t_, keep, shape);
   }
   test::TempDir t_;
 };

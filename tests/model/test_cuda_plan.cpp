@@ -28,19 +28,7 @@ using cuda::plan_forward;
 
 using test::error_of;
 
-struct Synth {
-  test::TempDir t;
-  std::string path;
-  explicit Synth(double keep, const std::string& shape = "tiny", uint64_t seed = 1) {
-    SynthOptions o;
-    o.shape = shape;
-    o.keep = keep;
-    o.seed = seed;
-    o.threads = 2;
-    path = t.file("synth.gguf");
-    write_synthetic_model(path, o);
-  }
-};
+using test::Synth;
 
 std::vector<std::string> names(const Plan& p, int layer) {
   std::vector<std::string> out;

@@ -16,18 +16,7 @@
 namespace lr {
 namespace {
 
-struct Synth {
-  test::TempDir t;
-  std::string path;
-  explicit Synth(double keep) {
-    SynthOptions o;
-    o.shape = "tiny";
-    o.keep = keep;
-    o.threads = 2;
-    path = t.file("synth.gguf");
-    write_synthetic_model(path, o);
-  }
-};
+using test::Synth;
 
 std::vector<std::string> names(const Plan& p, int layer) {
   std::vector<std::string> out;

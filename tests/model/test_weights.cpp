@@ -13,13 +13,7 @@ namespace lr {
 namespace {
 
 std::string synth(const test::TempDir& t, double keep, const std::string& shape) {
-  SynthOptions o;
-  o.shape = shape;
-  o.keep = keep;
-  o.threads = 2;
-  const std::string p = t.file(shape + std::to_string(keep) + ".gguf");
-  write_synthetic_model(p, o);
-  return p;
+  return test::write_synth(t, keep, shape);
 }
 
 TEST(Weights, EstimateIsWhatTheLoaderAllocates) {
