@@ -251,3 +251,50 @@ void BM_pool_dispatch(benchmark::State& st) {
 BENCHMARK(BM_pool_dispatch)->Arg(1)->Arg(2)->UseRealTime();
 
 }  // namespace
+
+namespace {
+
+// Block-format matvec and matmul (weights as GGUF stores them, random bits
+// with small f16 scales) at the default model's and Qwen2.5-Coder's shapes;
+// bytes/s of weight blocks. Arg 0: the ggml type id.
+std::vector<uint8_t> random_blocks(lr::DType t, int64_t rows, int64_t cols) {
+  const uint64_t rb = *lr::row_bytes(t, uint64_t(cols));
+  std::vector<uint8_t> b(rb * uint64_t(rows));
+  std::mt19937 rng(3);
+  for (auto& v : b) v = uint8_t(rng() & 0x3b);  // keeps every f16 field small and finite
+  return b;
+}
+void BM_matvec_blocks(benchmark::State& st) {
+  const auto t = lr::DType(st.range(0));
+  const int64_t rows = st.range(1), cols = st.range(2);
+  const auto w = random_blocks(t, rows, cols);
+  const auto x = rand_f32(cols, 8);
+  std::vector<float> y(static_cast<size_t>(rows));
+  const uint64_t rb = *lr::row_bytes(t, uint64_t(cols));
+  for (auto _ : st) {
+    lr::cpu::matvec_blocks(t, w.data(), rb, x.data(), y.data(), cols, 0, rows);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetBytesProcessed(int64_t(st.iterations() * w.size()));
+  st.SetLabel(std::string(lr::dtype_name(t)));
+}
+BENCHMARK(BM_matvec_blocks)
+    ->Args({3, 1536, 576})->Args({3, 576, 1536})->Args({12, 896, 4864})->Args({14, 896, 4864})
+    ->Args({6, 4864, 896})->Args({12, 8960, 1536})->Args({14, 1536, 8960});
+void BM_matmul_blocks(benchmark::State& st) {
+  const auto t = lr::DType(st.range(0));
+  const int64_t rows = st.range(1), cols = st.range(2), n = 512;
+  const auto w = random_blocks(t, rows, cols);
+  const auto X = rand_f32(n * cols, 8);
+  std::vector<float> Y(static_cast<size_t>(n * rows));
+  const uint64_t rb = *lr::row_bytes(t, uint64_t(cols));
+  for (auto _ : st) {
+    lr::cpu::matmul_blocks(t, w.data(), rb, X.data(), Y.data(), n, cols, cols, rows, 0, rows);
+    benchmark::DoNotOptimize(Y.data());
+  }
+  st.SetItemsProcessed(int64_t(st.iterations()) * n * rows * cols);  // multiply-adds
+  st.SetLabel(std::string(lr::dtype_name(t)));
+}
+BENCHMARK(BM_matmul_blocks)->Args({3, 1536, 576})->Args({12, 896, 4864})->Unit(benchmark::kMillisecond);
+
+}  // namespace

@@ -98,6 +98,35 @@ class Parameter:
         return (_rebuild_parameter, (self.t, True, collections.OrderedDict()))
 
 
+class device:
+    """torch.device: pickled as a call torch.device('cpu') (its __reduce__)."""
+
+    def __init__(self, kind):
+        self.kind = kind
+
+    def __reduce__(self):
+        return (device, (self.kind,))
+
+
+in_module(torch, device)
+
+
+class dtype:
+    """A torch dtype such as torch.float16: pickled as the global itself."""
+
+    def __init__(self, name):
+        self.name = name
+        self.__module__ = "torch"  # where pickle looks the global up
+        setattr(torch, name, self)
+
+    def __reduce__(self):
+        return self.name
+
+
+dtype("float16")  # bound as torch.float16 only, so pickle names it so
+configuration_llama = module("transformers.models.llama.configuration_llama")
+
+
 class Module:
     """An nn.Module as pickle sees it: an object whose __dict__ holds the
     _parameters / _buffers / _modules OrderedDicts."""
@@ -114,6 +143,7 @@ in_module(nn_module, Module)
 Linear = in_module(nn_linear, type("Linear", (Module,), {}))
 ModuleList = in_module(nn_container, type("ModuleList", (Module,), {}))
 LlamaForCausalLM = in_module(fake_llama, type("LlamaForCausalLM", (Module,), {}))
+LlamaConfig = in_module(configuration_llama, type("LlamaConfig", (), {}))
 
 
 def save(obj, name, prefix="archive", compression=zipfile.ZIP_STORED, byteorder="little",
@@ -171,6 +201,16 @@ def main():
                    non_persistent=["inv_freq"])
     model = LlamaForCausalLM(modules={"model": inner, "lm_head": lin(3, 4, 5.0)})
     save({"model": model, "tokenizer": {"name": "tok"}}, "whole_module.pt")
+    # The same as SVD-LLM's `SVDLLM.py --step 1` saves it: the model was loaded
+    # with device_map="cpu", so transformers attached hf_device_map (a
+    # torch.device) and the config (torch_dtype a torch dtype) to it.
+    model.hf_device_map = {"": device("cpu")}
+    cfg = LlamaConfig()
+    cfg.torch_dtype = torch.float16
+    cfg.hidden_size = 4
+    model.config = cfg
+    model.is_loaded_in_8bit = False
+    save({"model": model, "tokenizer": {"name": "tok"}}, "svdllm_device_map.pt")
 
     # Broken and hostile inputs.
     save(sd, "missing_record.pt", drop_record="1")

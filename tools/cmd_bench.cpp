@@ -19,7 +19,7 @@ namespace {
 struct BenchCliOptions {
   std::vector<std::string> models;
   std::string dense;
-  std::string wtype = "f16";
+  std::string wtype = "auto";
   std::vector<int> prompt = {512};
   std::vector<int> gen = {32};
   int threads = 0;
@@ -139,7 +139,8 @@ int run(const BenchCliOptions& o) {
   }
   if (o.roofline) return 0;
   b.read_bw_gbs = bw;
-  const DType wtype = parse_weight_type(o.wtype);
+  const std::optional<DType> wtype =
+      o.device == "cuda" && o.wtype == "auto" ? std::optional<DType>(DType::F16) : parse_run_weight_type(o.wtype);
   std::unique_ptr<Model> dense;
   bool need_dense = false;
   for (const BenchMode& m : b.modes) need_dense |= m.dense_model;
@@ -147,7 +148,7 @@ int run(const BenchCliOptions& o) {
     const std::string dpath = o.dense.empty() ? default_model_path() : o.dense;
     dense = std::make_unique<Model>(load_model(dpath, wtype));
     std::printf("dense model: %s (%.1f MB of weights in memory, %.1f MB read per token)\n", dense->path.c_str(),
-                double(estimate_bytes(matrix_shapes(*dense->weights), wtype)) / 1e6,
+                double(dense->weights->bytes()) / 1e6,
                 double(dense->weights->bytes_per_token()) / 1e6);
   }
   std::printf("%s weights, %d threads, %d repetitions (medians), modes interleaved\n", o.wtype.c_str(),
@@ -160,7 +161,7 @@ int run(const BenchCliOptions& o) {
     // One model at a time (each run measures the dense baseline again, side by side).
     Model lowrank = load_model(paths[i], wtype);
     std::printf("low-rank model %zu: %s (%.1f MB of weights in memory, %.1f MB read per token)\n", i,
-                paths[i].c_str(), double(estimate_bytes(matrix_shapes(*lowrank.weights), wtype)) / 1e6,
+                paths[i].c_str(), double(lowrank.weights->bytes()) / 1e6,
                 double(lowrank.weights->bytes_per_token()) / 1e6);
     std::fflush(stdout);
     for (BenchRow& r : run_bench(lowrank, dense.get(), b, [](const std::string& what) {
@@ -195,7 +196,7 @@ Runner add_bench_command(CLI::App& app) {
   sub->add_option("-t,--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));
   sub->add_option("--reps", o->reps, "repetitions per mode (medians reported)")->capture_default_str()->check(CLI::Range(1, 1000));
   sub->add_option("--modes", o->modes, "all (the ablation: dense, naive, legacy, densekv, packed, fused, per-op-spin, per-layer, per-token), or a comma-separated list of those and the key-cache modes k-f16, k-q8_0, k-q4_0, k-kivi2, k-svdq")->capture_default_str();
-  sub->add_option("--wtype", o->wtype, "weight type: f16, bf16, f32 or q8_0")->capture_default_str()->check(CLI::IsMember({"f16", "bf16", "f32", "q8_0"}));
+  sub->add_option("--wtype", o->wtype, kWeightTypeHelp)->capture_default_str()->check(CLI::IsMember({"auto", "f16", "bf16", "f32", "q8_0"}));
   sub->add_option("--json", o->json, "also write the results as JSON");
   sub->add_flag("--roofline", o->roofline, "only measure and print this machine's read bandwidth");
   sub->add_option("--device", o->device, "run every mode on the CPU or on the GPU (cuda)")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));

@@ -15,7 +15,7 @@ struct ModelOptions {
   int ctx = 2048;          // -c
   bool reference = false;  // --ref: the scalar f32 reference path
   std::string device = "cpu";  // --device: cpu or cuda
-  std::string wtype = "f16";  // --wtype: fast path weight type
+  std::string wtype = "auto";  // --wtype: fast path weight type
   struct KeyCacheCli {
     std::string type = "f32";
     int svdq_rank = 0;
@@ -36,7 +36,12 @@ struct ModelOptions {
     return reference ? ExecPath::Reference : device == "cuda" ? ExecPath::Cuda : ExecPath::Fast;
   }
   BackendOptions backend_options() const;
-  DType weight_type() const { return reference ? DType::F32 : parse_weight_type(wtype); }
+  // --ref: f32; the GPU computes in f32, f16 or bf16 (auto: f16); else --wtype.
+  std::optional<DType> weight_type() const {
+    if (reference) return DType::F32;
+    if (device == "cuda" && wtype == "auto") return DType::F16;
+    return parse_run_weight_type(wtype);
+  }
 };
 
 // Prints what a compressed key cache holds (nothing for the f32 cache) to `f`.

@@ -17,7 +17,7 @@ void ModelOptions::add_to(CLI::App& app, int default_ctx) {
   app.add_option("-c,--ctx", ctx, "context size in tokens (KV cache capacity)")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_flag("--ref", reference, "run the scalar f32 reference path instead of the fast path");
   app.add_option("--device", device, "fast path on the CPU, or on the GPU (cuda: a build with LOWRANK_CUDA=ON)")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("--wtype", wtype, "fast path weight type: f16, bf16, f32 or q8_0 (int8, a scale per 32 values)")->capture_default_str()->check(CLI::IsMember({"f16", "bf16", "f32", "q8_0"}));
+  app.add_option("--wtype", wtype, kWeightTypeHelp)->capture_default_str()->check(CLI::IsMember({"auto", "f16", "bf16", "f32", "q8_0"}));
   keys.add_to(app, true);
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "core/quants.h"
 
 namespace lr {
 
@@ -29,7 +30,14 @@ std::optional<DTypeInfo> dtype_info(uint32_t ggml_type) {
     case uint32_t(DType::BF16): return DTypeInfo{"BF16", 1, 2};
     case uint32_t(DType::Q4_0): return DTypeInfo{"Q4_0", QK, 18};
     case uint32_t(DType::Q4_1): return DTypeInfo{"Q4_1", QK, 20};
+    case uint32_t(DType::Q5_0): return DTypeInfo{"Q5_0", QK, 22};
+    case uint32_t(DType::Q5_1): return DTypeInfo{"Q5_1", QK, 24};
     case uint32_t(DType::Q8_0): return DTypeInfo{"Q8_0", QK, 34};
+    case uint32_t(DType::Q2_K): return DTypeInfo{"Q2_K", 256, 84};
+    case uint32_t(DType::Q3_K): return DTypeInfo{"Q3_K", 256, 110};
+    case uint32_t(DType::Q4_K): return DTypeInfo{"Q4_K", 256, 144};
+    case uint32_t(DType::Q5_K): return DTypeInfo{"Q5_K", 256, 176};
+    case uint32_t(DType::Q6_K): return DTypeInfo{"Q6_K", 256, 210};
     default: return std::nullopt;
   }
 }
@@ -41,6 +49,10 @@ DTypeInfo dtype_info(DType t) {
 }
 
 std::string_view dtype_name(DType t) { return dtype_info(t).name; }
+
+bool is_block_format(DType t) {
+  return t != DType::F32 && t != DType::F16 && t != DType::BF16 && t != DType::Q8_0;
+}
 
 std::optional<uint64_t> row_bytes(DType t, uint64_t n) {
   DTypeInfo info = dtype_info(t);
@@ -63,38 +75,7 @@ void dequantize(DType t, const void* src_v, float* dst, int64_t n) {
       return;
     default: break;
   }
-  LR_ASSERT(n % QK == 0);
-  for (int64_t b = 0; b < n / QK; ++b) {
-    float* y = dst + b * QK;
-    switch (t) {
-      case DType::Q8_0: {
-        const uint8_t* blk = src + b * 34;
-        float d = f16_to_f32(load_u16(blk));
-        for (int j = 0; j < QK; ++j) y[j] = d * float(int8_t(blk[2 + j]));
-        break;
-      }
-      case DType::Q4_0: {
-        const uint8_t* blk = src + b * 18;
-        float d = f16_to_f32(load_u16(blk));
-        for (int j = 0; j < QK / 2; ++j) {
-          y[j] = d * float(int(blk[2 + j] & 0x0f) - 8);
-          y[j + QK / 2] = d * float(int(blk[2 + j] >> 4) - 8);
-        }
-        break;
-      }
-      case DType::Q4_1: {
-        const uint8_t* blk = src + b * 20;
-        float d = f16_to_f32(load_u16(blk));
-        float m = f16_to_f32(load_u16(blk + 2));
-        for (int j = 0; j < QK / 2; ++j) {
-          y[j] = d * float(blk[4 + j] & 0x0f) + m;
-          y[j + QK / 2] = d * float(blk[4 + j] >> 4) + m;
-        }
-        break;
-      }
-      default: LR_ASSERT(false && "dequantize: unsupported dtype");
-    }
-  }
+  quants::dequantize_blocks(t, src, dst, n);
 }
 
 void quantize(DType t, const float* x, void* dst_v, int64_t n) {

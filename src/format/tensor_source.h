@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@ struct TensorView {
   std::vector<uint64_t> shape;  // GGML order: shape[0] is the contiguous dimension
   const uint8_t* data = nullptr;
   uint64_t nbytes = 0;          // validated: dtype x shape
+  std::shared_ptr<const void> owner;  // keeps `data` alive (a file mapping), when it can be shared
 };
 
 class TensorSource {

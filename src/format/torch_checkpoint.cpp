@@ -185,6 +185,15 @@ void TorchCheckpoint::load() {
       return call(doc, f->s, const_cast<Value*>(inner));
     }
     if (fn == "collections.OrderedDict") return doc.make(Kind::Dict);
+    // torch.device('cpu'), which transformers attaches to a model loaded with a
+    // device_map (hf_device_map): kept as an inert object, like PyTorch's
+    // weights-only loader allows it. Nothing reads it.
+    if (fn == "torch.device") {
+      ValuePtr d = doc.make(Kind::Object);
+      d->s = fn;
+      d->items = args->items;
+      return d;
+    }
     if (fn == "torch.Size") {
       const Value* t = arg(p, args, 0, Kind::Tuple, "torch.Size");
       return const_cast<Value*>(t);

@@ -12,7 +12,7 @@ namespace {
 
 // Architectures whose blocks are the LLaMA block (RMSNorm, RoPE, GQA, SwiGLU).
 bool llama_compatible(const std::string& arch) {
-  return arch == "llama" || arch == "mistral" || arch == "smollm";
+  return arch == "llama" || arch == "mistral" || arch == "smollm" || arch == "qwen2";
 }
 
 int positive_int(const std::string& source, const char* field, int64_t v) {
@@ -43,10 +43,14 @@ Config config_from_gguf(const gguf::File& f) {
   const std::string& src = f.path();
   std::string arch = f.get_string("general.architecture");
   if (!llama_compatible(arch))
-    fail("{}: unsupported architecture '{}' (lowrank runs LLaMA-family models: llama)", src,
-         arch);
+    fail("{}: unsupported architecture '{}' (lowrank runs LLaMA-family models: llama, mistral, "
+         "qwen2)", src, arch);
   auto key = [&](const char* k) { return arch + "." + k; };
   Config c;
+  c.rope_neox = arch == "qwen2";
+  if (f.find_tensor("rope_freqs.weight"))
+    fail("{}: per-dimension RoPE frequency factors (tensor 'rope_freqs.weight', Llama-3.1-style rope "
+         "scaling) are not supported", src);
   c.name = f.get_string("general.name", "");
   c.n_layers = positive_int(src, "block_count", f.get_int(key("block_count")));
   c.dim = positive_int(src, "embedding_length", f.get_int(key("embedding_length")));
@@ -93,8 +97,8 @@ Config config_from_hf_json(const std::string& path) {
     return j[k].get<int64_t>();
   };
   std::string model_type = j.value("model_type", "");
-  if (model_type != "llama" && model_type != "mistral")
-    fail("{}: unsupported model_type '{}' (lowrank runs LLaMA-family models: llama)", path,
+  if (model_type != "llama" && model_type != "mistral" && model_type != "qwen2")
+    fail("{}: unsupported model_type '{}' (lowrank runs LLaMA-family models: llama, mistral, qwen2)", path,
          model_type);
   Config c;
   c.name = j.value("_name_or_path", "");

@@ -25,6 +25,10 @@ struct Config {
   float rope_theta = 10000.f;
   float rope_linear_factor = 1.f;  // positions are divided by this (linear RoPE scaling)
   bool tied_output = false;    // output head shares the token embedding
+  // The file's q/k rows keep each head's two RoPE halves apart (NEOX RoPE,
+  // as Qwen2 GGUFs store them); the loader permutes them into the runtime's
+  // interleaved order, so nothing after loading depends on it.
+  bool rope_neox = false;
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
@@ -33,7 +37,8 @@ struct Config {
   void validate(const std::string& source) const;
 };
 
-// Reads `llama.*` (or `<arch>.*` for LLaMA-compatible architectures) metadata.
+// Reads `llama.*` (or `<arch>.*` for LLaMA-compatible architectures: mistral,
+// smollm, qwen2 (q/k/v biases, NEOX RoPE)) metadata.
 // Tied output is decided by the caller from the presence of `output.weight`.
 Config config_from_gguf(const gguf::File& f);
 

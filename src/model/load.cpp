@@ -2,6 +2,7 @@
 #include "model/key_calibration.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <vector>
 
@@ -24,10 +25,19 @@ void fill_matrix(Matrix& m, const TensorView& t, bool permute_rope, int head_dim
   uint64_t row_bytes_src = t.nbytes / uint64_t(m.rows);
   for (int64_t r = 0; r < m.rows; ++r) {
     int64_t src_row = permute_rope ? hf_row_for_gguf_row(r, head_dim) : r;
+    if (m.dtype == t.dtype && is_block_format(m.dtype)) {  // blocks copied as they are
+      std::memcpy(m.data.get() + uint64_t(r) * m.row_bytes(), t.data + uint64_t(src_row) * row_bytes_src,
+                  row_bytes_src);
+      continue;
+    }
     dequantize(t.dtype, t.data + uint64_t(src_row) * row_bytes_src, row.data(), m.cols);
     m.set_row(r, row.data());
   }
 }
+
+// The runtime type of a stored tensor loaded as stored: its own (Q8_0 in the
+// runtime's layout, model/weights.h).
+DType as_stored(DType stored) { return stored; }
 
 }  // namespace
 
@@ -63,10 +73,22 @@ int64_t hf_row_for_gguf_row(int64_t r, int head_dim) {
   return head * head_dim + j * (head_dim / 2) + i;
 }
 
-Matrix read_matrix(const TensorView& t, DType wtype, bool permute_rope, int head_dim) {
-  Matrix m = Matrix::allocate(wtype, int64_t(t.shape[1]), int64_t(t.shape[0]));
+Matrix read_matrix(const TensorView& t, std::optional<DType> wtype, bool permute_rope, int head_dim) {
+  const DType type = wtype ? *wtype : as_stored(t.dtype);
+  const int64_t rows = int64_t(t.shape[1]), cols = int64_t(t.shape[0]);
+  if (is_block_format(type) && type == t.dtype && !permute_rope && t.owner)
+    return Matrix::view(type, rows, cols, t.owner, t.data);  // in place: no copy
+  Matrix m = Matrix::allocate(type, rows, cols);
   fill_matrix(m, t, permute_rope, head_dim);
   return m;
+}
+
+std::string bias_name(const std::string& weight_name) {
+  const std::string suffix = ".weight";
+  if (weight_name.size() > suffix.size() &&
+      weight_name.compare(weight_name.size() - suffix.size(), suffix.size(), suffix) == 0)
+    return weight_name.substr(0, weight_name.size() - suffix.size()) + ".bias";
+  return weight_name + ".bias";
 }
 
 std::string lowrank_in_name(const WeightSpec& spec, int layer) {
@@ -85,12 +107,13 @@ std::string shared_map_key(const WeightSpec& spec) {
 }
 
 std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& src, Naming naming,
-                                      DType wtype) {
-  if (wtype != DType::F32 && wtype != DType::F16 && wtype != DType::BF16 && wtype != DType::Q8_0)
-    fail("unsupported runtime weight type {} (use F32, F16, BF16 or Q8_0)", dtype_name(wtype));
+                                      std::optional<DType> wtype) {
+  if (wtype && *wtype != DType::F32 && *wtype != DType::F16 && *wtype != DType::BF16 && *wtype != DType::Q8_0)
+    fail("unsupported runtime weight type {} (use F32, F16, BF16 or Q8_0)", dtype_name(*wtype));
   auto w = std::make_shared<Weights>();
   w->cfg = cfg_in;
-  w->wtype = wtype;
+  w->wtype = wtype.value_or(DType::F32);
+  w->as_stored = !wtype;
   w->layers.resize(size_t(cfg_in.n_layers));
   const WeightSpec& out_spec = weight_spec(Slot::Output);
   w->cfg.tied_output = !src.find(tensor_name(out_spec, naming, 0)).has_value() &&
@@ -126,8 +149,9 @@ std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& 
         fail("{}: tensor '{}' has shape {}, expected [{}, {}] ([out, in])", src.path(), name,
              shape_str(t->shape), rows, cols);
       Matrix& m = slot_matrix(*w, spec.slot, layer);
-      m = Matrix::allocate(spec.is_norm ? DType::F32 : wtype, rows, cols);
-      fill_matrix(m, *t, false, cfg.head_dim);
+      m = spec.is_norm ? read_matrix(TensorView{t->dtype, {t->shape[0], 1}, t->data, t->nbytes, t->owner},
+                                     DType::F32, false, cfg.head_dim)
+                       : read_matrix(*t, wtype, false, cfg.head_dim);
       return;
     }
     Linear& lin = slot_linear(*w, spec.slot, layer);
@@ -135,7 +159,20 @@ std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& 
       lin.w = w->tok_embd;  // shared storage
       return;
     }
-    bool permute = naming == Naming::HuggingFace && (spec.slot == Slot::Q || spec.slot == Slot::K);
+    // q and k rows into the runtime's interleaved RoPE order (HuggingFace and
+    // NEOX-RoPE GGUFs keep each head's two halves apart).
+    bool permute = (naming == Naming::HuggingFace || cfg.rope_neox) && (spec.slot == Slot::Q || spec.slot == Slot::K);
+    if (std::optional<TensorView> b = src.find(bias_name(name))) {
+      if (b->shape.size() != 1 || int64_t(b->shape[0]) != rows)
+        fail("{}: tensor '{}' has shape {}, expected [{}] (the bias of '{}')", src.path(), bias_name(name),
+             shape_str(b->shape), rows, name);
+      lin.b = read_matrix(TensorView{b->dtype, {b->shape[0], 1}, b->data, b->nbytes, b->owner}, DType::F32, false,
+                          cfg.head_dim);
+      if (permute) {  // the same row order as the weights
+        std::vector<float> v(lin.b.f32(), lin.b.f32() + rows);
+        for (int64_t r = 0; r < rows; ++r) lin.b.f32_mut()[r] = v[size_t(hf_row_for_gguf_row(r, cfg.head_dim))];
+      }
+    }
     bool has_dense = src.find(name).has_value();
     bool has_lowrank = naming == Naming::Gguf && src.find(lowrank_out_name(spec, layer));
     if (has_dense || !has_lowrank) {

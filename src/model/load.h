@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/dtype.h"
@@ -13,10 +14,14 @@ namespace lr {
 enum class Naming { Gguf, HuggingFace };
 
 // Fills every entry of the weight table from `src`, checking each tensor's
-// shape against the config. Matrices are converted to `wtype` (F32, F16 or BF16).
-// HuggingFace q/k rows are permuted into GGUF's interleaved RoPE order.
+// shape against the config. Matrices are converted to `wtype` (F32, F16, BF16
+// or Q8_0), or with nullopt kept as stored (block formats used in place,
+// Q8_0 in the runtime's layout); norms and biases are always F32.
+// HuggingFace and NEOX-RoPE q/k rows are permuted into GGUF's interleaved
+// RoPE order. A linear map's bias is the tensor named like its weight with
+// ".bias" for ".weight", when the source has one.
 std::shared_ptr<Weights> load_weights(const Config& cfg, const TensorSource& src, Naming naming,
-                                      DType wtype);
+                                      std::optional<DType> wtype);
 
 // HuggingFace stores q/k rows per head as [two halves][head_dim/2] (rotate-half
 // RoPE); GGUF interleaves them. The HF row that GGUF row r comes from.
@@ -25,7 +30,9 @@ int64_t hf_row_for_gguf_row(int64_t r, int head_dim);
 // A 2-D tensor (GGML shape {cols, rows}) as a matrix of type `wtype`; with
 // permute_rope, rows are reordered from HuggingFace's rotate-half q/k layout
 // into GGUF's interleaved one.
-Matrix read_matrix(const TensorView& t, DType wtype, bool permute_rope, int head_dim);
+Matrix read_matrix(const TensorView& t, std::optional<DType> wtype, bool permute_rope, int head_dim);
+// "blk.0.attn_q.weight" -> "blk.0.attn_q.bias".
+std::string bias_name(const std::string& weight_name);
 
 // GGUF names of low-rank tensors (docs/lowrank-gguf.md): blk.N.<kind>.lr_in
 // [rank, in], blk.N.<kind>.lr_out [out, rank]; a shared input basis is

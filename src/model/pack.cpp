@@ -11,9 +11,12 @@ namespace {
 Matrix& input_matrix_mut(Linear& l) { return l.low_rank() ? l.v : l.w; }
 
 // The parts can be stacked: all dense or all low-rank, one type, one input
-// width, distinct allocations.
+// width, distinct allocations. Dense block-format maps stay where they are
+// (in the file's mapping): the plan stacks only low-rank groups, and a copy
+// would double their memory.
 bool packable(const std::vector<Linear*>& parts) {
   const Matrix& first = input_matrix(*parts[0]);
+  if (!parts[0]->low_rank() && is_block_format(first.dtype)) return false;
   for (size_t i = 0; i < parts.size(); ++i) {
     const Matrix& m = input_matrix(*parts[i]);
     if (parts[i]->low_rank() != parts[0]->low_rank() || m.dtype != first.dtype ||
@@ -66,7 +69,7 @@ void pack_group(Weights& w, Matrix Layer::*packed_field,
       int64_t r0 = 0;
       for (Linear* p : parts) {
         const Matrix& m = input_matrix(*p);
-        std::memcpy(packed.data.get() + uint64_t(r0) * uint64_t(m.cols) * m.elem_bytes(), m.ptr(),
+        std::memcpy(packed.data.get() + uint64_t(r0) * m.row_bytes(), m.ptr(),
                     m.data_bytes());
         if (m.scales)
           std::memcpy(packed.scales.get() + r0 * q8_blocks(m.cols), m.scales.get(),

@@ -195,6 +195,7 @@ class Planner {
         u.side = Side::Out;
         u.rope = mp.rope;
         u.append = mp.append;
+        if (m.b.rows) u.bias = &m.b;
         second.push_back(u);
         p_ += m.rank();
       } else {
@@ -203,6 +204,7 @@ class Planner {
         j.out = mp.out;
         j.rope = mp.rope;
         j.append = mp.append;
+        if (m.b.rows) j.bias = &m.b;
       }
       first.push_back(j);
     }

@@ -10,7 +10,7 @@ namespace lr {
 
 namespace {
 
-void add_matrix(gguf::Writer& out, const std::string& name, const Matrix& m, DType type) {
+void add_matrix(gguf::Writer& out, const std::string& name, const Matrix& m, DType type, bool vector = false) {
   std::vector<float> row(static_cast<size_t>(m.cols));
   uint64_t rb = *row_bytes(type, uint64_t(m.cols));
   std::vector<uint8_t> bytes(rb * uint64_t(m.rows));
@@ -18,7 +18,8 @@ void add_matrix(gguf::Writer& out, const std::string& name, const Matrix& m, DTy
     m.row_to_f32(r, row.data());
     quantize(type, row.data(), bytes.data() + uint64_t(r) * rb, m.cols);
   }
-  out.add_tensor(name, type, {uint64_t(m.cols), uint64_t(m.rows)}, bytes.data(), bytes.size());
+  out.add_tensor(name, type, vector ? std::vector<uint64_t>{uint64_t(m.cols)} : std::vector<uint64_t>{uint64_t(m.cols), uint64_t(m.rows)},
+                 bytes.data(), bytes.size());
 }
 
 void copy_tensor(gguf::Writer& out, const TensorSource& src, const std::string& name) {
@@ -63,6 +64,10 @@ void save_gguf(const Weights& w, const gguf::File& meta, const TensorSource& src
     k.ranks.resize(size_t(spec.per_layer ? c.n_layers : 1), 0);
     k.groups.resize(k.ranks.size(), -1);
     const Linear& lin = slot_linear(w, spec.slot, l);
+    // A bias as stored (the loader reorders it again), or in the runtime's
+    // order when the source names it otherwise (HuggingFace imports).
+    if (lin.b.rows && src.find(bias_name(name))) copy_tensor(out, src, bias_name(name));
+    else if (lin.b.rows) add_matrix(out, bias_name(name), lin.b, DType::F32, /*vector=*/true);
     if (!lin.low_rank()) {
       if (src.find(name))
         copy_tensor(out, src, name);

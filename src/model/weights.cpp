@@ -14,8 +14,8 @@
 namespace lr {
 
 Matrix Matrix::allocate(DType dtype, int64_t rows, int64_t cols) {
-  LR_ASSERT(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16 || dtype == DType::Q8_0);
   LR_ASSERT(rows >= 0 && cols >= 0);
+  LR_ASSERT(!is_block_format(dtype) || cols % dtype_info(dtype).block_elems == 0);
   Matrix m;
   m.dtype = dtype;
   m.rows = rows;
@@ -29,6 +29,28 @@ Matrix Matrix::allocate(DType dtype, int64_t rows, int64_t cols) {
   if (dtype == DType::Q8_0)
     m.scales = std::shared_ptr<float[]>(new float[size_t(std::max<int64_t>(rows * q8_blocks(cols), 1))]());
   return m;
+}
+
+Matrix Matrix::view(DType dtype, int64_t rows, int64_t cols, std::shared_ptr<const void> owner,
+                    const uint8_t* bytes) {
+  LR_ASSERT(is_block_format(dtype) && cols % dtype_info(dtype).block_elems == 0);
+  Matrix m;
+  m.dtype = dtype;
+  m.rows = rows;
+  m.cols = cols;
+  // Aliasing constructor: shares ownership of the mapping; never written through.
+  m.data = std::shared_ptr<uint8_t[]>(std::const_pointer_cast<void>(owner), const_cast<uint8_t*>(bytes));
+  return m;
+}
+
+uint64_t Matrix::row_bytes() const {
+  switch (dtype) {
+    case DType::F32: return uint64_t(cols) * 4;
+    case DType::F16:
+    case DType::BF16: return uint64_t(cols) * 2;
+    case DType::Q8_0: return uint64_t(cols);
+    default: return *lr::row_bytes(dtype, uint64_t(cols));
+  }
 }
 
 const float* Matrix::f32() const {
@@ -52,7 +74,7 @@ uint16_t* Matrix::half_mut() {
   return reinterpret_cast<uint16_t*>(data.get());
 }
 
-uint64_t Matrix::data_bytes() const { return uint64_t(rows) * uint64_t(cols) * elem_bytes(); }
+uint64_t Matrix::data_bytes() const { return uint64_t(rows) * row_bytes(); }
 
 uint64_t Matrix::bytes() const {
   return data_bytes() + (dtype == DType::Q8_0 ? uint64_t(rows) * uint64_t(q8_blocks(cols)) * 4 : 0);
@@ -66,8 +88,7 @@ void Matrix::row_to_f32(int64_t r, float* out) const {
     for (int64_t c = 0; c < cols; ++c) out[c] = s[c / 32] * float(q[c]);
     return;
   }
-  dequantize(dtype, data.get() + uint64_t(r) * uint64_t(cols) * elem_bytes(), out,
-             cols);
+  dequantize(dtype, data.get() + uint64_t(r) * row_bytes(), out, cols);
 }
 
 Matrix Matrix::rows_view(int64_t r0, int64_t n) const {
@@ -77,7 +98,7 @@ Matrix Matrix::rows_view(int64_t r0, int64_t n) const {
   m.rows = n;
   m.cols = cols;
   // Aliasing constructors: share ownership of the whole buffers.
-  m.data = std::shared_ptr<uint8_t[]>(data, data.get() + uint64_t(r0) * uint64_t(cols) * elem_bytes());
+  m.data = std::shared_ptr<uint8_t[]>(data, data.get() + uint64_t(r0) * row_bytes());
   if (scales) m.scales = std::shared_ptr<float[]>(scales, scales.get() + r0 * q8_blocks(cols));
   return m;
 }
@@ -85,7 +106,7 @@ Matrix Matrix::rows_view(int64_t r0, int64_t n) const {
 void Matrix::set_row(int64_t r, const float* x) {
   LR_ASSERT(r >= 0 && r < rows);
   if (dtype != DType::Q8_0) {
-    quantize(dtype, x, data.get() + uint64_t(r) * uint64_t(cols) * elem_bytes(), cols);
+    quantize(dtype, x, data.get() + uint64_t(r) * row_bytes(), cols);
     return;
   }
   quantize_q8_blocks(x, reinterpret_cast<int8_t*>(data.get()) + r * cols, scales.get() + r * q8_blocks(cols),
@@ -178,18 +199,20 @@ void for_each_matrix(const Weights& w, const std::function<void(const WeightSpec
 uint64_t Weights::bytes() const {
   uint64_t total = 0;
   for_each_matrix(*this, [&](const WeightSpec&, const Matrix& m) { total += m.bytes(); });
+  for_each_linear(*this, [&](const WeightSpec&, int, const Linear& l) { total += l.b.bytes(); });
   return total;
 }
 
 uint64_t Weights::parameters() const {
   uint64_t total = 0;
   for_each_matrix(*this, [&](const WeightSpec&, const Matrix& m) { total += uint64_t(m.rows) * uint64_t(m.cols); });
+  for_each_linear(*this, [&](const WeightSpec&, int, const Linear& l) { total += uint64_t(l.b.cols); });
   return total;
 }
 
 uint64_t Weights::bytes_per_token() const {
   uint64_t total = out_norm.bytes() + tok_embd.bytes() / uint64_t(std::max<int64_t>(tok_embd.rows, 1));
-  auto lin = [](const Linear& l) { return l.w.bytes() + l.v.bytes() + l.u.bytes(); };
+  auto lin = [](const Linear& l) { return l.w.bytes() + l.v.bytes() + l.u.bytes() + l.b.bytes(); };
   total += lin(output);
   for (const Layer& l : layers)
     total += l.attn_norm.bytes() + l.ffn_norm.bytes() + lin(l.q) + lin(l.k) + lin(l.v) + lin(l.o) +
@@ -210,6 +233,9 @@ uint64_t parameter_count(const Config& c) {
 std::vector<MatrixShape> matrix_shapes(const Weights& w) {
   std::vector<MatrixShape> out;
   for_each_matrix(w, [&](const WeightSpec& spec, const Matrix& m) { out.push_back({m.rows, m.cols, spec.is_norm}); });
+  for_each_linear(w, [&](const WeightSpec&, int, const Linear& l) {
+    if (l.b.rows > 0) out.push_back({1, l.b.cols, true});  // biases are f32 like the norms
+  });
   return out;
 }
 
@@ -225,6 +251,7 @@ std::vector<MatrixShape> matrix_shapes(const Config& c) {
 
 uint64_t matrix_bytes(DType t, int64_t rows, int64_t cols, int64_t row_pad) {
   const uint64_t ld = uint64_t((cols + row_pad - 1) / row_pad * row_pad);
+  if (is_block_format(t)) return uint64_t(rows) * lr::row_bytes(t, ld).value_or(0);
   const uint64_t elem = t == DType::F32 ? 4 : t == DType::Q8_0 ? 1 : 2;
   return uint64_t(rows) * ld * elem + (t == DType::Q8_0 ? uint64_t(rows) * uint64_t(q8_blocks(cols)) * 4 : 0);
 }

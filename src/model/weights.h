@@ -15,15 +15,17 @@
 
 namespace lr {
 
-// A row-major [rows, cols] matrix in one of the runtime's weight types (F32,
-// F16, BF16 or Q8_0). Storage is 64-byte aligned and shared (tied embeddings
-// share it).
+// A row-major [rows, cols] matrix in one of the runtime's weight types: F32,
+// F16, BF16, Q8_0 or a GGUF block format (core/dtype.h is_block_format).
+// Storage is 64-byte aligned and shared (tied embeddings share it), or a
+// view of the model file's mapping (a block-format matrix used as stored).
 //
 // Q8_0 in memory: int8 values [rows, cols] in `data` and one f32 scale per
 // block of 32 values along each row in `scales` [rows, q8_blocks(cols)]
 // (value = scale * q; the last block of a row may be shorter). Unlike GGUF's
 // interleaved Q8_0 the scales are separate, so a row need not be a multiple
 // of 32 (low-rank factors U [out, rank] have any rank).
+// A block format keeps GGUF's layout: each row is cols / block_elems blocks.
 inline int64_t q8_blocks(int64_t cols) { return (cols + 31) / 32; }
 
 struct Matrix {
@@ -34,6 +36,10 @@ struct Matrix {
   std::shared_ptr<float[]> scales;  // Q8_0 only
 
   static Matrix allocate(DType dtype, int64_t rows, int64_t cols);
+  // A block-format matrix over `bytes` (rows * row_bytes() of them), which
+  // `owner` keeps alive (the file mapping): no copy.
+  static Matrix view(DType dtype, int64_t rows, int64_t cols, std::shared_ptr<const void> owner,
+                     const uint8_t* bytes);
   const float* f32() const;       // asserts dtype == F32
   const uint16_t* half() const;   // F16 or BF16 bit patterns (asserts a 16-bit dtype)
   const int8_t* q8() const;       // Q8_0 values (asserts Q8_0)
@@ -46,7 +52,8 @@ struct Matrix {
   // Rows [r0, r0 + n) as a matrix sharing this one's storage (no copy).
   Matrix rows_view(int64_t r0, int64_t n) const;
   const uint8_t* ptr() const { return data.get(); }
-  uint64_t elem_bytes() const { return dtype == DType::F32 ? 4 : dtype == DType::Q8_0 ? 1 : 2; }
+  // Bytes of one row of `data` (a block format: its blocks).
+  uint64_t row_bytes() const;
   // Row r of x as this matrix's type (the inverse of row_to_f32, rounding).
   void set_row(int64_t r, const float* x);
 };
@@ -59,6 +66,7 @@ struct Linear {
   Matrix w;  // dense [out, in]; empty when low-rank
   Matrix v;  // low-rank input factor [rank, in]
   Matrix u;  // low-rank output factor [out, rank]
+  Matrix b;  // bias [1, out] f32 (y = W x + b), empty when none; dense either way
 
   bool low_rank() const { return v.rows > 0; }
   int64_t rank() const { return v.rows; }
@@ -86,7 +94,9 @@ struct Layer {
 
 struct Weights {
   Config cfg;
-  DType wtype = DType::F32;  // type of every matrix except the norms (always F32): F32, F16 or BF16
+  DType wtype = DType::F32;  // type of every matrix except the norms and biases (always F32): F32, F16,
+                             // BF16 or Q8_0; unless as_stored
+  bool as_stored = false;    // every matrix kept in the type it is stored in (--wtype auto)
   Matrix tok_embd;           // [vocab, dim]
   Matrix out_norm;           // [1, dim] f32
   Linear output;             // [vocab, dim]; output.w shares tok_embd's storage when cfg.tied_output
@@ -189,7 +199,8 @@ void for_each_linear(W& w, F&& f) {
   });
 }
 // f(spec, matrix) for every matrix of `w` (embedding, norms, dense W and
-// factors), each distinct allocation once: a shared basis, a tied embedding.
+// factors; not the biases, see for_each_linear), each distinct allocation
+// once: a shared basis, a tied embedding.
 void for_each_matrix(const Weights& w, const std::function<void(const WeightSpec&, const Matrix&)>& f);
 
 // --- memory -----------------------------------------------------------------------

@@ -12,7 +12,7 @@ namespace lr {
 
 namespace fs = std::filesystem;
 
-Model load_model(const std::string& path, DType wtype) {
+Model load_model(const std::string& path, std::optional<DType> wtype) {
   std::error_code ec;
   if (!fs::exists(path, ec)) {
     if (path == default_model_path())
@@ -45,6 +45,11 @@ DType parse_weight_type(const std::string& name) {
   if (name == "f32") return DType::F32;
   if (name == "q8_0") return DType::Q8_0;
   fail("unknown weight type '{}' (expected f16, bf16, f32 or q8_0)", name);
+}
+
+std::optional<DType> parse_run_weight_type(const std::string& name) {
+  if (name == "auto") return std::nullopt;
+  return parse_weight_type(name);
 }
 
 std::unique_ptr<Backend> make_backend(const Model& m, ExecPath path, const BackendOptions& opt) {

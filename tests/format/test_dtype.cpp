@@ -36,7 +36,7 @@ TEST(DType, Info) {
   EXPECT_EQ(dtype_info(uint32_t(2))->block_bytes, 18);
   EXPECT_EQ(dtype_info(uint32_t(3))->block_bytes, 20);
   EXPECT_EQ(dtype_info(uint32_t(30))->name, "BF16");
-  EXPECT_FALSE(dtype_info(uint32_t(12)).has_value());  // Q4_K: not read by lowrank
+  EXPECT_FALSE(dtype_info(uint32_t(16)).has_value());  // IQ2_XXS: not read by lowrank
   EXPECT_FALSE(dtype_info(uint32_t(99)).has_value());
   EXPECT_EQ(dtype_name(DType::Q4_1), "Q4_1");
 }

@@ -230,9 +230,9 @@ TEST(GgufCorrupt, UnknownDtype) {
   u.tensor("tok_embd.weight", {32}, 99, 0).pad().zeros(64);
   EXPECT_EQ(parse_error(u.b), "bad.gguf: tensor 'tok_embd.weight' has unknown ggml type id 99");
   Bytes k = good_prefix();
-  k.tensor("w", {256}, 12, 0).pad().zeros(256);
+  k.tensor("w", {256}, 23, 0).pad().zeros(256);
   EXPECT_HAS(parse_error(k.b),
-             "tensor 'w' has type Q4_K (ggml type id 12), which is not supported");
+             "tensor 'w' has type IQ4_XS (ggml type id 23), which is not supported");
   Bytes removed = good_prefix();
   removed.tensor("w", {32}, 4, 0).pad().zeros(64);
   EXPECT_HAS(parse_error(removed.b), "unknown ggml type id 4");

@@ -80,6 +80,19 @@ TEST(TorchCheckpoint, WholeModulePickleNamedLikeStateDict) {
   EXPECT_TRUE(c->globals().count("transformers.models.llama.modeling_llama.LlamaForCausalLM"));
 }
 
+// SVD-LLM's own save of a model loaded with device_map="cpu": the model
+// carries hf_device_map = {'': torch.device('cpu')} (a call in the pickle) and
+// a config whose torch_dtype is torch.float16 (a global). Both are accepted
+// without running anything; the tensors are the same as without them.
+TEST(TorchCheckpoint, ModelWithDeviceMapAndConfig) {
+  auto c = TorchCheckpoint::open(fixture("svdllm_device_map.pt"));
+  auto plain = TorchCheckpoint::open(fixture("whole_module.pt"));
+  EXPECT_EQ(c->names(), plain->names());
+  EXPECT_EQ(floats(*c->find("model.layers.1.q_u_proj.weight")), floats(*plain->find("model.layers.1.q_u_proj.weight")));
+  EXPECT_TRUE(c->globals().count("torch.device"));
+  EXPECT_TRUE(c->globals().count("torch.float16"));
+}
+
 TEST(TorchCheckpoint, RefusesToCallArbitraryFunctions) {
   std::string e = error_of([] { TorchCheckpoint::open(fixture("calls_system.pt")); });
   EXPECT_NE(e.find("refusing to call posix.system"), std::string::npos) << e;

@@ -1,7 +1,8 @@
 // Products of the CPU executor: every job of a Linear step, its folded input
 // (a norm, SiLU*mul or the attention merge, computed by each thread into its
-// own scratch) and what it finishes on the rows it computed (a residual
-// add, RoPE and the append of head rows, SiLU*mul of gate and up rows).
+// own scratch) and what it finishes on the rows it computed (the bias, a
+// residual add, RoPE and the append of head rows, SiLU*mul of gate and up
+// rows).
 #include <algorithm>
 
 #include "backend/cpu/attention_kernels.h"
@@ -80,6 +81,7 @@ Executor::Fn Executor::linear(const Step& s) {
       matmul(*j.m, x, ldx, row(to, t0) + j.out_off, width(to), n, r0, r1);
       for (int t = 0; t < n; ++t) {
         float* y = row(to, t0 + t) + j.out_off;
+        if (j.bias) cpu::add(j.bias->f32() + r0, y + r0, r1 - r0);
         if (j.accumulate) cpu::add(y + r0, row(Buf::X, t0 + t) + j.out_off + r0, r1 - r0);
         const int pos = s_.pos + t0 + t;
         if (j.rope) s_.rope.apply_rows(y, r0, r1, hd, pos);

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace lr::cpu {
 
 // y[r] = sum_c W[r, c] * x[c]   for r in [r0, r1)
@@ -40,6 +42,26 @@ void matmul_q8_0(const int8_t* W, const float* scales, const float* X, float* Y,
 // xq[c] = round(x[c] / sx[b]) with sx[b] = max |x[c in b]| / 127 (0 for an
 // all-zero block), for blocks of 32 (the last may be shorter).
 void quantize_q8_row(const float* x, int8_t* xq, float* sx, int64_t n);
+
+// Weights in a GGUF block format (core/dtype.h is_block_format: Q4_0, Q4_1,
+// Q5_0, Q5_1, Q2_K .. Q6_K), rows of `rb` bytes of blocks. x is quantized per
+// block (quantize_acts) and every chunk of 32 weights is an integer dot
+// product (kernels_blocks.cpp). cols is a multiple of the format's block.
+void matvec_blocks(DType t, const uint8_t* W, uint64_t rb, const float* x, float* y, int64_t cols, int64_t r0,
+                   int64_t r1);
+// Y[t, r] for t in [0, n): X [n, cols] with row stride ldx, Y [n, ldy]. The
+// prompt path: 16 rows at a time decoded to f32, then matmul_f32 (x is not
+// quantized), as matmul_q8_0.
+void matmul_blocks(DType t, const uint8_t* W, uint64_t rb, const float* X, float* Y, int64_t n, int64_t cols,
+                   int64_t ldx, int64_t ldy, int64_t r0, int64_t r1);
+// An input quantized for the block kernels in blocks of `block` values (32
+// for Q4_0 .. Q5_1, 256 for the K-quants, so a super-block's integer sums
+// need one scale), as GGML's Q8_0 and Q8_K inputs: q[c] = round-to-even(x[c]
+// 127 / amax) with amax = max |x| over block b, and d[b] = amax / 127 rounded
+// to f16 (blocks of 32) or 1 / (127 / amax) (blocks of 256), 0 for an
+// all-zero block; s16[g] = the sum of q over the 16
+// values of group g; dsum[k] = d * the sum of q over the 32 values of group k.
+void quantize_acts(const float* x, int64_t n, int block, int8_t* q, float* d, int16_t* s16, float* dsum);
 
 // y = x / sqrt(mean(x^2) + eps) * w   (y may alias x)
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);

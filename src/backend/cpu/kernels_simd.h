@@ -173,9 +173,10 @@ inline int64_t q8_blocks_of(int64_t n) { return (n + 31) / 32; }
 
 // Per-thread scratch buffer of at least n floats, 64-byte aligned (contents
 // unspecified). `slot` selects one of a few independent buffers: 0 and 1 are
-// used by the matvec and matmul kernels, 2 by matmul_q8_0 around matmul_f32.
+// used by the matvec and matmul kernels, 2 by matmul_q8_0 around matmul_f32,
+// 3-5 by the block-format kernels (the quantized input).
 inline float* scratch(int slot, int64_t n) {
-  thread_local std::vector<float> bufs[3];
+  thread_local std::vector<float> bufs[6];
   std::vector<float>& b = bufs[slot];
   if (int64_t(b.size()) < n + 16) b.resize(size_t(n) + 16);
   const uintptr_t p = reinterpret_cast<uintptr_t>(b.data());

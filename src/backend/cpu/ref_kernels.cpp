@@ -129,6 +129,32 @@ void matvec_q8_0(const int8_t* W, const float* scales, const float* x, float* y,
   }
 }
 
+// The weights dequantized by the format's scalar decoder (core/quants.cpp,
+// bit-exact with the gguf package), the input quantized as the kernel does
+// and decoded again: the exact value the kernel's integer arithmetic stands
+// for, summed in double.
+void matvec_blocks(DType t, const uint8_t* W, uint64_t rb, const float* x, float* y, int64_t cols, int64_t r0,
+                   int64_t r1) {
+  // The input in blocks of the format's block (32, or 256 for the K-quants).
+  const int64_t block = dtype_info(t).block_elems;
+  std::vector<int8_t> xq(static_cast<size_t>(cols));
+  std::vector<float> sx(static_cast<size_t>(cols / block)), w(static_cast<size_t>(cols));
+  for (int64_t b = 0; b < cols / block; ++b) {
+    float amax = 0;
+    for (int64_t c = b * block; c < (b + 1) * block; ++c) amax = std::max(amax, std::fabs(x[c]));
+    const float inv = amax > 0 ? 127.f / amax : 0.f;
+    // The input scale as GGML keeps it: f16 for blocks of 32 (Q8_0), 1 / inv for 256 (Q8_K).
+    sx[size_t(b)] = block == 32 ? f16_to_f32(f32_to_f16(amax / 127.f)) : amax > 0 ? 1.f / inv : 0.f;
+    for (int64_t c = b * block; c < (b + 1) * block; ++c) xq[size_t(c)] = int8_t(std::nearbyint(x[c] * inv));
+  }
+  for (int64_t r = r0; r < r1; ++r) {
+    dequantize(t, W + uint64_t(r) * rb, w.data(), cols);
+    double s = 0;
+    for (int64_t c = 0; c < cols; ++c) s += double(w[size_t(c)]) * (double(sx[size_t(c / block)]) * xq[size_t(c)]);
+    y[r] = float(s);
+  }
+}
+
 void attend_partial(const float* q, int g, int d, const float* K, const float* V, int64_t stride,
                     int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc) {
   scalar::attend_partial(q, g, d, K, V, stride, j0, j1, scale, m, l, acc);

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace lr::cpu::ref {
 
 void matvec_f32(const float* W, const float* x, float* y, int64_t cols, int64_t r0, int64_t r1);
@@ -23,6 +25,8 @@ void matmul_f16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t 
 void matvec_q8_0(const int8_t* W, const float* scales, const float* x, float* y, int64_t cols,
                  int64_t r0, int64_t r1);
 void quantize_q8_row(const float* x, int8_t* xq, float* sx, int64_t n);
+void matvec_blocks(DType t, const uint8_t* W, uint64_t rb, const float* x, float* y, int64_t cols, int64_t r0,
+                   int64_t r1);
 
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
 

@@ -17,8 +17,10 @@ void matvec(const Matrix& W, const float* x, float* y, int64_t r0, int64_t r1) {
       return matvec_f16(W.half(), x, y, W.cols, r0, r1);
     case DType::Q8_0:
       return matvec_q8_0(W.q8(), W.scales.get(), x, y, W.cols, r0, r1);
-    default:
+    case DType::F32:
       return matvec_f32(W.f32(), x, y, W.cols, r0, r1);
+    default:
+      return matvec_blocks(W.dtype, W.ptr(), W.row_bytes(), x, y, W.cols, r0, r1);
   }
 }
 
@@ -32,8 +34,10 @@ void matmul(const Matrix& W, const float* X, int64_t ldx, float* Y, int64_t ldy,
       return matmul_f16(W.half(), X, Y, n, W.cols, ldx, ldy, r0, r1);
     case DType::Q8_0:
       return matmul_q8_0(W.q8(), W.scales.get(), X, Y, n, W.cols, ldx, ldy, r0, r1);
-    default:
+    case DType::F32:
       return matmul_f32(W.f32(), X, Y, n, W.cols, ldx, ldy, r0, r1);
+    default:
+      return matmul_blocks(W.dtype, W.ptr(), W.row_bytes(), X, Y, n, W.cols, ldx, ldy, r0, r1);
   }
 }
 

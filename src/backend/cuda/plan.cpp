@@ -49,6 +49,11 @@ WeightLayout plan_weights(const Weights& w) {
   for_each_matrix(w, [&](const WeightSpec& spec, const Matrix& m) {
     if (!spec.is_norm) ms.push_back(&m);
   });
+  for_each_linear(w, [&](const WeightSpec& spec, int l, const Linear& lin) {
+    if (lin.b.rows)
+      fail("the CUDA backend does not add biases yet ({} of layer {} has one): run this model on the CPU",
+           spec.kind, l);
+  });
   for (const Matrix* m : ms)
     if (m->dtype != DType::F32 && m->dtype != DType::F16 && m->dtype != DType::BF16)
       fail("the CUDA backend reads F32, F16 or BF16 weights, not {} (load the model as bf16)",
@@ -79,7 +84,7 @@ uint64_t WeightLayout::offset_of(const Matrix& m) const {
   LR_ASSERT(it != ranges.begin());
   const Range& r = *(it - 1);
   LR_ASSERT(m.ptr() >= r.begin && m.ptr() + m.data_bytes() <= r.end && m.cols == r.cols);
-  const uint64_t row_bytes = uint64_t(r.cols) * m.elem_bytes();
+  const uint64_t row_bytes = m.row_bytes();
   LR_ASSERT(uint64_t(m.ptr() - r.begin) % row_bytes == 0);
   return r.offset + uint64_t(m.ptr() - r.begin) / row_bytes * uint64_t(padded_cols(r.cols));
 }

@@ -30,19 +30,26 @@ void matmul(const Matrix& W, const float* X, float* Y, int n) {
   }
 }
 
-// Y = W X for a dense W, or Y = U (V X) for low-rank factors.
+// Y = W X + b for a dense W, or Y = U (V X) + b for low-rank factors.
 void linear(const Linear& L, const float* X, float* Y, int n) {
-  if (!L.low_rank()) return matmul(L.w, X, Y, n);
-  std::vector<float> t(static_cast<size_t>(n) * size_t(L.rank()));
-  matmul(L.v, X, t.data(), n);
-  matmul(L.u, t.data(), Y, n);
+  if (!L.low_rank()) {
+    matmul(L.w, X, Y, n);
+  } else {
+    std::vector<float> t(static_cast<size_t>(n) * size_t(L.rank()));
+    matmul(L.v, X, t.data(), n);
+    matmul(L.u, t.data(), Y, n);
+  }
+  if (L.b.rows == 0) return;
+  const int64_t out = L.out_dim();
+  for (int i = 0; i < n; ++i)
+    for (int64_t r = 0; r < out; ++r) Y[int64_t(i) * out + r] += L.b.f32()[r];
 }
 
 class ReferenceBackend final : public Backend {
  public:
   ReferenceBackend(std::shared_ptr<const Weights> w, int ctx) : Backend(std::move(w), ctx) {
-    if (weights_->wtype != DType::F32)
-      fail("the reference backend needs F32 weights (loaded as {})", dtype_name(weights_->wtype));
+    if (weights_->wtype != DType::F32 || weights_->as_stored)
+      fail("the reference backend needs F32 weights (loaded as {})", weights_->as_stored ? "stored types" : dtype_name(weights_->wtype));
     const Config& c = weights_->cfg;
     inv_freq_ = scalar::rope_inv_freq(c);
     size_t per_layer = size_t(ctx) * size_t(c.kv_dim());

@@ -157,6 +157,7 @@ class ScalarPlan final : public Backend {
       M.row_to_f32(r, w.data());
       double acc = 0;
       for (int64_t i = 0; i < M.cols; ++i) acc += double(w[size_t(i)]) * x[size_t(i)];
+      if (j.bias) acc += double(j.bias->f32()[r]);
       out[r] = j.accumulate ? out[r] + float(acc) : float(acc);
     }
     const int hd = c.head_dim;

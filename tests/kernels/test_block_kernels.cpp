@@ -1,0 +1,197 @@
+// The block-format kernels (backend/cpu/kernels_blocks.cpp) against their
+// scalar twin (ref::matvec_blocks: the weights through the bit-exact scalar
+// dequantizer, the input quantized and decoded again, summed in double), for
+// every format, over random blocks whose scales and bits cover the formats'
+// ranges, and real rows of the default model's Q4_1 tensors when present.
+//
+// Both sides compute the same exact sum of products of the same quantized
+// values; only the f32 accumulation order differs, so the tolerance is
+// 1e-5 of sum |w x|. The input quantization's own error is a separate,
+// looser check against the f32 product.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/ref_kernels.h"
+#include "core/dtype.h"
+#include "core/half.h"
+
+namespace {
+
+using lr::DType;
+namespace cpu = lr::cpu;
+namespace ref = lr::cpu::ref;
+
+const DType kFormats[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K,
+                          DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+// Byte offsets of each format's f16 fields (the rest of a block is random bits).
+std::vector<int> f16_fields(DType t) {
+  switch (t) {
+    case DType::Q4_0:
+    case DType::Q5_0: return {0};
+    case DType::Q4_1:
+    case DType::Q5_1:
+    case DType::Q4_K:
+    case DType::Q5_K: return {0, 2};
+    case DType::Q2_K: return {80, 82};
+    case DType::Q3_K: return {108};
+    case DType::Q6_K: return {208};
+    default: return {};
+  }
+}
+
+std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t cols, uint32_t seed) {
+  const lr::DTypeInfo info = lr::dtype_info(t);
+  const int64_t nb = rows * cols / info.block_elems;
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> b(size_t(nb * info.block_bytes));
+  for (auto& x : b) x = uint8_t(rng());
+  std::normal_distribution<float> n(0.f, 0.02f);
+  for (int64_t i = 0; i < nb; ++i)
+    for (int off : f16_fields(t)) {
+      const uint16_t h = lr::f32_to_f16(n(rng));
+      std::memcpy(&b[size_t(i * info.block_bytes + off)], &h, 2);
+    }
+  return b;
+}
+
+std::vector<float> random_x(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = d(rng);
+  x[3] = 0;  // and one all-zero block (its scale is 0)
+  for (int64_t c = 32; c < 64 && c < n; ++c) x[size_t(c)] = 0;
+  return x;
+}
+
+// sum_c |w_rc x_c| per row, from the dequantized weights.
+std::vector<double> abs_sums(DType t, const std::vector<uint8_t>& W, int64_t rows, int64_t cols,
+                             const std::vector<float>& x) {
+  const uint64_t rb = *lr::row_bytes(t, uint64_t(cols));
+  std::vector<float> w(static_cast<size_t>(cols));
+  std::vector<double> out(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    lr::dequantize(t, W.data() + r * rb, w.data(), cols);
+    for (int64_t c = 0; c < cols; ++c) out[size_t(r)] += std::fabs(double(w[size_t(c)]) * x[size_t(c)]);
+  }
+  return out;
+}
+
+TEST(BlockKernels, MatvecMatchesScalarTwin) {
+  for (DType t : kFormats) {
+    const int64_t be = lr::dtype_info(t).block_elems;
+    for (int64_t cols : {be, 2 * be, 3 * be, 1536 / be * be, 4864 / be * be}) {
+      if (cols % be) continue;
+      const int64_t rows = 37;
+      const auto W = random_rows(t, rows, cols, uint32_t(cols) * 7 + uint32_t(t));
+      const auto x = random_x(cols, uint32_t(cols));
+      const uint64_t rb = *lr::row_bytes(t, uint64_t(cols));
+      std::vector<float> got(size_t(rows), -1.f), want(size_t(rows), -2.f);
+      cpu::matvec_blocks(t, W.data(), rb, x.data(), got.data(), cols, 0, rows);
+      ref::matvec_blocks(t, W.data(), rb, x.data(), want.data(), cols, 0, rows);
+      const auto sums = abs_sums(t, W, rows, cols, x);
+      for (int64_t r = 0; r < rows; ++r)
+        ASSERT_NEAR(got[size_t(r)], want[size_t(r)], 1e-5 * sums[size_t(r)] + 1e-30)
+            << lr::dtype_name(t) << " cols " << cols << " row " << r;
+    }
+  }
+}
+
+TEST(BlockKernels, MatvecRowRangeWritesOnlyItsRows) {
+  for (DType t : kFormats) {
+    const int64_t cols = 256, rows = 9;
+    const auto W = random_rows(t, rows, cols, 5);
+    const auto x = random_x(cols, 6);
+    std::vector<float> y(size_t(rows), -7.f);
+    cpu::matvec_blocks(t, W.data(), *lr::row_bytes(t, cols), x.data(), y.data(), cols, 2, 5);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (r >= 2 && r < 5)
+        EXPECT_NE(y[size_t(r)], -7.f) << lr::dtype_name(t);
+      else
+        EXPECT_EQ(y[size_t(r)], -7.f) << lr::dtype_name(t);
+    }
+  }
+}
+
+// The prompt kernel: the exact stored weights times the f32 input (not
+// quantized), against the same product in double.
+TEST(BlockKernels, MatmulMatchesDequantizedProduct) {
+  for (DType t : kFormats) {
+    const int64_t cols = 512, rows = 21, n = 19, ldx = cols + 5, ldy = rows + 3;
+    const auto W = random_rows(t, rows, cols, 11);
+    const auto X = random_x(n * ldx, 12);
+    const uint64_t rb = *lr::row_bytes(t, cols);
+    std::vector<float> Y(size_t(n * ldy), -3.f), w(static_cast<size_t>(cols));
+    cpu::matmul_blocks(t, W.data(), rb, X.data(), Y.data(), n, cols, ldx, ldy, 1, rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      lr::dequantize(t, W.data() + r * rb, w.data(), cols);
+      for (int64_t tok = 0; tok < n; ++tok) {
+        if (r == 0) {
+          EXPECT_EQ(Y[size_t(tok * ldy)], -3.f);
+          continue;
+        }
+        double want = 0, mag = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          want += double(w[size_t(c)]) * X[size_t(tok * ldx + c)];
+          mag += std::fabs(double(w[size_t(c)]) * X[size_t(tok * ldx + c)]);
+        }
+        ASSERT_NEAR(Y[size_t(tok * ldy + r)], want, 1e-5 * mag + 1e-30)
+            << lr::dtype_name(t) << " token " << tok << " row " << r;
+      }
+    }
+  }
+}
+
+// The input's 8-bit quantization costs little against the f32 product of the
+// same dequantized weights: within 1% of sum |w x| for random data.
+TEST(BlockKernels, InputQuantizationErrorIsSmall) {
+  for (DType t : kFormats) {
+    const int64_t cols = 1024, rows = 8;
+    const auto W = random_rows(t, rows, cols, 21);
+    const auto x = random_x(cols, 22);
+    std::vector<float> y(static_cast<size_t>(rows)), w(static_cast<size_t>(cols));
+    cpu::matvec_blocks(t, W.data(), *lr::row_bytes(t, cols), x.data(), y.data(), cols, 0, rows);
+    const auto sums = abs_sums(t, W, rows, cols, x);
+    for (int64_t r = 0; r < rows; ++r) {
+      lr::dequantize(t, W.data() + r * *lr::row_bytes(t, cols), w.data(), cols);
+      double exact = 0;
+      for (int64_t c = 0; c < cols; ++c) exact += double(w[size_t(c)]) * x[size_t(c)];
+      EXPECT_NEAR(y[size_t(r)], exact, 0.01 * sums[size_t(r)]) << lr::dtype_name(t);
+    }
+  }
+}
+
+TEST(BlockKernels, QuantizeActsSums) {
+  const auto x = random_x(512, 3);
+  for (int block : {32, 256}) {
+    std::vector<int8_t> q(512);
+    std::vector<float> d(size_t(512 / block)), dsum(16);
+    std::vector<int16_t> s(32);
+    cpu::quantize_acts(x.data(), 512, block, q.data(), d.data(), s.data(), dsum.data());
+    if (block == 32) EXPECT_EQ(d[1], 0.f);  // the all-zero block
+    for (int b = 0; b < 512 / block; ++b) {
+      float amax = 0;
+      for (int j = 0; j < block; ++j) amax = std::max(amax, std::fabs(x[size_t(b * block + j)]));
+      // GGML's Q8_0 (f16 scale) and Q8_K (1 / inverse scale) input blocks.
+      EXPECT_EQ(d[size_t(b)], block == 32 ? lr::f16_to_f32(lr::f32_to_f16(amax / 127.f)) : 1.f / (127.f / amax));
+      for (int j = 0; j < block; ++j)
+        EXPECT_EQ(q[size_t(b * block + j)], int8_t(std::nearbyint(x[size_t(b * block + j)] * (amax > 0 ? 127.f / amax : 0.f))));
+    }
+    for (int g = 0; g < 32; ++g) {
+      int sum = 0;
+      for (int j = 0; j < 16; ++j) sum += q[size_t(16 * g + j)];
+      EXPECT_EQ(s[size_t(g)], sum);
+    }
+    for (int k = 0; k < 16; ++k)
+      EXPECT_EQ(dsum[size_t(k)], d[size_t(k * 32 / block)] * float(s[size_t(2 * k)] + s[size_t(2 * k + 1)]));
+  }
+}
+
+}  // namespace

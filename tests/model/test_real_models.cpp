@@ -1,0 +1,162 @@
+// Real quantized GGUFs as people download them (Qwen2.5-Coder Q4_K_M: Q4_K,
+// Q6_K, Q5_0, Q8_0 tensors, q/k/v biases, NEOX RoPE) against llama.cpp
+// (scripts/golden_qwen.py: llama-cpp-python running the same file with its
+// own quantized kernels). Skipped when the model is not cached
+// (scripts/fetch-model.sh --model qwen2.5-coder-0.5b).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "runtime/model.h"
+
+namespace lr {
+namespace {
+
+std::string cached(const std::string& file) {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::string cache = xdg && *xdg ? xdg : std::string(home ? home : ".") + "/.cache";
+  return cache + "/lowrank/models/" + file;
+}
+
+struct Real {
+  std::string name, file, golden;
+};
+const Real kQwen05{"qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+                   "golden_qwen2.5-coder-0.5b.json"};
+
+nlohmann::json golden(const Real& r) {
+  std::ifstream in(std::string(LOWRANK_SOURCE_DIR "/tests/fixtures/model/") + r.golden);
+  return nlohmann::json::parse(in);
+}
+
+const Model* as_stored(const Real& r) {
+  static std::unique_ptr<Model> m = [&] {
+    std::unique_ptr<Model> out;
+    if (std::filesystem::exists(cached(r.file))) out = std::make_unique<Model>(load_model(cached(r.file), std::nullopt));
+    return out;
+  }();
+  return m.get();
+}
+
+#define REQUIRE_REAL(r)                                                                          \
+  const Model* M = as_stored(r);                                                                 \
+  if (!M) GTEST_SKIP() << (r).file << " not cached (run scripts/fetch-model.sh --model " << (r).name \
+                       << ")"
+
+int argmax(const float* v, int n) { return int(std::max_element(v, v + n) - v); }
+
+TEST(RealModel, Qwen05ConfigAndFormats) {
+  REQUIRE_REAL(kQwen05);
+  const Config& c = M->weights->cfg;
+  EXPECT_EQ(c.n_layers, 24);
+  EXPECT_EQ(c.dim, 896);
+  EXPECT_EQ(c.n_heads, 14);
+  EXPECT_EQ(c.n_kv_heads, 2);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.ffn_dim, 4864);
+  EXPECT_EQ(c.vocab, 151936);
+  EXPECT_TRUE(c.rope_neox);
+  EXPECT_EQ(c.rope_theta, 1e6f);
+  const Layer& l0 = M->weights->layers[0];
+  // Kept in their blocks, as the file stores them; biases on q, k, v only.
+  EXPECT_TRUE(is_block_format(l0.down.w.dtype)) << dtype_name(l0.down.w.dtype);
+  EXPECT_TRUE(is_block_format(l0.gate.w.dtype)) << dtype_name(l0.gate.w.dtype);
+  EXPECT_EQ(l0.q.b.cols, 896);
+  EXPECT_EQ(l0.k.b.cols, 128);
+  EXPECT_EQ(l0.v.b.cols, 128);
+  EXPECT_EQ(l0.o.b.rows, 0);
+  EXPECT_EQ(l0.gate.b.rows, 0);
+  // The matrices' bytes are the file's tensor bytes (Q8_0 in the runtime's
+  // layout: f32 scales, 2 bytes more per 32 values than GGUF's f16).
+  EXPECT_LT(M->weights->bytes(), uint64_t(560e6));
+}
+
+TEST(RealModel, Qwen05TokenizerMatchesLlamaCpp) {
+  REQUIRE_REAL(kQwen05);
+  const auto g = golden(kQwen05);
+  int n = 0;
+  for (const auto& c : g["greedy"]) {
+    const auto want = c["tokens"].get<std::vector<int32_t>>();
+    EXPECT_EQ(M->tokenizer->encode(c["prompt"].get<std::string>(), M->tokenizer->add_bos(), true), want)
+        << c["prompt"];
+    ++n;
+  }
+  EXPECT_EQ(n, 20);
+}
+
+// Top-5 logits at three positions of 5 prompts, through the prompt path.
+// llama.cpp quantizes the prompt's activations to 8 bits before each product
+// (Q8_K / Q8_0); lowrank's prompt path multiplies the exact stored weights by
+// f32 activations: logits within 3% of max(1, |logit|); ids exact where the
+// golden neighbours differ by more than 0.5.
+TEST(RealModel, Qwen05TopLogitsMatchLlamaCpp) {
+  REQUIRE_REAL(kQwen05);
+  const int vocab = M->weights->cfg.vocab;
+  double worst = 0;
+  const auto g = golden(kQwen05);
+  for (const auto& c : g["top5"]) {
+    const auto toks = c["tokens"].get<std::vector<int32_t>>();
+    auto b = make_backend(*M, ExecPath::Fast, {512, 2});
+    std::vector<float> logits(toks.size() * size_t(vocab));
+    b->forward(toks.data(), int(toks.size()), logits.data(), true);
+    for (const auto& top : c["top5"]) {
+      const int pos = top["pos"];
+      const float* l = &logits[size_t(pos) * size_t(vocab)];
+      const auto ids = top["ids"].get<std::vector<int>>();
+      const auto want = top["logits"].get<std::vector<double>>();
+      std::vector<int> order(static_cast<size_t>(vocab));
+      for (int i = 0; i < vocab; ++i) order[size_t(i)] = i;
+      std::partial_sort(order.begin(), order.begin() + 5, order.end(),
+                        [&](int a, int b2) { return l[a] > l[b2] || (l[a] == l[b2] && a < b2); });
+      for (int k = 0; k < 5; ++k) {
+        const double diff = std::fabs(l[ids[size_t(k)]] - want[size_t(k)]) / std::max(1.0, std::fabs(want[size_t(k)]));
+        worst = std::max(worst, diff);
+        EXPECT_LE(diff, 0.03) << c["prompt"] << " pos " << pos << " rank " << k;
+        const bool tie = (k > 0 && want[size_t(k - 1)] - want[size_t(k)] < 0.5) ||
+                         (k < 4 && want[size_t(k)] - want[size_t(k + 1)] < 0.5);
+        if (!tie) EXPECT_EQ(order[size_t(k)], ids[size_t(k)]) << c["prompt"] << " pos " << pos << " rank " << k;
+      }
+    }
+  }
+  std::printf("worst relative top-5 logit difference to llama.cpp: %.4f\n", worst);
+}
+
+// Greedy continuations of 20 prompts x 32 tokens: identical to llama.cpp's on
+// at least 18 of 20.
+TEST(RealModel, Qwen05GreedyMatchesLlamaCpp) {
+  REQUIRE_REAL(kQwen05);
+  const int vocab = M->weights->cfg.vocab;
+  int identical = 0, n = 0;
+  const auto g = golden(kQwen05);
+  for (const auto& c : g["greedy"]) {
+    std::vector<int32_t> toks = c["tokens"].get<std::vector<int32_t>>();
+    const auto want = c["generated"].get<std::vector<int32_t>>();
+    auto b = make_backend(*M, ExecPath::Fast, {512, 2});
+    std::vector<float> logits(static_cast<size_t>(vocab));
+    b->forward(toks.data(), int(toks.size()), logits.data(), false);
+    std::vector<int32_t> got;
+    for (size_t s = 0; s < want.size(); ++s) {
+      int32_t t = argmax(logits.data(), vocab);
+      got.push_back(t);
+      b->forward(&t, 1, logits.data(), false);
+    }
+    size_t first = 0;
+    while (first < got.size() && got[first] == want[first]) ++first;
+    if (first == got.size()) ++identical;
+    else std::printf("prompt %d: first difference at token %zu of %zu\n", n, first, got.size());
+    ++n;
+  }
+  std::printf("greedy 32-token continuations identical to llama.cpp: %d/%d\n", identical, n);
+  EXPECT_EQ(n, 20);
+  EXPECT_GE(identical, 18);
+}
+
+}  // namespace
+}  // namespace lr
