@@ -52,6 +52,21 @@ def dequantized_copy(src: str, dst: str) -> None:
     w.close()
 
 
+def top5_case(llm, prompt: str, add_bos: bool) -> dict:
+    """The prompt's tokens and llama.cpp's top-5 ids and logits at its first,
+    middle and last positions."""
+    ids = llm.tokenize(prompt.encode(), add_bos=add_bos, special=True)
+    llm.reset()
+    llm.eval(ids)
+    scores = np.array(llm.scores[: len(ids)], dtype=np.float64)
+    tops = []
+    for pos in sorted({0, len(ids) // 2, len(ids) - 1}):
+        order = np.argsort(-scores[pos], kind="stable")[:5]
+        tops.append({"pos": pos, "ids": [int(i) for i in order],
+                     "logits": [float(scores[pos][i]) for i in order]})
+    return {"prompt": prompt, "tokens": [int(i) for i in ids], "top5": tops}
+
+
 def main() -> None:
     model, out = sys.argv[1], sys.argv[2]
     from llama_cpp import Llama
@@ -61,19 +76,7 @@ def main() -> None:
         dequantized_copy(model, f32)
         llm = Llama(model_path=f32, n_ctx=512, n_batch=512, logits_all=True, n_threads=2,
                     type_k=0, type_v=0, flash_attn=False, verbose=False)
-        cases = []
-        for p in PROMPTS:
-            ids = llm.tokenize(p.encode(), add_bos=True, special=True)
-            llm.reset()
-            llm.eval(ids)
-            scores = np.array(llm.scores[: len(ids)], dtype=np.float64)
-            positions = sorted({0, len(ids) // 2, len(ids) - 1})
-            tops = []
-            for pos in positions:
-                order = np.argsort(-scores[pos], kind="stable")[:5]
-                tops.append({"pos": pos, "ids": [int(i) for i in order],
-                             "logits": [float(scores[pos][i]) for i in order]})
-            cases.append({"prompt": p, "tokens": [int(i) for i in ids], "top5": tops})
+        cases = [top5_case(llm, p, add_bos=True) for p in PROMPTS]
     with open(out, "w") as fh:
         json.dump({"model": os.path.basename(model),
                    "source": "llama-cpp-python (llama.cpp), all weights dequantized to F32, F32 KV cache",

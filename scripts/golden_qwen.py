@@ -10,7 +10,9 @@ runs them (its own quantized kernels, F16 KV cache off: F32):
 
 Not run in CI (it needs llama-cpp-python, which compiles llama.cpp). Usage:
   python3 -m venv /tmp/refvenv && /tmp/refvenv/bin/pip install gguf numpy llama-cpp-python==0.3.36
-  /tmp/refvenv/bin/python scripts/golden_qwen.py MODEL.gguf ../shared/data/wiki.eval.raw OUT.json
+  /tmp/refvenv/bin/python scripts/golden_qwen.py MODEL.gguf ../shared/data/wiki.eval.raw OUT.json [WINDOWS]
+
+WINDOWS: perplexity windows (default 32).
 """
 import json
 import math
@@ -18,6 +20,8 @@ import os
 import sys
 
 import numpy as np
+
+from golden_logits import top5_case
 
 TOP5_PROMPTS = [
     "def fibonacci(n):\n",
@@ -61,18 +65,7 @@ def main() -> None:
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
     add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
 
-    top5 = []
-    for p in TOP5_PROMPTS:
-        ids = llm.tokenize(p.encode(), add_bos=add_bos, special=True)
-        llm.reset()
-        llm.eval(ids)
-        scores = np.array(llm.scores[: len(ids)], dtype=np.float64)
-        tops = []
-        for pos in sorted({0, len(ids) // 2, len(ids) - 1}):
-            order = np.argsort(-scores[pos], kind="stable")[:5]
-            tops.append({"pos": pos, "ids": [int(i) for i in order],
-                         "logits": [float(scores[pos][i]) for i in order]})
-        top5.append({"prompt": p, "tokens": [int(i) for i in ids], "top5": tops})
+    top5 = [top5_case(llm, p, add_bos) for p in TOP5_PROMPTS]
 
     greedy = []
     for p in GREEDY_PROMPTS:
@@ -88,7 +81,7 @@ def main() -> None:
         greedy.append({"prompt": p, "tokens": [int(i) for i in ids], "generated": gen})
         print(f"greedy {len(greedy)}/{len(GREEDY_PROMPTS)}", file=sys.stderr)
 
-    ctx, chunks = 512, 32
+    ctx, chunks = 512, int(sys.argv[4]) if len(sys.argv) > 4 else 32
     toks = llm.tokenize(open(text_path, "rb").read(), add_bos=add_bos, special=False)
     n = min(len(toks) // ctx, chunks)
     nll, count = 0.0, 0

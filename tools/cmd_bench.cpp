@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common.h"
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "model/load.h"
 #include "bench/harness/harness.h"
@@ -135,6 +136,7 @@ int run(const BenchCliOptions& o) {
   } else {
     std::fprintf(stderr, "bench: measuring read bandwidth (%d threads)...\n", threads);
     bw = measure_read_bandwidth(threads);
+    std::printf("CPU kernels: %s\n", cpu_kernel_path().c_str());
     std::printf("read bandwidth: %.1f GB/s (%d threads, 1 GiB buffer, best of 5)\n", bw, threads);
   }
   if (o.roofline) return 0;

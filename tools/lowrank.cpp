@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   CLI::App app{"lowrank: a runtime for SVD-compressed (low-rank) language models"};
-  app.set_version_flag("--version", "lowrank 0.1.0");
+  app.set_version_flag("--version", "lowrank 0.1.0; CPU kernels: " + lr::cpu_kernel_path());
   app.require_subcommand(1);
   std::vector<std::pair<CLI::App*, lr::cli::Runner>> commands;
   auto reg = [&](lr::cli::Runner (*add)(CLI::App&)) {

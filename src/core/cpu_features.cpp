@@ -68,4 +68,19 @@ LR_BASELINE void require_cpu_features() {
                        has_f16c());
 }
 
+__attribute__((target("arch=x86-64"))) std::string cpu_kernel_path() {
+  __builtin_cpu_init();
+  std::string unused;
+  auto note = [&](bool has, const char* name) {
+    if (has) unused += std::string(unused.empty() ? "" : ", ") + name;
+  };
+  note(__builtin_cpu_supports("avx512f"), "avx512f");
+  note(__builtin_cpu_supports("avx512bw"), "avx512bw");
+  note(__builtin_cpu_supports("avx512vl"), "avx512vl");
+  note(__builtin_cpu_supports("avx512vnni"), "avx512vnni");
+  note(__builtin_cpu_supports("avx512bf16"), "avx512bf16");
+  return std::string("avx2 (AVX2+FMA+F16C)") + (unused.empty() ? "" : "; this CPU also has " + unused +
+                                                                         ", which no kernel uses yet");
+}
+
 }  // namespace lr

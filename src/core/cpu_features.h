@@ -5,6 +5,8 @@
 // error message work on a CPU without AVX.
 #pragma once
 
+#include <string>
+
 namespace lr {
 
 // True when the CPU (and OS) support AVX2, FMA and F16C.
@@ -13,6 +15,11 @@ bool cpu_has_avx2_fma_f16c();
 // Throws lr::Error naming the missing features, e.g. "this build of lowrank
 // needs a CPU with AVX2, FMA and F16C; this CPU lacks: FMA".
 void require_cpu_features();
+
+// The instruction-set path the CPU kernels take, for --version and bench:
+// "avx2 (AVX2+FMA+F16C)", with the wider extensions this CPU has that no
+// kernel uses yet named after it.
+std::string cpu_kernel_path();
 
 // The same check for given feature flags (used by require_cpu_features() and
 // by tests).

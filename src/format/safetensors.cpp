@@ -386,7 +386,7 @@ std::optional<TensorView> SafetensorsSource::find(const std::string& name) const
     fail("{}: tensor {} has {}dtype {}, which lowrank cannot read (supported: F32, F16, BF16)",
          shards_[e.shard]->path, quote(name), known ? "" : "unknown ", quote(e.dtype_str));
   }
-  return TensorView{*e.dtype, e.shape, e.data, e.nbytes};
+  return TensorView{*e.dtype, e.shape, e.data, e.nbytes, nullptr};
 }
 
 std::vector<std::string> SafetensorsSource::names() const {

@@ -237,7 +237,7 @@ class ImportSource final : public TensorSource {
 // A row-major f32 [rows, cols] buffer as a tensor view (for read_matrix).
 TensorView f32_view(const std::vector<float>& x, int64_t rows, int64_t cols) {
   return TensorView{DType::F32, {uint64_t(cols), uint64_t(rows)}, reinterpret_cast<const uint8_t*>(x.data()),
-                    x.size() * 4};
+                    x.size() * 4, nullptr};
 }
 
 // Palu's k or v projection of layer l, when its factors are there: U is

@@ -175,7 +175,9 @@ TEST(BlockKernels, QuantizeActsSums) {
     std::vector<float> d(size_t(512 / block)), dsum(16);
     std::vector<int16_t> s(32);
     cpu::quantize_acts(x.data(), 512, block, q.data(), d.data(), s.data(), dsum.data());
-    if (block == 32) EXPECT_EQ(d[1], 0.f);  // the all-zero block
+    if (block == 32) {
+      EXPECT_EQ(d[1], 0.f);  // the all-zero block
+    }
     for (int b = 0; b < 512 / block; ++b) {
       float amax = 0;
       for (int j = 0; j < block; ++j) amax = std::max(amax, std::fabs(x[size_t(b * block + j)]));

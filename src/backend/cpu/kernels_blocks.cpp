@@ -271,11 +271,12 @@ inline float row_dot(const uint8_t* row, int64_t nb, const Acts& x) {
 template <class F>
 void matvec_t(const uint8_t* W, uint64_t rb, const Acts& x, float* y, int64_t cols, int64_t r0, int64_t r1) {
   const int64_t nb = cols / F::kElems;
+  constexpr int R = F::kElems == 32 ? 4 : 2;  // rows side by side (the K-quants' bodies are larger)
   int64_t r = r0;
-  for (; r + 4 <= r1; r += 4) {
+  for (; r + R <= r1; r += R) {
     const uint8_t* row = W + uint64_t(r) * rb;
-    for (uint64_t o = 0; o < 4 * rb; o += 64) _mm_prefetch(reinterpret_cast<const char*>(row + 4 * rb + o), _MM_HINT_T0);
-    rows_dot<F, 4>(row, rb, nb, x, y + r);
+    for (uint64_t o = 0; o < R * rb; o += 64) _mm_prefetch(reinterpret_cast<const char*>(row + R * rb + o), _MM_HINT_T0);
+    rows_dot<F, R>(row, rb, nb, x, y + r);
   }
   for (; r < r1; ++r) y[r] = row_dot<F>(W + uint64_t(r) * rb, nb, x);
 }

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# lowrank against llama.cpp on the same GGUF files, interleaved: decode (128
+# tokens after a 512-token prompt) and prefill (512 tokens) at 1 and 2
+# threads, both sides alternating round by round, medians reported with the
+# ratios and each side's share of the read bandwidth lowrank's probe
+# measured in the same run. Not run in CI.
+#
+#   scripts/peer-bench.sh [--rounds N] [--threads "1 2"] [--native] MODEL.gguf ...
+#
+# llama.cpp comes from the llama-cpp-python source package (pinned below; it
+# vendors the whole llama.cpp tree), built once into
+# ${XDG_CACHE_HOME:-~/.cache}/lowrank/peer/<version>-<flavour>: "avx2"
+# (GGML_NATIVE=OFF, AVX2/FMA/F16C: runs on every host this project uses) or,
+# with --native, -march=native (faster on AVX-512 hosts, but on a host that
+# lists AMX without granting it that build dies of SIGILL: check it runs).
+# Output: a markdown table on stdout; raw results in $OUT_DIR (default
+# /tmp/lowrank-peer-bench).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PEER_VERSION=0.3.36
+rounds=3
+threads="1 2"
+flavour=avx2
+models=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --rounds) rounds=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --native) flavour=native; shift ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "peer-bench: unknown option $1" >&2; exit 2 ;;
+    *) models+=("$1"); shift ;;
+  esac
+done
+[[ ${#models[@]} -gt 0 ]] || { echo "peer-bench: give at least one GGUF file" >&2; exit 2; }
+[[ -x build/lowrank ]] || { echo "peer-bench: build lowrank first (cmake -S . -B build && cmake --build build)" >&2; exit 2; }
+
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/lowrank/peer/$PEER_VERSION-$flavour"
+bench="$cache/llama.cpp/build/bin/llama-bench"
+if [[ ! -x "$bench" ]]; then
+  echo "peer-bench: building llama-bench from llama-cpp-python==$PEER_VERSION ($flavour) into $cache" >&2
+  mkdir -p "$cache"
+  tmp=$(mktemp -d)
+  python3 -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$PEER_VERSION" -d "$tmp"
+  tar -xzf "$tmp"/llama_cpp_python-$PEER_VERSION.tar.gz -C "$tmp"
+  rm -rf "$cache/llama.cpp"
+  mv "$tmp/llama_cpp_python-$PEER_VERSION/vendor/llama.cpp" "$cache/llama.cpp"
+  rm -rf "$tmp"
+  flags=(-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON)
+  [[ $flavour == native ]] && flags=(-DGGML_NATIVE=ON)
+  cmake -S "$cache/llama.cpp" -B "$cache/llama.cpp/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
+    -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF "${flags[@]}" >"$cache/cmake.log"
+  cmake --build "$cache/llama.cpp/build" -j"$(nproc)" --target llama-bench >"$cache/build.log"
+fi
+export LD_LIBRARY_PATH="$cache/llama.cpp/build/bin:${LD_LIBRARY_PATH:-}"
+
+out=${OUT_DIR:-/tmp/lowrank-peer-bench}
+mkdir -p "$out"
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+for m in "${models[@]}"; do
+  for t in $threads; do
+    for r in $(seq 1 "$rounds"); do
+      tag="$(basename "$m" .gguf)-t$t-r$r"
+      echo "peer-bench: $tag" >&2
+      "$bench" -m "$m" -t "$t" -p 512 -n 128 -r 1 -o json >"$out/$tag.llama.json" 2>"$out/$tag.llama.err"
+      build/lowrank bench -m "$m" --dense "$m" --modes dense --prompt 512 --gen 128 --reps 1 -t "$t" \
+        --json "$out/$tag.lowrank.json" >"$out/$tag.lowrank.txt" 2>/dev/null
+    done
+  done
+done
+
+python3 - "$out" "$cpu" "$flavour" "$PEER_VERSION" "$rounds" "${models[@]}" <<'PY'
+import glob, json, os, statistics, sys
+out, cpu, flavour, version, rounds, *models = sys.argv[1:]
+print(f"CPU: {cpu}; llama.cpp from llama-cpp-python {version} ({flavour} build); {rounds} interleaved rounds, medians\n")
+print("| model | threads | llama.cpp pp512 tok/s | lowrank pp512 tok/s | prefill ratio | llama.cpp tg128 tok/s | lowrank tg128 tok/s | decode ratio | lowrank MB/token | llama.cpp % of probe | lowrank % of probe | probe GB/s |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+for m in models:
+    name = os.path.basename(m)[:-5]
+    for t in sorted({p.split("-t")[-1].split("-r")[0] for p in glob.glob(f"{out}/{name}-t*-r*.llama.json")}, key=int):
+        lp, lt, wp, wt, mb, bw = [], [], [], [], [], []
+        for f in sorted(glob.glob(f"{out}/{name}-t{t}-r*.llama.json")):
+            for row in json.load(open(f)):
+                (lp if row["n_prompt"] > 0 else lt).append(row["avg_ts"])
+            lj = json.load(open(f.replace(".llama.json", ".lowrank.json")))
+            row = lj["rows"][0]
+            wp.append(512 / (row["prefill_ms"] / 1000))
+            wt.append(row["tokens_per_s"])
+            mb.append(row["weight_mb_per_token"] + row["kv_mb_per_token"])
+            bw.append(lj["read_bandwidth_gbs"])
+        med = statistics.median
+        share = lambda tps: 100 * tps * med(mb) / 1000 / med(bw)
+        print(f"| {name} | {t} | {med(lp):.1f} | {med(wp):.1f} | {med(wp) / med(lp):.2f} | {med(lt):.1f} | "
+              f"{med(wt):.1f} | {med(wt) / med(lt):.2f} | {med(mb):.0f} | {share(med(lt)):.0f}% | {share(med(wt)):.0f}% | {med(bw):.1f} |")
+PY
