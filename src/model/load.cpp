@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/half.h"
 #include "model/pack.h"
 
 namespace lr {
@@ -25,19 +26,27 @@ void fill_matrix(Matrix& m, const TensorView& t, bool permute_rope, int head_dim
   uint64_t row_bytes_src = t.nbytes / uint64_t(m.rows);
   for (int64_t r = 0; r < m.rows; ++r) {
     int64_t src_row = permute_rope ? hf_row_for_gguf_row(r, head_dim) : r;
+    const uint8_t* src = t.data + uint64_t(src_row) * row_bytes_src;
     if (m.dtype == t.dtype && is_block_format(m.dtype)) {  // blocks copied as they are
-      std::memcpy(m.data.get() + uint64_t(r) * m.row_bytes(), t.data + uint64_t(src_row) * row_bytes_src,
-                  row_bytes_src);
+      std::memcpy(m.data.get() + uint64_t(r) * m.row_bytes(), src, row_bytes_src);
       continue;
     }
-    dequantize(t.dtype, t.data + uint64_t(src_row) * row_bytes_src, row.data(), m.cols);
+    if (m.dtype == DType::Q8_0 && t.dtype == DType::Q8_0) {  // GGUF's blocks, scales apart: exact
+      int8_t* q = reinterpret_cast<int8_t*>(m.data.get()) + r * m.cols;
+      float* sc = m.scales.get() + r * q8_blocks(m.cols);
+      for (int64_t b = 0; b < m.cols / 32; ++b) {
+        uint16_t d;
+        std::memcpy(&d, src + b * 34, 2);
+        sc[b] = f16_to_f32(d);
+        std::memcpy(q + b * 32, src + b * 34 + 2, 32);
+      }
+      continue;
+    }
+    dequantize(t.dtype, src, row.data(), m.cols);
     m.set_row(r, row.data());
   }
 }
 
-// The runtime type of a stored tensor loaded as stored: its own (Q8_0 in the
-// runtime's layout, model/weights.h).
-DType as_stored(DType stored) { return stored; }
 
 }  // namespace
 
@@ -74,7 +83,7 @@ int64_t hf_row_for_gguf_row(int64_t r, int head_dim) {
 }
 
 Matrix read_matrix(const TensorView& t, std::optional<DType> wtype, bool permute_rope, int head_dim) {
-  const DType type = wtype ? *wtype : as_stored(t.dtype);
+  const DType type = wtype.value_or(t.dtype);  // as stored: Q8_0 in the runtime's layout
   const int64_t rows = int64_t(t.shape[1]), cols = int64_t(t.shape[0]);
   if (is_block_format(type) && type == t.dtype && !permute_rope && t.owner)
     return Matrix::view(type, rows, cols, t.owner, t.data);  // in place: no copy

@@ -90,6 +90,16 @@ TEST(RealModel, Qwen05ConfigAndFormats) {
   EXPECT_EQ(l0.v.b.cols, 128);
   EXPECT_EQ(l0.o.b.rows, 0);
   EXPECT_EQ(l0.gate.b.rows, 0);
+  // Q8_0 (the output head) in the runtime's layout holds exactly the file's values.
+  const gguf::TensorInfo* out = M->file->find_tensor("output.weight");
+  ASSERT_TRUE(out && out->dtype == DType::Q8_0);
+  ASSERT_EQ(M->weights->output.w.dtype, DType::Q8_0);
+  std::vector<float> want(896), got(896);
+  for (int64_t r : {0, 1, 151935}) {
+    dequantize(DType::Q8_0, out->data + uint64_t(r) * 28 * 34, want.data(), 896);
+    M->weights->output.w.row_to_f32(r, got.data());
+    EXPECT_EQ(got, want) << "row " << r;
+  }
   // The matrices' bytes are the file's tensor bytes (Q8_0 in the runtime's
   // layout: f32 scales, 2 bytes more per 32 values than GGUF's f16).
   EXPECT_LT(M->weights->bytes(), uint64_t(560e6));
