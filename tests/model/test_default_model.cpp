@@ -46,7 +46,8 @@ nlohmann::json golden() {
 }
 
 void check_golden(const Model& m, ExecPath path, double id_exact_tol, double logit_tol) {
-  for (const auto& c : golden()["cases"]) {
+  const nlohmann::json g = golden();  // a local: iterating a temporary's member would dangle
+  for (const auto& c : g["cases"]) {
     std::vector<int32_t> toks = c["tokens"].get<std::vector<int32_t>>();
     auto b = make_backend(m, path, {512, 2});
     int vocab = m.weights->cfg.vocab;
