@@ -220,8 +220,7 @@ std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& 
   return w;
 }
 
-std::string default_model_path() {
-  if (const char* env = std::getenv("LOWRANK_MODEL"); env && *env) return env;
+std::string model_cache_dir() {
   std::string cache;
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
     cache = xdg;
@@ -230,7 +229,12 @@ std::string default_model_path() {
   } else {
     cache = ".cache";
   }
-  return cache + "/lowrank/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  return cache + "/lowrank/models";
+}
+
+std::string default_model_path() {
+  if (const char* env = std::getenv("LOWRANK_MODEL"); env && *env) return env;
+  return model_cache_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
 }  // namespace lr

@@ -43,6 +43,8 @@ std::string lowrank_out_name(const WeightSpec& spec, int layer);
 std::string shared_basis_name(const WeightSpec& spec, int group);
 std::string shared_map_key(const WeightSpec& spec);
 
+// Where scripts/fetch-model.sh caches models: ${XDG_CACHE_HOME:-~/.cache}/lowrank/models.
+std::string model_cache_dir();
 // Where the default model lives: $LOWRANK_MODEL if set, else
 // ${XDG_CACHE_HOME:-~/.cache}/lowrank/models/SmolLM2-135M-Instruct.Q4_1.gguf.
 std::string default_model_path();

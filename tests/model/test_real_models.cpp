@@ -8,22 +8,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "model/load.h"
 #include "runtime/model.h"
 
 namespace lr {
 namespace {
 
-std::string cached(const std::string& file) {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  const std::string cache = xdg && *xdg ? xdg : std::string(home ? home : ".") + "/.cache";
-  return cache + "/lowrank/models/" + file;
-}
+std::string cached(const std::string& file) { return model_cache_dir() + "/" + file; }
 
 struct Real {
   std::string name, file, golden;
