@@ -85,6 +85,7 @@ void print_key_cache(const Backend& b, FILE* f) {
 int main(int argc, char** argv) {
   try {
     lr::require_cpu_features();
+    lr::kernel_isa();  // LOWRANK_ISA is checked here, before any kernel runs
   } catch (const lr::Error& e) {
     std::fprintf(stderr, "lowrank: error: %s\n", e.what());
     return 1;

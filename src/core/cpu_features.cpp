@@ -1,9 +1,14 @@
-// Everything in this file is compiled for the baseline x86-64 ISA (see
-// LR_BASELINE) and avoids std::string / fmt, whose inline code would be
-// compiled with the project's AVX flags: it must run on CPUs without AVX.
+// The CPU check (the LR_BASELINE functions) is compiled for the baseline
+// x86-64 ISA and avoids std::string / fmt, whose inline code would be compiled
+// with the project's AVX flags: it must run on CPUs without AVX. The kernel
+// path selection below it runs only after the check has passed.
 #include "core/cpu_features.h"
 
 #include <cpuid.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 
@@ -68,19 +73,73 @@ LR_BASELINE void require_cpu_features() {
                        has_f16c());
 }
 
-__attribute__((target("arch=x86-64"))) std::string cpu_kernel_path() {
+const char* isa_name(Isa isa) { return isa == Isa::Avx512Vnni ? "avx512vnni" : "avx2"; }
+
+bool cpu_supports(Isa isa) {
+  __builtin_cpu_init();  // libgcc also checks that the OS saves the ZMM state (XCR0)
+  if (isa == Isa::Avx2) return cpu_has_avx2_fma_f16c();
+  return cpu_has_avx2_fma_f16c() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+}
+
+Isa isa_from_env(const char* value, bool has_avx512vnni) {
+  const Isa best = has_avx512vnni ? Isa::Avx512Vnni : Isa::Avx2;
+  if (!value || !*value || std::string(value) == "auto") return best;
+  const std::string v = value;
+  if (v == "avx2") return Isa::Avx2;
+  if (v == "avx512vnni") {
+    if (!has_avx512vnni)
+      throw Error("LOWRANK_ISA=avx512vnni: this CPU lacks AVX-512 F/BW/VL with VNNI (use avx2 or auto)");
+    return Isa::Avx512Vnni;
+  }
+  throw Error("LOWRANK_ISA='" + v + "' is not a kernel path (expected auto, avx2 or avx512vnni)");
+}
+
+namespace {
+std::atomic<int> g_isa{-1};        // the path in use; -1 until first asked
+std::atomic<bool> g_forced{false};  // chosen by LOWRANK_ISA
+}  // namespace
+
+Isa kernel_isa() {
+  int v = g_isa.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* env = std::getenv("LOWRANK_ISA");
+    const Isa isa = isa_from_env(env, cpu_supports(Isa::Avx512Vnni));
+    g_forced = env && *env && std::string(env) != "auto";
+    int expected = -1;
+    g_isa.compare_exchange_strong(expected, int(isa));
+    v = g_isa.load();
+  }
+  return Isa(v);
+}
+
+void set_kernel_isa(Isa isa) {
+  if (!cpu_supports(isa)) throw Error(std::string("this CPU cannot run the ") + isa_name(isa) + " kernels");
+  g_isa = int(isa);
+}
+
+std::string cpu_kernel_path() {
   __builtin_cpu_init();
+  const Isa isa = kernel_isa();
+  std::string path = isa == Isa::Avx512Vnni ? "avx512vnni (AVX-512 F/BW/VL+VNNI for the block formats, AVX2 elsewhere)"
+                                            : "avx2 (AVX2+FMA+F16C)";
+  if (g_forced) path += ", chosen by LOWRANK_ISA";
   std::string unused;
   auto note = [&](bool has, const char* name) {
     if (has) unused += std::string(unused.empty() ? "" : ", ") + name;
   };
-  note(__builtin_cpu_supports("avx512f"), "avx512f");
-  note(__builtin_cpu_supports("avx512bw"), "avx512bw");
-  note(__builtin_cpu_supports("avx512vl"), "avx512vl");
-  note(__builtin_cpu_supports("avx512vnni"), "avx512vnni");
+  if (isa == Isa::Avx2) {
+    note(__builtin_cpu_supports("avx512f"), "avx512f");
+    note(__builtin_cpu_supports("avx512bw"), "avx512bw");
+    note(__builtin_cpu_supports("avx512vl"), "avx512vl");
+    note(__builtin_cpu_supports("avx512vnni"), "avx512vnni");
+  }
   note(__builtin_cpu_supports("avx512bf16"), "avx512bf16");
-  return std::string("avx2 (AVX2+FMA+F16C)") + (unused.empty() ? "" : "; this CPU also has " + unused +
-                                                                         ", which no kernel uses yet");
+  // AMX: listed by CPUID on some hosts whose OS does not grant the tile state
+  // (the first tile instruction faults there); no kernel uses it, none is run.
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && ((d >> 24) & 1u)) note(true, "amx (listed by CPUID)");
+  return path + (unused.empty() ? "" : "; this CPU also has " + unused + ", which no kernel uses");
 }
 
 }  // namespace lr

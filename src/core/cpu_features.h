@@ -16,9 +16,35 @@ bool cpu_has_avx2_fma_f16c();
 // needs a CPU with AVX2, FMA and F16C; this CPU lacks: FMA".
 void require_cpu_features();
 
-// The instruction-set path the CPU kernels take, for --version and bench:
-// "avx2 (AVX2+FMA+F16C)", with the wider extensions this CPU has that no
-// kernel uses yet named after it.
+// The instruction sets the CPU kernels can be run with. Every path computes
+// the same integer sums, so their results are bit-identical.
+//   Avx2:       AVX2+FMA+F16C, the baseline every supported CPU has.
+//   Avx512Vnni: AVX-512 F/BW/VL with VNNI (vpdpbusd / vpdpwssd for the
+//               block formats' integer dot products, 32 vector registers).
+enum class Isa { Avx2, Avx512Vnni };
+const char* isa_name(Isa isa);  // "avx2", "avx512vnni"
+
+// True when the CPU and the OS (its saved register state) support the path.
+bool cpu_supports(Isa isa);
+
+// The path the kernels take: the best the CPU supports, unless the
+// environment variable LOWRANK_ISA names one ("avx2" or "avx512vnni"; "auto"
+// or unset: the best). The first call reads the environment; an unknown
+// value, or a path this CPU lacks, throws lr::Error naming LOWRANK_ISA, so
+// main() calls it once before any kernel runs.
+Isa kernel_isa();
+// Switches the path for the whole process (tests run every path the CPU
+// supports); throws lr::Error when the CPU lacks it.
+void set_kernel_isa(Isa isa);
+// The path LOWRANK_ISA asks for on a CPU with the given support (the rule
+// kernel_isa() applies; value may be null). Throws lr::Error naming the
+// variable.
+Isa isa_from_env(const char* value, bool has_avx512vnni);
+
+// The instruction-set path the CPU kernels take, for --version and bench,
+// e.g. "avx512vnni (AVX-512 F/BW/VL+VNNI; block formats)" or "avx2
+// (AVX2+FMA+F16C)", with the extensions this CPU has that no kernel uses
+// named after it.
 std::string cpu_kernel_path();
 
 // The same check for given feature flags (used by require_cpu_features() and

@@ -34,4 +34,45 @@ TEST(CpuFeatures, MessageNamesMissingFeatures) {
   EXPECT_EQ(message(false, false, false), prefix + "AVX2, FMA, F16C");
 }
 
+// LOWRANK_ISA: unset, empty or "auto" gives the best path the CPU has; a
+// named path is taken when the CPU has it; anything else names the variable.
+TEST(CpuFeatures, KernelPathFromTheEnvironment) {
+  using lr::Isa;
+  EXPECT_EQ(lr::isa_from_env(nullptr, true), Isa::Avx512Vnni);
+  EXPECT_EQ(lr::isa_from_env("", false), Isa::Avx2);
+  EXPECT_EQ(lr::isa_from_env("auto", true), Isa::Avx512Vnni);
+  EXPECT_EQ(lr::isa_from_env("auto", false), Isa::Avx2);
+  EXPECT_EQ(lr::isa_from_env("avx2", true), Isa::Avx2);
+  EXPECT_EQ(lr::isa_from_env("avx512vnni", true), Isa::Avx512Vnni);
+  auto error = [](const char* v, bool has) {
+    try {
+      lr::isa_from_env(v, has);
+    } catch (const lr::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error("avx512vnni", false),
+            "LOWRANK_ISA=avx512vnni: this CPU lacks AVX-512 F/BW/VL with VNNI (use avx2 or auto)");
+  EXPECT_EQ(error("AVX2", true), "LOWRANK_ISA='AVX2' is not a kernel path (expected auto, avx2 or avx512vnni)");
+  EXPECT_EQ(error("sse", false), "LOWRANK_ISA='sse' is not a kernel path (expected auto, avx2 or avx512vnni)");
+}
+
+TEST(CpuFeatures, KernelPathCanBeSwitchedOnlyToWhatTheCpuHas) {
+  const lr::Isa saved = lr::kernel_isa();
+  EXPECT_TRUE(lr::cpu_supports(lr::Isa::Avx2));
+  EXPECT_NO_THROW(lr::set_kernel_isa(lr::Isa::Avx2));
+  EXPECT_EQ(lr::kernel_isa(), lr::Isa::Avx2);
+  EXPECT_NE(lr::cpu_kernel_path().find("avx2 (AVX2+FMA+F16C)"), std::string::npos) << lr::cpu_kernel_path();
+  if (lr::cpu_supports(lr::Isa::Avx512Vnni)) {
+    lr::set_kernel_isa(lr::Isa::Avx512Vnni);
+    EXPECT_EQ(lr::kernel_isa(), lr::Isa::Avx512Vnni);
+    EXPECT_EQ(lr::cpu_kernel_path().rfind("avx512vnni (", 0), 0u) << lr::cpu_kernel_path();
+  } else {
+    EXPECT_THROW(lr::set_kernel_isa(lr::Isa::Avx512Vnni), lr::Error);
+    EXPECT_EQ(lr::kernel_isa(), lr::Isa::Avx2);
+  }
+  lr::set_kernel_isa(saved);
+}
+
 }  // namespace

@@ -20,6 +20,7 @@
 #include "backend/cpu/ref_kernels.h"
 #include "core/dtype.h"
 #include "core/half.h"
+#include "isa_util.h"
 
 namespace {
 
@@ -85,6 +86,9 @@ std::vector<double> abs_sums(DType t, const std::vector<uint8_t>& W, int64_t row
 }
 
 TEST(BlockKernels, MatvecMatchesScalarTwin) {
+  for (lr::Isa isa : lr::test::supported_isas()) {
+  SCOPED_TRACE(lr::isa_name(isa));
+  lr::test::IsaScope scope(isa);
   for (DType t : kFormats) {
     const int64_t be = lr::dtype_info(t).block_elems;
     for (int64_t cols : {be, 2 * be, 3 * be, 1536 / be * be, 4864 / be * be}) {
@@ -101,6 +105,34 @@ TEST(BlockKernels, MatvecMatchesScalarTwin) {
         ASSERT_NEAR(got[size_t(r)], want[size_t(r)], 1e-5 * sums[size_t(r)] + 1e-30)
             << lr::dtype_name(t) << " cols " << cols << " row " << r;
     }
+  }
+  }
+}
+
+// The AVX-512 VNNI path computes the AVX2 path's integer sums and f32
+// arithmetic: the same bits, on every format, over row counts that use the
+// multi-row bodies and the single-row tail.
+TEST(BlockKernels, EveryKernelPathGivesTheSameBits) {
+  if (!lr::cpu_supports(lr::Isa::Avx512Vnni)) GTEST_SKIP() << "this CPU has no AVX-512 VNNI path to compare";
+  for (DType t : kFormats) {
+    const int64_t be = lr::dtype_info(t).block_elems, cols = 4864 / be * be, rows = 39;
+    const auto W = random_rows(t, rows, cols, 77 + uint32_t(t));
+    const auto x = random_x(cols, 78);
+    const uint64_t rb = *lr::row_bytes(t, uint64_t(cols));
+    std::vector<float> y2(size_t(rows), -1.f), y512(size_t(rows), -2.f);
+    {
+      lr::test::IsaScope scope(lr::Isa::Avx2);
+      cpu::matvec_blocks(t, W.data(), rb, x.data(), y2.data(), cols, 1, rows);
+    }
+    {
+      lr::test::IsaScope scope(lr::Isa::Avx512Vnni);
+      cpu::matvec_blocks(t, W.data(), rb, x.data(), y512.data(), cols, 1, rows);
+    }
+    EXPECT_EQ(y2[0], -1.f);
+    EXPECT_EQ(y512[0], -2.f);
+    for (int64_t r = 1; r < rows; ++r)
+      ASSERT_EQ(std::memcmp(&y2[size_t(r)], &y512[size_t(r)], 4), 0)
+          << lr::dtype_name(t) << " row " << r << ": " << y2[size_t(r)] << " vs " << y512[size_t(r)];
   }
 }
 

@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <random>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ref_kernels.h"
+#include "isa_util.h"
 
 namespace {
 
@@ -63,8 +66,10 @@ TEST(Q8Kernels, QuantizeRowMatchesReferenceBitExactly) {
 
 TEST(Q8Kernels, MatvecMatchesReference) {
   const int64_t rows = 37;
+  for (lr::Isa isa : lr::test::supported_isas()) {
+  lr::test::IsaScope scope(isa);
   for (int64_t cols : kCols) {
-    SCOPED_TRACE(cols);
+    SCOPED_TRACE(std::string(lr::isa_name(isa)) + " cols " + std::to_string(cols));
     auto w = rand_f32(size_t(rows * cols), 2);
     auto x = rand_f32(size_t(cols), 3);
     Q8 m = quantize(w, rows, cols);
@@ -82,6 +87,28 @@ TEST(Q8Kernels, MatvecMatchesReference) {
       for (int64_t c = 0; c < cols; ++c) mag += std::fabs(w[size_t(r * cols + c)] * x[size_t(c)]);
       EXPECT_NEAR(y[size_t(r)], yf[size_t(r)], 0.03 * mag + 1e-6);
     }
+  }
+  }
+}
+
+// The AVX-512 VNNI path gives the AVX2 path's bits, also on the tails.
+TEST(Q8Kernels, EveryKernelPathGivesTheSameBits) {
+  if (!lr::cpu_supports(lr::Isa::Avx512Vnni)) GTEST_SKIP() << "this CPU has no AVX-512 VNNI path to compare";
+  const int64_t rows = 39;
+  for (int64_t cols : kCols) {
+    auto w = rand_f32(size_t(rows * cols), 4);
+    auto x = rand_f32(size_t(cols), 5);
+    Q8 m = quantize(w, rows, cols);
+    std::vector<float> y2(rows), y512(rows);
+    {
+      lr::test::IsaScope scope(lr::Isa::Avx2);
+      cpu::matvec_q8_0(m.q.data(), m.s.data(), x.data(), y2.data(), cols, 0, rows);
+    }
+    {
+      lr::test::IsaScope scope(lr::Isa::Avx512Vnni);
+      cpu::matvec_q8_0(m.q.data(), m.s.data(), x.data(), y512.data(), cols, 0, rows);
+    }
+    EXPECT_EQ(0, std::memcmp(y2.data(), y512.data(), y2.size() * sizeof(float))) << "cols " << cols;
   }
 }
 

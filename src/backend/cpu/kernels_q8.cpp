@@ -10,6 +10,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/kernels_simd.h"
+#include "core/cpu_features.h"
 
 namespace lr::cpu {
 
@@ -49,78 +50,34 @@ void quantize_q8_row(const float* x, int8_t* xq, float* sx, int64_t n) {
   }
 }
 
-namespace {
+namespace avx2 {
+#define LR_Q8_VNNI 0
+#include "backend/cpu/kernels_q8_isa.h"
+#undef LR_Q8_VNNI
+}  // namespace avx2
 
-// 32 int8 products summed in 8 int32 lanes, as f32.
-inline __m256 dot32(__m256i w, __m256i x) {
-  const __m256i aw = _mm256_sign_epi8(w, w);  // |w| (w >= -127, so it fits)
-  const __m256i sx = _mm256_sign_epi8(x, w);  // x * sign(w)
-  const __m256i p16 = _mm256_maddubs_epi16(aw, sx);  // |p| <= 2 * 127 * 127 < 2^15
-  return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
-}
-
-inline __m256i load32(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-
-// The last cols - c0 (< 32) values of a row, zero-padded to 32.
-inline __m256i load_tail(const int8_t* p, int64_t n) {
-  alignas(32) int8_t buf[32] = {};
-  std::memcpy(buf, p, size_t(n));
-  return _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
-}
-
-}  // namespace
-
-namespace {
-
-// sum_b s[b] * sx[b] * dot(w block b, xq block b) for one row, as 8 lanes.
-// The tail block (cols % 32 values) is read with a full 32-byte load when
-// `tail_over` allows reading past the row end (enough later rows of the
-// same call follow); the bytes past the row meet xq's zero padding.
-inline __m256 row_dot(const int8_t* w, const float* s, const int8_t* xq, const float* sx,
-                      int64_t full, int64_t tail, bool tail_over) {
-  __m256 a = _mm256_setzero_ps(), b2 = _mm256_setzero_ps();
-  int64_t b = 0;
-  for (; b + 2 <= full; b += 2) {
-    a = _mm256_fmadd_ps(dot32(load32(w + b * 32), load32(xq + b * 32)), _mm256_set1_ps(s[b] * sx[b]), a);
-    b2 = _mm256_fmadd_ps(dot32(load32(w + b * 32 + 32), load32(xq + b * 32 + 32)),
-                         _mm256_set1_ps(s[b + 1] * sx[b + 1]), b2);
-  }
-  if (b < full) a = _mm256_fmadd_ps(dot32(load32(w + b * 32), load32(xq + b * 32)), _mm256_set1_ps(s[b] * sx[b]), a);
-  if (tail) {
-    const __m256i wt = tail_over ? load32(w + full * 32) : load_tail(w + full * 32, tail);
-    b2 = _mm256_fmadd_ps(dot32(wt, load32(xq + full * 32)), _mm256_set1_ps(s[full] * sx[full]), b2);
-  }
-  return _mm256_add_ps(a, b2);
-}
-
-}  // namespace
+LR_BEGIN_AVX512VNNI
+namespace avx512vnni {
+#define LR_Q8_VNNI 1
+#include "backend/cpu/kernels_q8_isa.h"
+#undef LR_Q8_VNNI
+}  // namespace avx512vnni
+LR_END_AVX512VNNI
 
 void matvec_q8_0(const int8_t* W, const float* scales, const float* x, float* y, int64_t cols,
                  int64_t r0, int64_t r1) {
   if (r1 <= r0) return;
-  const int64_t nb = q8_blocks_of(cols), full = cols / 32, tail = cols - full * 32;
+  const int64_t nb = q8_blocks_of(cols), full = cols / 32;
   // x as int8 blocks, zero-padded to whole blocks: weights beyond a row's
   // end then contribute nothing.
   int8_t* xq = reinterpret_cast<int8_t*>(scratch(0, (nb * 32 + 3) / 4));
   float* sx = scratch(1, nb);
   std::memset(xq + full * 32, 0, size_t(nb * 32 - full * 32));
   quantize_q8_row(x, xq, sx, cols);
-  int64_t r = r0;
-  for (; r + 4 <= r1; r += 4) {
-    const int8_t* w = W + r * cols;
-    const float* s = scales + r * nb;
-    // The next 4 rows, a cache line per 32 bytes of this row's blocks.
-    for (int64_t c = 0; c < 4 * cols; c += 64) _mm_prefetch(reinterpret_cast<const char*>(w + 4 * cols + c), _MM_HINT_T0);
-    // Row r + k may over-read when the rows after it hold the 32 - tail bytes.
-    auto over = [&](int64_t k) { return (r1 - r - k - 1) * cols >= 32 - tail; };
-    const __m256 d0 = row_dot(w, s, xq, sx, full, tail, over(0));
-    const __m256 d1 = row_dot(w + cols, s + nb, xq, sx, full, tail, over(1));
-    const __m256 d2 = row_dot(w + 2 * cols, s + 2 * nb, xq, sx, full, tail, over(2));
-    const __m256 d3 = row_dot(w + 3 * cols, s + 3 * nb, xq, sx, full, tail, over(3));
-    _mm_storeu_ps(y + r, hsum4(d0, d1, d2, d3));
-  }
-  for (; r < r1; ++r)
-    y[r] = hsum(row_dot(W + r * cols, scales + r * nb, xq, sx, full, tail, (r1 - r - 1) * cols >= 32 - tail));
+  if (kernel_isa() == Isa::Avx512Vnni)
+    avx512vnni::matvec_rows(W, scales, xq, sx, y, cols, r0, r1);
+  else
+    avx2::matvec_rows(W, scales, xq, sx, y, cols, r0, r1);
 }
 
 void matmul_q8_0(const int8_t* W, const float* scales, const float* X, float* Y, int64_t n,

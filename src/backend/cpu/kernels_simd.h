@@ -1,4 +1,4 @@
-// Internal AVX2 helpers shared by kernels.cpp and kernels_matmul.cpp.
+// Internal AVX2 helpers shared by the CPU kernels.
 #pragma once
 
 #include <immintrin.h>
@@ -8,6 +8,19 @@
 #include <vector>
 
 #include "core/half.h"
+
+// Code between these is compiled for AVX-512 F/BW/VL + VNNI, and runs only
+// when kernel_isa() (core/cpu_features.h) is Isa::Avx512Vnni. The *_isa.h
+// bodies are included once outside and once inside them.
+#if defined(__clang__)
+#define LR_BEGIN_AVX512VNNI                                                                                  \
+  _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512vl,avx512vnni\"))), apply_to = function)")
+#define LR_END_AVX512VNNI _Pragma("clang attribute pop")
+#else
+#define LR_BEGIN_AVX512VNNI \
+  _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512vnni\")")
+#define LR_END_AVX512VNNI _Pragma("GCC pop_options")
+#endif
 
 namespace lr::cpu::detail {
 

@@ -1,0 +1,299 @@
+// The block-format dot products (kernels_blocks.cpp), written once and
+// compiled once per instruction set: kernels_blocks.cpp includes this file
+// inside namespace avx2 and again inside namespace avx512vnni under a target
+// pragma, with LR_BLOCKS_VNNI 0 or 1. No #pragma once, no includes: every
+// function here has internal linkage, so the two copies never meet at link
+// time (an inline function compiled for AVX-512 could otherwise be picked
+// for an AVX2-only CPU). The two paths compute the same integer sums (maddubs
+// never saturates here: |u| <= 63, |q| <= 127) and the same f32 arithmetic,
+// so their results are bit-identical.
+
+namespace {
+
+namespace q = lr::quants;
+
+// Sums of 4 adjacent u8 x s8 products in each int32 lane.
+inline __m256i dot_u8s8(__m256i u, __m256i s) {
+#if LR_BLOCKS_VNNI
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+// acc + the sums of adjacent int16 products a b.
+inline __m256i add_madd16(__m256i acc, __m256i a, __m256i b) {
+#if LR_BLOCKS_VNNI
+  return _mm256_dpwssd_epi32(acc, a, b);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+#endif
+}
+// K-quant rows side by side: AVX-512's 32 vector registers hold four rows'
+// state, AVX2's 16 two.
+constexpr int kRowsK = LR_BLOCKS_VNNI ? 4 : 2;
+
+inline float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);  // F16C: exact, like f16_to_f32
+}
+inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline __m256i srl16(__m256i v, int n) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(n)); }
+inline __m256i bytes_of(int v) { return _mm256_set1_epi8(char(v)); }
+
+// 16 bytes of nibbles -> 32 values: element j < 16 the low nibble of byte j, j >= 16 the high one.
+inline __m256i split_nibbles(const uint8_t* qs) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i m = _mm_set1_epi8(15);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
+}
+// Bit j of the 32-bit qh as 0x10 in byte j.
+inline __m256i high_bits(const uint8_t* qh_at) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_at, 4);
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(int(qh)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+  const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), bytes_of(0x10));
+}
+
+// --- the formats ---------------------------------------------------------------
+// Blocks of 32 (kElems 32): setup gives d and m (w = d u - m).
+// Super-blocks (kElems 256): setup gives the base d, the min base dm, the
+// integer scales per 16 or per 32 (kPer16) and the integer sum of the
+// subtracted multiples times the input (w = d sc u - dm mn).
+// values(b, c): chunk c's 32 unsigned values.
+
+struct Small { float d, m; };
+
+struct Q4_0 {
+  static constexpr int kElems = 32, kBytes = q::Q4_0::kBytes;
+  static Small setup(const uint8_t* b) { const float d = f16_at(b); return {d, 8 * d}; }
+  static __m256i values(const uint8_t* b, int) { return split_nibbles(b + q::Q4_0::kQs); }
+};
+struct Q4_1 {
+  static constexpr int kElems = 32, kBytes = q::Q4_1::kBytes;
+  static Small setup(const uint8_t* b) { return {f16_at(b), -f16_at(b + 2)}; }
+  static __m256i values(const uint8_t* b, int) { return split_nibbles(b + q::Q4_1::kQs); }
+};
+struct Q5_0 {
+  static constexpr int kElems = 32, kBytes = q::Q5_0::kBytes;
+  static Small setup(const uint8_t* b) { const float d = f16_at(b); return {d, 16 * d}; }
+  static __m256i values(const uint8_t* b, int) {
+    return _mm256_or_si256(split_nibbles(b + q::Q5_0::kQs), high_bits(b + q::Q5_0::kQh));
+  }
+};
+struct Q5_1 {
+  static constexpr int kElems = 32, kBytes = q::Q5_1::kBytes;
+  static Small setup(const uint8_t* b) { return {f16_at(b), -f16_at(b + 2)}; }
+  static __m256i values(const uint8_t* b, int) {
+    return _mm256_or_si256(split_nibbles(b + q::Q5_1::kQs), high_bits(b + q::Q5_1::kQh));
+  }
+};
+inline uint32_t word(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+// 8 int16 lanes of s16 (16-value sums) or s32 times 8 int16 scales, summed.
+inline int32_t dot8_i16(__m128i a, __m128i b) {
+  __m128i v = _mm_madd_epi16(a, b);
+  v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4e));
+  v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0xb1));
+  return _mm_cvtsi128_si32(v);
+}
+inline __m128i load128(const void* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+
+// A super-block's scales kept in registers (no round trip through memory):
+// per16: lo holds the int16 scales of groups 0-7, hi of 8-15; otherwise lo
+// holds one per 32-chunk. mins = sum over groups of the subtracted integer
+// multiple times the input's sum there.
+struct Large {
+  float d, dm;
+  __m128i lo, hi;
+  int32_t mins;
+};
+
+struct Q2_K {
+  static constexpr int kElems = 256, kBytes = q::Q2_K::kBytes;
+  static constexpr bool kPer16 = true;
+  static Large setup(const uint8_t* b, const int16_t* s16, const int16_t*) {
+    const __m128i raw = load128(b + q::Q2_K::kScales), m4 = _mm_set1_epi8(15);
+    const __m128i sc = _mm_and_si128(raw, m4), mn = _mm_and_si128(_mm_srli_epi16(raw, 4), m4);
+    const __m128i mlo = _mm_cvtepu8_epi16(mn), mhi = _mm_cvtepu8_epi16(_mm_srli_si128(mn, 8));
+    return {f16_at(b + q::Q2_K::kD), f16_at(b + q::Q2_K::kDmin), _mm_cvtepu8_epi16(sc),
+            _mm_cvtepu8_epi16(_mm_srli_si128(sc, 8)), dot8_i16(mlo, load128(s16)) + dot8_i16(mhi, load128(s16 + 8))};
+  }
+  static __m256i values(const uint8_t* b, int c) {
+    return _mm256_and_si256(srl16(load256(b + q::Q2_K::kQs + 32 * (c / 4)), 2 * (c % 4)), bytes_of(3));
+  }
+};
+struct Q3_K {
+  static constexpr int kElems = 256, kBytes = q::Q3_K::kBytes;
+  static constexpr bool kPer16 = true;
+  // u = the 2 low bits | the hmask bit << 2, so w = d sc (u - 4). The scales
+  // unpacked as quants.h k3_scales does, four at a time in 32-bit words.
+  static Large setup(const uint8_t* b, const int16_t* s16, const int16_t*) {
+    const uint8_t* p = b + q::Q3_K::kScales;
+    const uint32_t a0 = word(p), a1 = word(p + 4), a2 = word(p + 8), m4 = 0x0f0f0f0f, m2 = 0x03030303;
+    const __m128i sc = _mm_sub_epi8(
+        _mm_setr_epi32(int((a0 & m4) | (a2 & m2) << 4), int((a1 & m4) | ((a2 >> 2) & m2) << 4),
+                       int(((a0 >> 4) & m4) | ((a2 >> 4) & m2) << 4), int(((a1 >> 4) & m4) | ((a2 >> 6) & m2) << 4)),
+        _mm_set1_epi8(32));
+    const __m128i lo = _mm_cvtepi8_epi16(sc), hi = _mm_cvtepi8_epi16(_mm_srli_si128(sc, 8));
+    const float d = f16_at(b + q::Q3_K::kD);
+    return {d, d, lo, hi, 4 * (dot8_i16(lo, load128(s16)) + dot8_i16(hi, load128(s16 + 8)))};
+  }
+  static __m256i values(const uint8_t* b, int c) {
+    const __m256i lo = _mm256_and_si256(srl16(load256(b + q::Q3_K::kQs + 32 * (c / 4)), 2 * (c % 4)), bytes_of(3));
+    const __m256i hi = _mm256_and_si256(srl16(load256(b + q::Q3_K::kHmask), c), bytes_of(1));
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 2));
+  }
+};
+template <class L, bool kFive>
+struct Q45_K {
+  static constexpr int kElems = 256, kBytes = L::kBytes;
+  static constexpr bool kPer16 = false;
+  // The 6-bit scales and mins unpacked as quants.h k4_scales does, four at a time.
+  static Large setup(const uint8_t* b, const int16_t*, const int16_t* s32) {
+    const uint8_t* p = b + L::kScales;
+    const uint32_t a0 = word(p), a1 = word(p + 4), a2 = word(p + 8), m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f,
+                   m2 = 0x03030303;
+    const __m128i sc = _mm_cvtepu8_epi16(_mm_setr_epi32(int(a0 & m6), int((a2 & m4) | ((a0 >> 6) & m2) << 4), 0, 0));
+    const __m128i mn = _mm_cvtepu8_epi16(_mm_setr_epi32(int(a1 & m6), int(((a2 >> 4) & m4) | ((a1 >> 6) & m2) << 4), 0, 0));
+    return {f16_at(b + L::kD), f16_at(b + L::kDmin), sc, sc, dot8_i16(mn, load128(s32))};
+  }
+  static __m256i values(const uint8_t* b, int c) {
+    __m256i u = _mm256_and_si256(srl16(load256(b + L::kQs + 32 * (c / 2)), 4 * (c % 2)), bytes_of(15));
+    if constexpr (kFive) {
+      const __m256i hi = _mm256_and_si256(srl16(load256(b + q::Q5_K::kQh), c), bytes_of(1));
+      u = _mm256_or_si256(u, _mm256_slli_epi16(hi, 4));
+    }
+    return u;
+  }
+};
+using Q4_K = Q45_K<q::Q4_K, false>;
+using Q5_K = Q45_K<q::Q5_K, true>;
+struct Q6_K {
+  static constexpr int kElems = 256, kBytes = q::Q6_K::kBytes;
+  static constexpr bool kPer16 = true;
+  // u = q + 32 in 0..63, so w = d sc (u - 32).
+  static Large setup(const uint8_t* b, const int16_t* s16, const int16_t*) {
+    const __m128i sc = load128(b + q::Q6_K::kScales);
+    const __m128i lo = _mm_cvtepi8_epi16(sc), hi = _mm_cvtepi8_epi16(_mm_srli_si128(sc, 8));
+    const float d = f16_at(b + q::Q6_K::kD);
+    return {d, d, lo, hi, 32 * (dot8_i16(lo, load128(s16)) + dot8_i16(hi, load128(s16 + 8)))};
+  }
+  static __m256i values(const uint8_t* b, int c) {
+    const __m256i lo = _mm256_and_si256(
+        srl16(load256(b + q::Q6_K::kQl + 64 * (c / 4) + 32 * (c % 2)), 4 * ((c % 4) / 2)), bytes_of(15));
+    const __m256i hi = _mm256_and_si256(srl16(load256(b + q::Q6_K::kQh + 32 * (c / 4)), 2 * (c % 4)), bytes_of(3));
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+  }
+};
+
+// Chunk c's int16 scales as 16 lanes (elements 0-15 and 16-31 of the chunk)
+// out of a super-block's scales in registers, with one byte shuffle: per 16,
+// groups 2c and 2c + 1 (lo holds groups 0-7, hi 8-15); per 32, scale c of lo.
+struct ScaleMasks {
+  alignas(32) uint8_t m[8][32];
+};
+constexpr ScaleMasks scale_masks(bool per16) {
+  ScaleMasks t{};
+  for (int c = 0; c < 8; ++c)
+    for (int j = 0; j < 32; ++j)
+      t.m[c][j] = uint8_t(per16 ? 4 * (c % 4) + (j < 16 ? 0 : 2) + (j & 1) : 2 * c + (j & 1));
+  return t;
+}
+template <bool kPer16>
+inline __m256i chunk_scales(const Large& k, int c) {
+  static constexpr ScaleMasks kMasks = scale_masks(kPer16);
+  const __m128i src = kPer16 && c >= 4 ? k.hi : k.lo;
+  return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(src),
+                             _mm256_load_si256(reinterpret_cast<const __m256i*>(kMasks.m[c])));
+}
+
+// --- the dot products, once ------------------------------------------------------
+
+// R rows (row0 + i rb) of nb blocks each against the input, side by side:
+// the input is loaded once for all of them and their sums are independent.
+// Every row's arithmetic is the same for any R (explicit multiply-adds).
+template <class F, int R>
+inline void rows_dot(const uint8_t* row0, uint64_t rb, int64_t nb, const Acts& x, float* out) {
+  __m256 acc[R];
+  float corr[R];
+  for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps(), corr[i] = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk[R];
+    for (int i = 0; i < R; ++i) blk[i] = row0 + uint64_t(i) * rb + uint64_t(b) * F::kBytes;
+    if constexpr (F::kElems == 32) {
+      const __m256i xq = load256(reinterpret_cast<const uint8_t*>(x.q + 32 * b));
+      const float xd = x.d[b], xs = x.dsum[b];
+      for (int i = 0; i < R; ++i) {
+        const Small s = F::setup(blk[i]);
+        const __m256i v = dot_u8s8(F::values(blk[i], 0), xq);
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(s.d * xd), acc[i]);
+        corr[i] = std::fma(s.m, xs, corr[i]);
+      }
+    } else {
+      const int8_t* xq = x.q + 256 * b;
+      const float xd = x.d[b];
+      for (int i = 0; i < R; ++i) {
+        const Large k = F::setup(blk[i], x.s16 + 16 * b, x.s32 + 8 * b);
+        __m256i sum = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c) {
+          const __m256i p = _mm256_maddubs_epi16(F::values(blk[i], c), load256(reinterpret_cast<const uint8_t*>(xq + 32 * c)));
+          sum = add_madd16(sum, p, chunk_scales<F::kPer16>(k, c));
+        }
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(k.d * xd), acc[i]);
+        corr[i] = std::fma(k.dm * xd, float(k.mins), corr[i]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) out[i] = hsum(acc[i]) - corr[i];
+}
+
+template <class F>
+inline float row_dot(const uint8_t* row, int64_t nb, const Acts& x) {
+  float y;
+  rows_dot<F, 1>(row, 0, nb, x, &y);
+  return y;
+}
+
+template <class F>
+void matvec_t(const uint8_t* W, uint64_t rb, const Acts& x, float* y, int64_t cols, int64_t r0, int64_t r1) {
+  const int64_t nb = cols / F::kElems;
+  constexpr int R = F::kElems == 32 ? 4 : kRowsK;  // rows side by side (the K-quants' bodies are larger)
+  int64_t r = r0;
+  for (; r + R <= r1; r += R) {
+    const uint8_t* row = W + uint64_t(r) * rb;
+    for (uint64_t o = 0; o < R * rb; o += 64) _mm_prefetch(reinterpret_cast<const char*>(row + R * rb + o), _MM_HINT_T0);
+    rows_dot<F, R>(row, rb, nb, x, y + r);
+  }
+  for (; r < r1; ++r) y[r] = row_dot<F>(W + uint64_t(r) * rb, nb, x);
+}
+
+template <class Fn>
+void dispatch(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::Q4_0: return fn(Q4_0{});
+    case DType::Q4_1: return fn(Q4_1{});
+    case DType::Q5_0: return fn(Q5_0{});
+    case DType::Q5_1: return fn(Q5_1{});
+    case DType::Q2_K: return fn(Q2_K{});
+    case DType::Q3_K: return fn(Q3_K{});
+    case DType::Q4_K: return fn(Q4_K{});
+    case DType::Q5_K: return fn(Q5_K{});
+    case DType::Q6_K: return fn(Q6_K{});
+    default: LR_ASSERT(false && "not a block format");
+  }
+}
+
+// y[r] for r in [r0, r1): rows of format t against the quantized input.
+void matvec(DType t, const uint8_t* W, uint64_t rb, const Acts& x, float* y, int64_t cols, int64_t r0, int64_t r1) {
+  dispatch(t, [&](auto f) { matvec_t<decltype(f)>(W, rb, x, y, cols, r0, r1); });
+}
+
+}  // namespace

@@ -1,0 +1,76 @@
+// The Q8_0 decode dot products (kernels_q8.cpp), written once and compiled
+// once per instruction set: kernels_q8.cpp includes this file inside
+// namespace avx2 and again inside namespace avx512vnni under a target pragma,
+// with LR_Q8_VNNI 0 or 1 (the reasons are kernels_blocks_isa.h's: internal
+// linkage only, no includes). vpdpbusd sums the same int8 products as
+// maddubs + madd (which never saturate here), so both paths give the same
+// bits.
+
+namespace {
+
+// 32 int8 products summed in 8 int32 lanes, as f32.
+inline __m256 dot32(__m256i w, __m256i x) {
+  const __m256i aw = _mm256_sign_epi8(w, w);  // |w| (w >= -127, so it fits)
+  const __m256i sx = _mm256_sign_epi8(x, w);  // x * sign(w)
+#if LR_Q8_VNNI
+  return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sx));
+#else
+  const __m256i p16 = _mm256_maddubs_epi16(aw, sx);  // |p| <= 2 * 127 * 127 < 2^15
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+#endif
+}
+
+inline __m256i load32(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// The last cols - c0 (< 32) values of a row, zero-padded to 32.
+inline __m256i load_tail(const int8_t* p, int64_t n) {
+  alignas(32) int8_t buf[32] = {};
+  std::memcpy(buf, p, size_t(n));
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
+}
+
+// sum_b s[b] * sx[b] * dot(w block b, xq block b) for one row, as 8 lanes.
+// The tail block (cols % 32 values) is read with a full 32-byte load when
+// `tail_over` allows reading past the row end (enough later rows of the
+// same call follow); the bytes past the row meet xq's zero padding.
+inline __m256 row_dot(const int8_t* w, const float* s, const int8_t* xq, const float* sx,
+                      int64_t full, int64_t tail, bool tail_over) {
+  __m256 a = _mm256_setzero_ps(), b2 = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= full; b += 2) {
+    a = _mm256_fmadd_ps(dot32(load32(w + b * 32), load32(xq + b * 32)), _mm256_set1_ps(s[b] * sx[b]), a);
+    b2 = _mm256_fmadd_ps(dot32(load32(w + b * 32 + 32), load32(xq + b * 32 + 32)),
+                         _mm256_set1_ps(s[b + 1] * sx[b + 1]), b2);
+  }
+  if (b < full) a = _mm256_fmadd_ps(dot32(load32(w + b * 32), load32(xq + b * 32)), _mm256_set1_ps(s[b] * sx[b]), a);
+  if (tail) {
+    const __m256i wt = tail_over ? load32(w + full * 32) : load_tail(w + full * 32, tail);
+    b2 = _mm256_fmadd_ps(dot32(wt, load32(xq + full * 32)), _mm256_set1_ps(s[full] * sx[full]), b2);
+  }
+  return _mm256_add_ps(a, b2);
+}
+
+// y[r] for r in [r0, r1) against x quantized to xq, sx (zero-padded to whole
+// blocks).
+void matvec_rows(const int8_t* W, const float* scales, const int8_t* xq, const float* sx, float* y, int64_t cols,
+                 int64_t r0, int64_t r1) {
+  const int64_t nb = q8_blocks_of(cols), full = cols / 32, tail = cols - full * 32;
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) {
+    const int8_t* w = W + r * cols;
+    const float* s = scales + r * nb;
+    // The next 4 rows, a cache line per 32 bytes of this row's blocks.
+    for (int64_t c = 0; c < 4 * cols; c += 64) _mm_prefetch(reinterpret_cast<const char*>(w + 4 * cols + c), _MM_HINT_T0);
+    // Row r + k may over-read when the rows after it hold the 32 - tail bytes.
+    auto over = [&](int64_t k) { return (r1 - r - k - 1) * cols >= 32 - tail; };
+    const __m256 d0 = row_dot(w, s, xq, sx, full, tail, over(0));
+    const __m256 d1 = row_dot(w + cols, s + nb, xq, sx, full, tail, over(1));
+    const __m256 d2 = row_dot(w + 2 * cols, s + 2 * nb, xq, sx, full, tail, over(2));
+    const __m256 d3 = row_dot(w + 3 * cols, s + 3 * nb, xq, sx, full, tail, over(3));
+    _mm_storeu_ps(y + r, hsum4(d0, d1, d2, d3));
+  }
+  for (; r < r1; ++r)
+    y[r] = hsum(row_dot(W + r * cols, scales + r * nb, xq, sx, full, tail, (r1 - r - 1) * cols >= 32 - tail));
+}
+
+}  // namespace
