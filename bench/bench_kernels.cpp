@@ -281,6 +281,35 @@ void BM_matvec_blocks(benchmark::State& st) {
 BENCHMARK(BM_matvec_blocks)
     ->Args({3, 1536, 576})->Args({3, 576, 1536})->Args({12, 896, 4864})->Args({14, 896, 4864})
     ->Args({6, 4864, 896})->Args({12, 8960, 1536})->Args({14, 1536, 8960});
+// The same from DRAM: rotating over 512 MiB of copies, on 1 or 2 threads
+// (arg 3), as a decode step streams a layer's weights.
+void BM_matvec_blocks_cold(benchmark::State& st) {
+  const auto t = lr::DType(st.range(0));
+  const int64_t rows = st.range(1), cols = st.range(2), nth = st.range(3);
+  const auto one = random_blocks(t, rows, cols);
+  const int64_t copies = (int64_t(512) << 20) / int64_t(one.size());
+  std::vector<uint8_t> w(one.size() * size_t(copies));
+  for (int64_t k = 0; k < copies; ++k) std::copy(one.begin(), one.end(), w.begin() + k * int64_t(one.size()));
+  const auto x = rand_f32(cols, 8);
+  std::vector<float> y(static_cast<size_t>(rows));
+  const uint64_t rb = *lr::row_bytes(t, uint64_t(cols));
+  lr::ThreadPool pool{int(nth)};
+  int64_t k = 0;
+  for (auto _ : st) {
+    const uint8_t* W = w.data() + k * int64_t(one.size());
+    pool.parallel_for(rows / 8, [&](int64_t b, int64_t e) {
+      lr::cpu::matvec_blocks(t, W, rb, x.data(), y.data(), cols, b * 8, e == rows / 8 ? rows : e * 8);
+    });
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    k = (k + 1) % copies;
+  }
+  st.SetBytesProcessed(int64_t(st.iterations() * one.size()));
+  st.SetLabel(std::string(lr::dtype_name(t)));
+}
+BENCHMARK(BM_matvec_blocks_cold)
+    ->Args({6, 4864, 896, 1})->Args({6, 4864, 896, 2})->Args({12, 896, 4864, 1})->Args({12, 896, 4864, 2})
+    ->Args({14, 896, 4864, 1})->Args({14, 896, 4864, 2})->UseRealTime();
 void BM_matmul_blocks(benchmark::State& st) {
   const auto t = lr::DType(st.range(0));
   const int64_t rows = st.range(1), cols = st.range(2), n = 512;

@@ -5,7 +5,10 @@
 # ratios and each side's share of the read bandwidth lowrank's probe
 # measured in the same run. Not run in CI.
 #
-#   scripts/peer-bench.sh [--rounds N] [--threads "1 2"] [--native] MODEL.gguf ...
+#   scripts/peer-bench.sh [--rounds N] [--threads "1 2"] [--native] [--isa "avx2 avx512vnni"] MODEL.gguf ...
+#
+# --isa runs lowrank once per kernel path (LOWRANK_ISA) in every round, each
+# a row of its own (default: the path lowrank picks by itself).
 #
 # llama.cpp comes from the llama-cpp-python source package (pinned below; it
 # vendors the whole llama.cpp tree), built once into
@@ -22,13 +25,15 @@ PEER_VERSION=0.3.36
 rounds=3
 threads="1 2"
 flavour=avx2
+isas=auto
 models=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --native) flavour=native; shift ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --isa) isas=$2; shift 2 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "peer-bench: unknown option $1" >&2; exit 2 ;;
     *) models+=("$1"); shift ;;
   esac
@@ -64,33 +69,37 @@ for m in "${models[@]}"; do
       tag="$(basename "$m" .gguf)-t$t-r$r"
       echo "peer-bench: $tag" >&2
       "$bench" -m "$m" -t "$t" -p 512 -n 128 -r 1 -o json >"$out/$tag.llama.json" 2>"$out/$tag.llama.err"
-      build/lowrank bench -m "$m" --dense "$m" --modes dense --prompt 512 --gen 128 --reps 1 -t "$t" \
-        --json "$out/$tag.lowrank.json" >"$out/$tag.lowrank.txt" 2>/dev/null
+      for isa in $isas; do
+        LOWRANK_ISA=$isa build/lowrank bench -m "$m" --dense "$m" --modes dense --prompt 512 --gen 128 --reps 1 \
+          -t "$t" --json "$out/$tag.lowrank-$isa.json" >"$out/$tag.lowrank-$isa.txt" 2>/dev/null
+      done
     done
   done
 done
 
-python3 - "$out" "$cpu" "$flavour" "$PEER_VERSION" "$rounds" "${models[@]}" <<'PY'
+python3 - "$out" "$cpu" "$flavour" "$PEER_VERSION" "$rounds" "$isas" "${models[@]}" <<'PY'
 import glob, json, os, statistics, sys
-out, cpu, flavour, version, rounds, *models = sys.argv[1:]
+out, cpu, flavour, version, rounds, isas, *models = sys.argv[1:]
 print(f"CPU: {cpu}; llama.cpp from llama-cpp-python {version} ({flavour} build); {rounds} interleaved rounds, medians\n")
-print("| model | threads | llama.cpp pp512 tok/s | lowrank pp512 tok/s | prefill ratio | llama.cpp tg128 tok/s | lowrank tg128 tok/s | decode ratio | lowrank MB/token | llama.cpp % of probe | lowrank % of probe | probe GB/s |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+print("| model | threads | lowrank kernels | llama.cpp pp512 tok/s | lowrank pp512 tok/s | prefill ratio | llama.cpp tg128 tok/s | lowrank tg128 tok/s | decode ratio | lowrank MB/token | llama.cpp % of probe | lowrank % of probe | probe GB/s |")
+print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for m in models:
     name = os.path.basename(m)[:-5]
     for t in sorted({p.split("-t")[-1].split("-r")[0] for p in glob.glob(f"{out}/{name}-t*-r*.llama.json")}, key=int):
+      for isa in isas.split():
         lp, lt, wp, wt, mb, bw = [], [], [], [], [], []
         for f in sorted(glob.glob(f"{out}/{name}-t{t}-r*.llama.json")):
             for row in json.load(open(f)):
                 (lp if row["n_prompt"] > 0 else lt).append(row["avg_ts"])
-            lj = json.load(open(f.replace(".llama.json", ".lowrank.json")))
+            lj = json.load(open(f.replace(".llama.json", f".lowrank-{isa}.json")))
             row = lj["rows"][0]
             wp.append(512 / (row["prefill_ms"] / 1000))
             wt.append(row["tokens_per_s"])
             mb.append(row["weight_mb_per_token"] + row["kv_mb_per_token"])
             bw.append(lj["read_bandwidth_gbs"])
+        kernels = open(f.replace(".llama.json", f".lowrank-{isa}.txt")).read().split("CPU kernels: ")[-1].split(" ")[0]
         med = statistics.median
         share = lambda tps: 100 * tps * med(mb) / 1000 / med(bw)
-        print(f"| {name} | {t} | {med(lp):.1f} | {med(wp):.1f} | {med(wp) / med(lp):.2f} | {med(lt):.1f} | "
+        print(f"| {name} | {t} | {kernels} | {med(lp):.1f} | {med(wp):.1f} | {med(wp) / med(lp):.2f} | {med(lt):.1f} | "
               f"{med(wt):.1f} | {med(wt) / med(lt):.2f} | {med(mb):.0f} | {share(med(lt)):.0f}% | {share(med(wt)):.0f}% | {med(bw):.1f} |")
 PY

@@ -63,7 +63,7 @@ int run(const CompressCli& o) {
   opt.calib_path = o.calib;
   opt.calib_samples = o.calib_samples;
   opt.calib_len = o.calib_len;
-  opt.factor_type = parse_weight_type(o.factor_type);
+  opt.factor_type = parse_factor_type(o.factor_type);
   opt.n_threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   if (!o.matrices.empty()) opt.kinds = split(o.matrices, ',');
   for (const std::string& r : o.ranks) {
@@ -117,6 +117,10 @@ int run(const CompressCli& o) {
                 r.params_after / 1e6, 100.0 * double(r.params_after) / double(r.params_before),
                 double(st.st_size) / (1 << 20),
                 r.calib_tokens ? fmt::format(", calibrated on {} tokens", r.calib_tokens).c_str() : "");
+    std::string types;
+    for (const auto& [t, count] : r.factor_types)
+      types += fmt::format("{}{} {}", types.empty() ? "" : ", ", count, dtype_name(t));
+    if (!types.empty()) std::printf("  factor tensors: %s\n", types.c_str());
     if (!notes.empty()) std::printf("  notes:\n%s", notes.c_str());
   }
   return 0;
@@ -135,7 +139,7 @@ Runner add_compress_command(CLI::App& app) {
   sub->add_option("--basis-sharing", o->basis_sharing, "groups of g consecutive layers share one input basis for q, k, v, gate, up");
   sub->add_option("--rank", o->ranks, "explicit rank per matrix type, KIND=R (attn_q=64, all=max)");
   sub->add_option("--matrices", o->matrices, "comma list of matrix types to compress (default: all seven per block)");
-  sub->add_option("--factor-type", o->factor_type, "storage type of the factors: f16, bf16, f32")->capture_default_str();
+  sub->add_option("--factor-type", o->factor_type, "storage type of the factors: f16, bf16, f32, q8_0, q6_k, q5_k, q4_k (quantized: ranks rounded down to a multiple of 32; a row a K-quant's 256 does not divide is stored as q8_0)")->capture_default_str();
   sub->add_option("--calib", o->calib, "calibration text (whiten, basis sharing)");
   sub->add_option("--calib-samples", o->calib_samples, "calibration windows")->capture_default_str();
   sub->add_option("--calib-len", o->calib_len, "tokens per calibration window")->capture_default_str();

@@ -20,8 +20,7 @@ int run(const ImportCli& o) {
   ImportOptions opt;
   opt.from = o.from;
   opt.base = o.base.empty() ? default_model_path() : o.base;
-  opt.factor_type = parse_weight_type(o.factor_type);
-  if (opt.factor_type == DType::Q8_0) fail("--factor-type must be f16, bf16 or f32");
+  opt.factor_type = parse_factor_type(o.factor_type);
   ImportReport r = import_checkpoint(o.in, o.out, opt);
   std::printf("%s: family %s%s%s\n", o.in.c_str(), r.family.c_str(), r.detected_by.empty() ? "" : " (detected by ",
               r.detected_by.empty() ? "" : (r.detected_by + ")").c_str());
@@ -61,7 +60,7 @@ Runner add_import_command(CLI::App& app) {
   sub->add_option("-o,--output", o->out, "output GGUF file")->required();
   sub->add_option("--from", o->from, "auto, svdllm, asvd, dobi, basis-sharing or palu")->capture_default_str();
   sub->add_option("--base", o->base, "the dense GGUF model it was compressed from (default: the default model)");
-  sub->add_option("--factor-type", o->factor_type, "storage of the factors: f16, bf16 or f32")->capture_default_str();
+  sub->add_option("--factor-type", o->factor_type, "storage of the factors: f16, bf16, f32, q8_0, q6_k, q5_k, q4_k (a row the type's block does not divide: q8_0, else f16)")->capture_default_str();
   return [o] { return run(*o); };
 }
 

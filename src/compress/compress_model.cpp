@@ -169,6 +169,8 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
     for (const WeightSpec& s : kWeightTable) known |= s.is_linear() && s.per_layer && k == s.kind;
     if (!known) fail("unknown matrix type '{}' (expected attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down)", k);
   }
+  check_factor_type(opt_in.factor_type);
+  const bool quantized_factors = opt_in.factor_type == DType::Q8_0 || is_block_format(opt_in.factor_type);
   Model m = load_model(in_path, DType::F32);
   if (!m.file) fail("{}: compress reads GGUF models", in_path);
   const Config& c = m.weights->cfg;
@@ -212,6 +214,7 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
                       ? (opts[j].keep >= 1.0 ? 0
                                              : compress::shared_rank_for_keep(opts[j].keep, rows, cols, g1 - g0))
                       : rank_of(opts[j], spec.kind, rows, cols);
+        if (quantized_factors && !explicit_rank && rank[j] >= 32) rank[j] = rank[j] / 32 * 32;
       }
       const int64_t r_max = *std::max_element(rank.begin(), rank.end());
       compress::WhitenReport wr;
@@ -259,8 +262,9 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
 
   for (size_t j = 0; j < jobs.size(); ++j) {
     results[j].params_after = outs[j]->parameters();
-    save_gguf(*outs[j], *m.file, GgufSource(m.file), jobs[j].out_path,
-              save_options(opts[j], need_calib));
+    results[j].factor_types =
+        save_gguf(*outs[j], *m.file, GgufSource(m.file), jobs[j].out_path, save_options(opts[j], need_calib))
+            .written_types;
   }
   return results;
 }

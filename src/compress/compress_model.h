@@ -25,6 +25,9 @@ struct CompressOptions {
   int calib_samples = 64;
   int calib_len = 512;
   int n_threads = 2;
+  // F16, BF16, F32, or quantized: Q8_0, Q4_K, Q5_K, Q6_K (model/save.h
+  // factor_storage_type); with a quantized type the ranks --keep gives are
+  // rounded down to a multiple of 32, so output factors are whole Q8_0 rows.
   DType factor_type = DType::F16;
 };
 
@@ -39,6 +42,7 @@ struct CompressResult {
   std::vector<MatrixReport> matrices;
   uint64_t params_before = 0, params_after = 0;  // whole model, shared bases once
   int64_t calib_tokens = 0;
+  std::map<DType, int> factor_types;  // factor tensors written per type
 };
 
 // Per-layer progress: (layers done, total layers, phase).

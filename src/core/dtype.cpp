@@ -88,6 +88,9 @@ void quantize(DType t, const float* x, void* dst_v, int64_t n) {
     case DType::BF16:
       for (int64_t i = 0; i < n; ++i) store_u16(dst + 2 * i, f32_to_bf16(x[i]));
       return;
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K: return quants::quantize_k_blocks(t, x, dst, n);
     default: break;
   }
   LR_ASSERT(n % QK == 0);

@@ -56,9 +56,9 @@ void dequantize(DType t, const void* src, float* dst, int64_t n);
 // 127 over the block (0 for an all-zero block), q = round-to-even(x / scale).
 void quantize_q8_blocks(const float* x, int8_t* q, float* scales, int64_t n);
 
-// Encode n f32 values as type t (F32, F16, BF16, Q8_0, Q4_0, Q4_1; the other
-// block formats are read only). Used by the
-// GGUF writer and by tests that build quantized fixtures.
+// Encode n f32 values as type t (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K,
+// Q5_K, Q6_K; the other block formats are read only). Used by the GGUF
+// writer (low-rank factors) and by tests that build quantized fixtures.
 void quantize(DType t, const float* src, void* dst, int64_t n);
 
 }  // namespace lr

@@ -73,4 +73,9 @@ inline void k3_scales(const uint8_t* s, int8_t sc[16]) {
 // Decodes n elements (whole blocks) of block format t (or Q8_0 as GGUF stores it).
 void dequantize_blocks(DType t, const uint8_t* src, float* dst, int64_t n);
 
+// Encodes n elements (whole super-blocks) as Q4_K, Q5_K or Q6_K
+// (quantize_k.cpp): round to nearest, every value within half a step of its
+// stored sub-block scale.
+void quantize_k_blocks(DType t, const float* x, uint8_t* dst, int64_t n);
+
 }  // namespace lr::quants

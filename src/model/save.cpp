@@ -30,12 +30,28 @@ void copy_tensor(gguf::Writer& out, const TensorSource& src, const std::string& 
 
 }  // namespace
 
-void save_gguf(const Weights& w, const gguf::File& meta, const TensorSource& src,
-               const std::string& path, const SaveOptions& opt) {
-  if (opt.factor_type != DType::F32 && opt.factor_type != DType::F16 &&
-      opt.factor_type != DType::BF16)
-    fail("low-rank factors can be stored as F32, F16 or BF16, not {}", dtype_name(opt.factor_type));
+void check_factor_type(DType t) {
+  for (DType ok : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    if (t == ok) return;
+  fail("low-rank factors can be stored as F32, F16, BF16, Q8_0, Q4_K, Q5_K or Q6_K, not {}", dtype_name(t));
+}
+
+DType factor_storage_type(DType want, int64_t cols) {
+  if (row_bytes(want, uint64_t(cols))) return want;
+  if (want != DType::Q8_0 && row_bytes(DType::Q8_0, uint64_t(cols))) return DType::Q8_0;
+  return DType::F16;
+}
+
+SaveReport save_gguf(const Weights& w, const gguf::File& meta, const TensorSource& src,
+                     const std::string& path, const SaveOptions& opt) {
+  check_factor_type(opt.factor_type);
+  SaveReport report;
   gguf::Writer out;
+  auto add_factor = [&](const std::string& name, const Matrix& m) {
+    const DType t = factor_storage_type(opt.factor_type, m.cols);
+    ++report.written_types[t];
+    add_matrix(out, name, m, t);
+  };
   for (const auto& [key, value] : meta.metadata()) {
     if (key.rfind("lowrank.", 0) == 0 || key == "general.file_type") continue;
     out.set(key, value);
@@ -72,17 +88,17 @@ void save_gguf(const Weights& w, const gguf::File& meta, const TensorSource& src
       if (src.find(name))
         copy_tensor(out, src, name);
       else
-        add_matrix(out, name, lin.w, opt.factor_type);
+        add_factor(name, lin.w);
       return;
     }
     k.ranks[size_t(l)] = int32_t(lin.rank());
-    add_matrix(out, lowrank_out_name(spec, l), lin.u, opt.factor_type);
+    add_factor(lowrank_out_name(spec, l), lin.u);
     const uint8_t* key = lin.v.data.get();
-    if (uses[key] == 1) return add_matrix(out, lowrank_in_name(spec, l), lin.v, opt.factor_type);
+    if (uses[key] == 1) return add_factor(lowrank_in_name(spec, l), lin.v);
     auto it = k.group_of.find(key);
     if (it == k.group_of.end()) {
       it = k.group_of.emplace(key, int(k.group_of.size())).first;
-      add_matrix(out, shared_basis_name(spec, it->second), lin.v, opt.factor_type);
+      add_factor(shared_basis_name(spec, it->second), lin.v);
     }
     k.groups[size_t(l)] = it->second;
   });
@@ -93,6 +109,7 @@ void save_gguf(const Weights& w, const gguf::File& meta, const TensorSource& src
   }
   write_key_calibration(out, w);
   out.write(path);
+  return report;
 }
 
 }  // namespace lr

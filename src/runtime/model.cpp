@@ -47,6 +47,14 @@ DType parse_weight_type(const std::string& name) {
   fail("unknown weight type '{}' (expected f16, bf16, f32 or q8_0)", name);
 }
 
+DType parse_factor_type(const std::string& name) {
+  if (name == "q4_k") return DType::Q4_K;
+  if (name == "q5_k") return DType::Q5_K;
+  if (name == "q6_k") return DType::Q6_K;
+  if (name == "f16" || name == "bf16" || name == "f32" || name == "q8_0") return parse_weight_type(name);
+  fail("unknown factor type '{}' (expected f16, bf16, f32, q8_0, q6_k, q5_k or q4_k)", name);
+}
+
 std::optional<DType> parse_run_weight_type(const std::string& name) {
   if (name == "auto") return std::nullopt;
   return parse_weight_type(name);

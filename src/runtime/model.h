@@ -35,7 +35,9 @@ inline constexpr DType kDefaultFastWeightType = DType::F16;
 
 // "f16" | "bf16" | "f32" | "q8_0" -> DType; throws lr::Error naming the accepted values.
 DType parse_weight_type(const std::string& name);
-// The same, or "auto" -> nullopt: every matrix as stored (the default of run,
+// The storage of low-rank factors: those, or "q6_k" | "q5_k" | "q4_k".
+DType parse_factor_type(const std::string& name);
+// The weight type, or "auto" -> nullopt: every matrix as stored (the default of run,
 // perplexity and bench).
 std::optional<DType> parse_run_weight_type(const std::string& name);
 // "auto" | the names above: what --wtype accepts.

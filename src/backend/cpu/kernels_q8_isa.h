@@ -59,8 +59,8 @@ void matvec_rows(const int8_t* W, const float* scales, const int8_t* xq, const f
   for (; r + 4 <= r1; r += 4) {
     const int8_t* w = W + r * cols;
     const float* s = scales + r * nb;
-    // The next 4 rows, a cache line per 32 bytes of this row's blocks.
-    for (int64_t c = 0; c < 4 * cols; c += 64) _mm_prefetch(reinterpret_cast<const char*>(w + 4 * cols + c), _MM_HINT_T0);
+    // The 4 rows four groups ahead into L2 (as kernels_blocks_isa.h).
+    for (int64_t c = 0; c < 4 * cols; c += 64) _mm_prefetch(reinterpret_cast<const char*>(w + 16 * cols + c), _MM_HINT_T1);
     // Row r + k may over-read when the rows after it hold the 32 - tail bytes.
     auto over = [&](int64_t k) { return (r1 - r - k - 1) * cols >= 32 - tail; };
     const __m256 d0 = row_dot(w, s, xq, sx, full, tail, over(0));
