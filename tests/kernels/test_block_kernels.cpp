@@ -152,6 +152,25 @@ TEST(BlockKernels, MatvecRowRangeWritesOnlyItsRows) {
   }
 }
 
+// The vector dequantizer gives the scalar one's bits (itself bit-exact with
+// the gguf package) on every format and path.
+TEST(BlockKernels, DequantizeIsTheScalarDequantizerBitForBit) {
+  for (lr::Isa isa : lr::test::supported_isas()) {
+    lr::test::IsaScope scope(isa);
+    for (DType t : kFormats) {
+      const int64_t cols = 4 * lr::dtype_info(t).block_elems;
+      const auto W = random_rows(t, 3, cols, 90 + uint32_t(t));
+      std::vector<float> got(size_t(3 * cols), -1.f), want(size_t(3 * cols), -2.f);
+      const uint64_t rb = *lr::row_bytes(t, uint64_t(cols));
+      for (int r = 0; r < 3; ++r) {
+        cpu::dequantize_blocks(t, W.data() + r * rb, got.data() + r * cols, cols);
+        lr::dequantize(t, W.data() + r * rb, want.data() + r * cols, cols);
+      }
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << lr::isa_name(isa) << " " << lr::dtype_name(t);
+    }
+  }
+}
+
 // The prompt kernel: the exact stored weights times the f32 input (not
 // quantized), against the same product in double.
 TEST(BlockKernels, MatmulMatchesDequantizedProduct) {

@@ -49,6 +49,9 @@ void quantize_q8_row(const float* x, int8_t* xq, float* sx, int64_t n);
 // product (kernels_blocks.cpp). cols is a multiple of the format's block.
 void matvec_blocks(DType t, const uint8_t* W, uint64_t rb, const float* x, float* y, int64_t cols, int64_t r0,
                    int64_t r1);
+// A row of `cols` values in block format t as f32: the scalar dequantizer's
+// values (core/dtype.h dequantize), bit for bit, 8 at a time.
+void dequantize_blocks(DType t, const uint8_t* row, float* y, int64_t cols);
 // Y[t, r] for t in [0, n): X [n, cols] with row stride ldx, Y [n, ldy]. The
 // prompt path: 16 rows at a time decoded to f32, then matmul_f32 (x is not
 // quantized), as matmul_q8_0.

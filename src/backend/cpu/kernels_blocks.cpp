@@ -125,8 +125,15 @@ void matvec_blocks(DType t, const uint8_t* W, uint64_t rb, const float* x, float
     avx2::matvec(t, W, rb, a, y, cols, r0, r1);
 }
 
-// Prompts: 16 rows at a time decoded to f32 by the scalar dequantizer (the
-// exact stored values) into a panel that matmul_f32 multiplies with every
+void dequantize_blocks(DType t, const uint8_t* row, float* y, int64_t cols) {
+  if (kernel_isa() == Isa::Avx512Vnni)
+    avx512vnni::dequantize_row(t, row, y, cols);
+  else
+    avx2::dequantize_row(t, row, y, cols);
+}
+
+// Prompts: 16 rows at a time decoded to f32 (the exact stored values, the
+// scalar dequantizer's bits) into a panel that matmul_f32 multiplies with every
 // token; the input is not quantized. Over a prompt the decoding is a small
 // share of the work and the f32 kernel's register tiling does the rest.
 void matmul_blocks(DType t, const uint8_t* W, uint64_t rb, const float* X, float* Y, int64_t n, int64_t cols,
@@ -135,7 +142,7 @@ void matmul_blocks(DType t, const uint8_t* W, uint64_t rb, const float* X, float
   float* panel = scratch(2, 16 * cols);  // matmul_f32 uses slots 0 and 1
   for (int64_t r = r0; r < r1; r += 16) {
     const int64_t nr = std::min<int64_t>(16, r1 - r);
-    for (int64_t i = 0; i < nr; ++i) dequantize(t, W + uint64_t(r + i) * rb, panel + i * cols, cols);
+    for (int64_t i = 0; i < nr; ++i) dequantize_blocks(t, W + uint64_t(r + i) * rb, panel + i * cols, cols);
     matmul_f32(panel, X, Y + r, n, cols, ldx, ldy, 0, nr);
   }
 }

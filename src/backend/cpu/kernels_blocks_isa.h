@@ -72,24 +72,32 @@ inline __m256i high_bits(const uint8_t* qh_at) {
 struct Small { float d, m; };
 
 struct Q4_0 {
-  static constexpr int kElems = 32, kBytes = q::Q4_0::kBytes;
+  static constexpr int kElems = 32, kBytes = q::Q4_0::kBytes, kOff = 8;
+  static constexpr bool kMin = false;
+  static void affine(const uint8_t* b, float* a, float*) { a[0] = a[1] = f16_at(b); }
   static Small setup(const uint8_t* b) { const float d = f16_at(b); return {d, 8 * d}; }
   static __m256i values(const uint8_t* b, int) { return split_nibbles(b + q::Q4_0::kQs); }
 };
 struct Q4_1 {
-  static constexpr int kElems = 32, kBytes = q::Q4_1::kBytes;
+  static constexpr int kElems = 32, kBytes = q::Q4_1::kBytes, kOff = 0;
+  static constexpr bool kMin = true;
+  static void affine(const uint8_t* b, float* a, float* m) { a[0] = a[1] = f16_at(b), m[0] = m[1] = f16_at(b + 2); }
   static Small setup(const uint8_t* b) { return {f16_at(b), -f16_at(b + 2)}; }
   static __m256i values(const uint8_t* b, int) { return split_nibbles(b + q::Q4_1::kQs); }
 };
 struct Q5_0 {
-  static constexpr int kElems = 32, kBytes = q::Q5_0::kBytes;
+  static constexpr int kElems = 32, kBytes = q::Q5_0::kBytes, kOff = 16;
+  static constexpr bool kMin = false;
+  static void affine(const uint8_t* b, float* a, float*) { a[0] = a[1] = f16_at(b); }
   static Small setup(const uint8_t* b) { const float d = f16_at(b); return {d, 16 * d}; }
   static __m256i values(const uint8_t* b, int) {
     return _mm256_or_si256(split_nibbles(b + q::Q5_0::kQs), high_bits(b + q::Q5_0::kQh));
   }
 };
 struct Q5_1 {
-  static constexpr int kElems = 32, kBytes = q::Q5_1::kBytes;
+  static constexpr int kElems = 32, kBytes = q::Q5_1::kBytes, kOff = 0;
+  static constexpr bool kMin = true;
+  static void affine(const uint8_t* b, float* a, float* m) { a[0] = a[1] = f16_at(b), m[0] = m[1] = f16_at(b + 2); }
   static Small setup(const uint8_t* b) { return {f16_at(b), -f16_at(b + 2)}; }
   static __m256i values(const uint8_t* b, int) {
     return _mm256_or_si256(split_nibbles(b + q::Q5_1::kQs), high_bits(b + q::Q5_1::kQh));
@@ -120,8 +128,15 @@ struct Large {
 };
 
 struct Q2_K {
-  static constexpr int kElems = 256, kBytes = q::Q2_K::kBytes;
-  static constexpr bool kPer16 = true;
+  static constexpr int kElems = 256, kBytes = q::Q2_K::kBytes, kOff = 0;
+  static constexpr bool kPer16 = true, kMin = true;
+  static void affine(const uint8_t* b, float* a, float* m) {
+    const float d = f16_at(b + q::Q2_K::kD), dmin = f16_at(b + q::Q2_K::kDmin);
+    for (int g = 0; g < 16; ++g) {
+      const uint8_t sc = b[q::Q2_K::kScales + g];
+      a[g] = d * float(sc & 15), m[g] = -(dmin * float(sc >> 4));
+    }
+  }
   static Large setup(const uint8_t* b, const int16_t* s16, const int16_t*) {
     const __m128i raw = load128(b + q::Q2_K::kScales), m4 = _mm_set1_epi8(15);
     const __m128i sc = _mm_and_si128(raw, m4), mn = _mm_and_si128(_mm_srli_epi16(raw, 4), m4);
@@ -134,8 +149,14 @@ struct Q2_K {
   }
 };
 struct Q3_K {
-  static constexpr int kElems = 256, kBytes = q::Q3_K::kBytes;
-  static constexpr bool kPer16 = true;
+  static constexpr int kElems = 256, kBytes = q::Q3_K::kBytes, kOff = 4;
+  static constexpr bool kPer16 = true, kMin = false;
+  static void affine(const uint8_t* b, float* a, float*) {
+    const float d = f16_at(b + q::Q3_K::kD);
+    int8_t sc[16];
+    q::k3_scales(b + q::Q3_K::kScales, sc);
+    for (int g = 0; g < 16; ++g) a[g] = d * float(sc[g]);
+  }
   // u = the 2 low bits | the hmask bit << 2, so w = d sc (u - 4). The scales
   // unpacked as quants.h k3_scales does, four at a time in 32-bit words.
   static Large setup(const uint8_t* b, const int16_t* s16, const int16_t*) {
@@ -157,8 +178,14 @@ struct Q3_K {
 };
 template <class L, bool kFive>
 struct Q45_K {
-  static constexpr int kElems = 256, kBytes = L::kBytes;
-  static constexpr bool kPer16 = false;
+  static constexpr int kElems = 256, kBytes = L::kBytes, kOff = 0;
+  static constexpr bool kPer16 = false, kMin = true;
+  static void affine(const uint8_t* b, float* a, float* m) {
+    const float d = f16_at(b + L::kD), dmin = f16_at(b + L::kDmin);
+    uint8_t sc[8], mn[8];
+    q::k4_scales(b + L::kScales, sc, mn);
+    for (int g = 0; g < 16; ++g) a[g] = d * float(sc[g / 2]), m[g] = -(dmin * float(mn[g / 2]));
+  }
   // The 6-bit scales and mins unpacked as quants.h k4_scales does, four at a time.
   static Large setup(const uint8_t* b, const int16_t*, const int16_t* s32) {
     const uint8_t* p = b + L::kScales;
@@ -180,8 +207,12 @@ struct Q45_K {
 using Q4_K = Q45_K<q::Q4_K, false>;
 using Q5_K = Q45_K<q::Q5_K, true>;
 struct Q6_K {
-  static constexpr int kElems = 256, kBytes = q::Q6_K::kBytes;
-  static constexpr bool kPer16 = true;
+  static constexpr int kElems = 256, kBytes = q::Q6_K::kBytes, kOff = 32;
+  static constexpr bool kPer16 = true, kMin = false;
+  static void affine(const uint8_t* b, float* a, float*) {
+    const float d = f16_at(b + q::Q6_K::kD);
+    for (int g = 0; g < 16; ++g) a[g] = d * float(int8_t(b[q::Q6_K::kScales + g]));
+  }
   // u = q + 32 in 0..63, so w = d sc (u - 32).
   static Large setup(const uint8_t* b, const int16_t* s16, const int16_t*) {
     const __m128i sc = load128(b + q::Q6_K::kScales);
@@ -296,6 +327,35 @@ void dispatch(DType t, Fn&& fn) {
     case DType::Q6_K: return fn(Q6_K{});
     default: LR_ASSERT(false && "not a block format");
   }
+}
+
+// One block of F as f32: each format's w = a float(u - kOff) (+ m), with a
+// and m per 16 values, in the scalar dequantizer's f32 operations and order
+// (core/quants.cpp; this file is compiled with -ffp-contract=off), so the
+// values are the same bits, 8 at a time.
+template <class F>
+void dequantize_t(const uint8_t* b, float* y) {
+  float a[F::kElems / 16], m[F::kElems / 16];
+  F::affine(b, a, m);
+  for (int c = 0; c < F::kElems / 32; ++c) {
+    const __m256i u = F::values(b, c);
+    for (int k = 0; k < 4; ++k) {
+      const __m128i h = k < 2 ? _mm256_castsi256_si128(u) : _mm256_extracti128_si256(u, 1);
+      const __m256i v = _mm256_sub_epi32(_mm256_cvtepu8_epi32(k % 2 ? _mm_srli_si128(h, 8) : h), _mm256_set1_epi32(F::kOff));
+      const int g = (32 * c + 8 * k) / 16;
+      __m256 w = _mm256_mul_ps(_mm256_set1_ps(a[g]), _mm256_cvtepi32_ps(v));
+      if constexpr (F::kMin) w = _mm256_add_ps(w, _mm256_set1_ps(m[g]));
+      _mm256_storeu_ps(y + 32 * c + 8 * k, w);
+    }
+  }
+}
+
+// A row of `cols` values of format t as f32.
+void dequantize_row(DType t, const uint8_t* row, float* y, int64_t cols) {
+  dispatch(t, [&](auto f) {
+    using F = decltype(f);
+    for (int64_t b = 0; b < cols / F::kElems; ++b) dequantize_t<F>(row + b * F::kBytes, y + b * F::kElems);
+  });
 }
 
 // y[r] for r in [r0, r1): rows of format t against the quantized input.
