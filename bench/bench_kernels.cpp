@@ -309,7 +309,8 @@ void BM_matvec_blocks_cold(benchmark::State& st) {
 }
 BENCHMARK(BM_matvec_blocks_cold)
     ->Args({6, 4864, 896, 1})->Args({6, 4864, 896, 2})->Args({12, 896, 4864, 1})->Args({12, 896, 4864, 2})
-    ->Args({14, 896, 4864, 1})->Args({14, 896, 4864, 2})->UseRealTime();
+    ->Args({14, 896, 4864, 1})->Args({14, 896, 4864, 2})->Args({14, 1536, 8960, 2})->Args({12, 8960, 1536, 2})
+    ->UseRealTime();
 void BM_matmul_blocks(benchmark::State& st) {
   const auto t = lr::DType(st.range(0));
   const int64_t rows = st.range(1), cols = st.range(2), n = 512;

@@ -108,6 +108,7 @@ class File {
   const std::vector<double>& get_floats(std::string_view key) const;
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const MappedFile& image() const { return *image_; }
   const TensorInfo* find_tensor(std::string_view name) const;
   // Throws lr::Error("<path>: missing tensor '<name>'").
   const TensorInfo& tensor(std::string_view name) const;

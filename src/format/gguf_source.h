@@ -15,7 +15,7 @@ class GgufSource final : public TensorSource {
   std::optional<TensorView> find(const std::string& name) const override {
     const gguf::TensorInfo* t = file_->find_tensor(name);
     if (!t) return std::nullopt;
-    return TensorView{t->dtype, t->shape, t->data, t->nbytes, file_};
+    return TensorView{t->dtype, t->shape, t->data, t->nbytes, file_, &file_->image()};
   }
   std::vector<int64_t> int_array(const std::string& key) const override {
     if (!file_->has(key)) return {};

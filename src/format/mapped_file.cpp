@@ -50,6 +50,13 @@ std::unique_ptr<MappedFile> MappedFile::from_bytes(std::vector<uint8_t> bytes, s
   return f;
 }
 
+void MappedFile::release(const uint8_t* p, uint64_t n) const {
+  if (!map_ || p < base_ || p + n > base_ + size_) return;
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = (uintptr_t(p) + page - 1) / page * page, e = (uintptr_t(p) + n) / page * page;
+  if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() {
   if (map_) munmap(map_, size_t(size_));
 }

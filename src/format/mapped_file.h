@@ -21,6 +21,11 @@ class MappedFile {
   const std::string& path() const { return path_; }
   const uint8_t* data() const { return base_; }
   uint64_t size() const { return size_; }
+  // The whole pages of [p, p + n) leave this process's memory (madvise
+  // DONTNEED): a caller that copied them says it needs them no more. They stay
+  // valid: touched again, they are read back from the file. Nothing happens
+  // for an image held in memory (from_bytes).
+  void release(const uint8_t* p, uint64_t n) const;
 
  private:
   MappedFile() = default;

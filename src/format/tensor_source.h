@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "format/mapped_file.h"
 
 namespace lr {
 
@@ -18,6 +19,7 @@ struct TensorView {
   const uint8_t* data = nullptr;
   uint64_t nbytes = 0;          // validated: dtype x shape
   std::shared_ptr<const void> owner;  // keeps `data` alive (a file mapping), when it can be shared
+  const MappedFile* mapping = nullptr;  // the file image `data` lies in, when known (to release copied pages)
 };
 
 class TensorSource {

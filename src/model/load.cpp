@@ -89,6 +89,9 @@ Matrix read_matrix(const TensorView& t, std::optional<DType> wtype, bool permute
     return Matrix::view(type, rows, cols, t.owner, t.data);  // in place: no copy
   Matrix m = Matrix::allocate(type, rows, cols);
   fill_matrix(m, t, permute_rope, head_dim);
+  // The copy is what runs: the file's pages of it need not stay resident too
+  // (a Q8_0 output head, say, would otherwise count twice).
+  if (t.mapping) t.mapping->release(t.data, t.nbytes);
   return m;
 }
 

@@ -38,7 +38,10 @@ inline float f16_at(const uint8_t* p) {
   return _cvtsh_ss(h);  // F16C: exact, like f16_to_f32
 }
 inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-inline __m256i srl16(__m256i v, int n) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(n)); }
+// Shifts of 16-bit lanes; n is a constant once the chunk loops are unrolled,
+// so these become immediate shifts (none for 0).
+inline __m256i srl16(__m256i v, int n) { return n ? _mm256_srli_epi16(v, n) : v; }
+inline __m256i sll16(__m256i v, int n) { return n ? _mm256_slli_epi16(v, n) : v; }
 inline __m256i bytes_of(int v) { return _mm256_set1_epi8(char(v)); }
 
 // 16 bytes of nibbles -> 32 values: element j < 16 the low nibble of byte j, j >= 16 the high one.
@@ -223,8 +226,11 @@ struct Q6_K {
   static __m256i values(const uint8_t* b, int c) {
     const __m256i lo = _mm256_and_si256(
         srl16(load256(b + q::Q6_K::kQl + 64 * (c / 4) + 32 * (c % 2)), 4 * ((c % 4) / 2)), bytes_of(15));
-    const __m256i hi = _mm256_and_si256(srl16(load256(b + q::Q6_K::kQh + 32 * (c / 4)), 2 * (c % 4)), bytes_of(3));
-    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+    // The two high bits of chunk c (bits 2 (c % 4) of qh) moved to bits 4-5 in one shift.
+    const __m256i qh = load256(b + q::Q6_K::kQh + 32 * (c / 4));
+    const int at = 2 * (c % 4);
+    const __m256i hi = _mm256_and_si256(at <= 4 ? sll16(qh, 4 - at) : srl16(qh, at - 4), bytes_of(0x30));
+    return _mm256_or_si256(lo, hi);
   }
 };
 
