@@ -16,7 +16,9 @@ namespace lr::quants {
 
 namespace {
 
-int nearest(float v) { return int(std::lround(v)); }
+int nearest(float v) {
+  return int(std::lround(v));
+}
 void put_f16(uint8_t* p, float v) {
   const uint16_t h = f32_to_f16(v);
   std::memcpy(p, &h, 2);
@@ -28,7 +30,9 @@ float f16_up(float v) {
   return f16_to_f32(h);
 }
 // ceil(v) for v >= 0, without counting float noise just above an integer.
-int ceil_int(float v) { return int(std::ceil(v * (1 - 1e-6f))); }
+int ceil_int(float v) {
+  return int(std::ceil(v * (1 - 1e-6f)));
+}
 
 // Q4_K / Q5_K: per chunk of 32, x ~ d sc q - dmin m with q in [0, qmax],
 // sc and m six-bit. The chunk's minimum is taken at or below 0 (so m >= 0).
@@ -41,11 +45,13 @@ void quantize_q45_k(const float* x, uint8_t* blk) {
     scale[c] = (hi - lo) / kQmax;
     minv[c] = -lo;
   }
-  const float max_scale = *std::max_element(scale, scale + 8), max_min = *std::max_element(minv, minv + 8);
+  const float max_scale = *std::max_element(scale, scale + 8),
+              max_min = *std::max_element(minv, minv + 8);
   const float d = f16_up(max_scale / 63), dmin = f16_up(max_min / 63);
   uint8_t sc[8], mn[8];
   for (int c = 0; c < 8; ++c) {
-    mn[c] = uint8_t(dmin > 0 ? std::clamp(ceil_int(minv[c] / dmin), 0, 63) : 0);  // nothing below clipped
+    mn[c] = uint8_t(dmin > 0 ? std::clamp(ceil_int(minv[c] / dmin), 0, 63)
+                             : 0);  // nothing below clipped
     // The step spans the chunk's top above the stored minimum.
     const float span = scale[c] * kQmax - minv[c] + dmin * float(mn[c]);
     sc[c] = uint8_t(d > 0 ? std::clamp(ceil_int(span / kQmax / d), 0, 63) : 0);
@@ -109,10 +115,17 @@ void quantize_k_blocks(DType t, const float* x, uint8_t* dst, int64_t n) {
   for (int64_t b = 0; b < n / kQKK; ++b) {
     uint8_t* blk = dst + b * info.block_bytes;
     switch (t) {
-      case DType::Q4_K: quantize_q45_k<Q4_K, 15>(x + b * kQKK, blk); break;
-      case DType::Q5_K: quantize_q45_k<Q5_K, 31>(x + b * kQKK, blk); break;
-      case DType::Q6_K: quantize_q6_k(x + b * kQKK, blk); break;
-      default: LR_ASSERT(false && "quantize_k_blocks: Q4_K, Q5_K or Q6_K");
+      case DType::Q4_K:
+        quantize_q45_k<Q4_K, 15>(x + b * kQKK, blk);
+        break;
+      case DType::Q5_K:
+        quantize_q45_k<Q5_K, 31>(x + b * kQKK, blk);
+        break;
+      case DType::Q6_K:
+        quantize_q6_k(x + b * kQKK, blk);
+        break;
+      default:
+        LR_ASSERT(false && "quantize_k_blocks: Q4_K, Q5_K or Q6_K");
     }
   }
 }

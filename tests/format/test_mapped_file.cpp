@@ -26,10 +26,12 @@ long rss_file_kb() {
 
 TEST(MappedFile, ReleasedPagesLeaveAndReadBack) {
   const std::string path =
-      (std::filesystem::temp_directory_path() / ("lowrank-mapped-" + std::to_string(::getpid()))).string();
+      (std::filesystem::temp_directory_path() / ("lowrank-mapped-" + std::to_string(::getpid())))
+          .string();
   std::vector<uint8_t> bytes(16 << 20);
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = uint8_t(i * 7 + i / 4096);
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), long(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), long(bytes.size()));
   {
     auto f = MappedFile::open(path);
     const uint8_t* p = f->data();
@@ -42,7 +44,8 @@ TEST(MappedFile, ReleasedPagesLeaveAndReadBack) {
     EXPECT_GE(touched - before, 15 * 1024);
     f->release(p + 100, bytes.size() - 200);  // edges not page-aligned: the whole pages inside
     EXPECT_LE(rss_file_kb() - before, 64);
-    for (size_t i = 0; i < bytes.size(); ++i) ASSERT_EQ(p[i], bytes[i]) << i;  // read back from the file
+    for (size_t i = 0; i < bytes.size(); ++i)
+      ASSERT_EQ(p[i], bytes[i]) << i;  // read back from the file
   }
   std::remove(path.c_str());
 

@@ -31,7 +31,8 @@ std::vector<float> gaussian(int64_t n, uint32_t seed, float sigma) {
   return x;
 }
 
-std::vector<float> round_trip(DType t, const std::vector<float>& x, std::vector<uint8_t>* raw = nullptr) {
+std::vector<float> round_trip(DType t, const std::vector<float>& x,
+                              std::vector<uint8_t>* raw = nullptr) {
   std::vector<uint8_t> b(*row_bytes(t, x.size()));
   quantize(t, x.data(), b.data(), int64_t(x.size()));
   std::vector<float> y(x.size());
@@ -49,7 +50,8 @@ float step_of(DType t, const uint8_t* blk, int e) {
     std::memcpy(&h, blk + at, 2);
     return f16_to_f32(h);
   };
-  if (t == DType::Q6_K) return std::fabs(f16(q::Q6_K::kD) * float(int8_t(blk[q::Q6_K::kScales + e / 16])));
+  if (t == DType::Q6_K)
+    return std::fabs(f16(q::Q6_K::kD) * float(int8_t(blk[q::Q6_K::kScales + e / 16])));
   uint8_t sc[8], mn[8];
   q::k4_scales(blk + (t == DType::Q4_K ? q::Q4_K::kScales : q::Q5_K::kScales), sc, mn);
   return f16(t == DType::Q4_K ? q::Q4_K::kD : q::Q5_K::kD) * float(sc[e / 32]);
@@ -61,7 +63,8 @@ struct Bound {
 };
 
 TEST(Quantize, KQuantsWithinHalfAStepOfTheirStoredScales) {
-  for (Bound b : {Bound{DType::Q4_K, 0.085}, Bound{DType::Q5_K, 0.042}, Bound{DType::Q6_K, 0.021}}) {
+  for (Bound b :
+       {Bound{DType::Q4_K, 0.085}, Bound{DType::Q5_K, 0.042}, Bound{DType::Q6_K, 0.021}}) {
     SCOPED_TRACE(std::string(dtype_name(b.t)));
     const int64_t n = 256 * 64;
     // Super-blocks of very different magnitudes, and one shifted positive
@@ -75,12 +78,16 @@ TEST(Quantize, KQuantsWithinHalfAStepOfTheirStoredScales) {
     double err2 = 0, sum2 = 0;
     for (int64_t i = 0; i < n; ++i) {
       const float step = step_of(b.t, raw.data() + i / 256 * bytes, int(i % 256));
-      ASSERT_LE(std::fabs(y[size_t(i)] - x[size_t(i)]), (b.t == DType::Q6_K ? 1.0f : 0.5f) * step + 1e-6f * std::fabs(x[size_t(i)]) + 1e-30f)
+      ASSERT_LE(
+          std::fabs(y[size_t(i)] - x[size_t(i)]),
+          (b.t == DType::Q6_K ? 1.0f : 0.5f) * step + 1e-6f * std::fabs(x[size_t(i)]) + 1e-30f)
           << "element " << i << " x " << x[size_t(i)] << " y " << y[size_t(i)];
-      if (i / 256 % 7 == 3) err2 += double(y[size_t(i)] - x[size_t(i)]) * (y[size_t(i)] - x[size_t(i)]),
-                            sum2 += double(x[size_t(i)]) * x[size_t(i)];
+      if (i / 256 % 7 == 3)
+        err2 += double(y[size_t(i)] - x[size_t(i)]) * (y[size_t(i)] - x[size_t(i)]),
+            sum2 += double(x[size_t(i)]) * x[size_t(i)];
     }
-    std::printf("%s relative rms error %.4f\n", std::string(dtype_name(b.t)).c_str(), std::sqrt(err2 / sum2));
+    std::printf("%s relative rms error %.4f\n", std::string(dtype_name(b.t)).c_str(),
+                std::sqrt(err2 / sum2));
     EXPECT_LT(std::sqrt(err2 / sum2), b.rms);
     EXPECT_GT(std::sqrt(err2 / sum2), b.rms / 4);  // a real quantization, not a copy
   }
@@ -111,7 +118,8 @@ TEST(Quantize, Q8_0IsTheReferenceRounding) {
     for (int j = 0; j < 32; ++j) {
       const float v = x[size_t(32 * b + j)] * (1.f / d);
       const float a = std::floor(std::fabs(v));
-      const int want = int(std::copysign(a + std::floor(2 * (std::fabs(v) - a)), v));  // gguf's np_roundf
+      const int want =
+          int(std::copysign(a + std::floor(2 * (std::fabs(v) - a)), v));  // gguf's np_roundf
       EXPECT_EQ(int8_t(raw[size_t(34 * b + 2 + j)]), want) << b << " " << j;
     }
   }

@@ -62,7 +62,7 @@ TEST(QuantizedFactors, CompressWritesBlocksAndTheFastPathRunsThem) {
   CompressOptions f;
   f.method = CompressMethod::Svd;
   f.factor_type = DType::F32;
-  f.ranks = {{"attn_q", 64}, {"attn_k", 32}, {"attn_v", 32}, {"attn_output", 64},
+  f.ranks = {{"attn_q", 64},   {"attn_k", 32}, {"attn_v", 32},  {"attn_output", 64},
              {"ffn_gate", 64}, {"ffn_up", 64}, {"ffn_down", 64}};
   compress_model(dense, {{0.5, t.file("f32.gguf")}}, f);
   const std::vector<float> want = logits_of(t.file("f32.gguf"), ExecPath::Reference, DType::F32);
@@ -74,8 +74,8 @@ TEST(QuantizedFactors, CompressWritesBlocksAndTheFastPathRunsThem) {
     DType t;
     double max_err, min_err;
   };
-  for (Case c : {Case{DType::Q8_0, 0.01, 1e-5}, Case{DType::Q6_K, 0.025, 1e-4}, Case{DType::Q5_K, 0.05, 1e-4},
-                 Case{DType::Q4_K, 0.1, 1e-3}}) {
+  for (Case c : {Case{DType::Q8_0, 0.01, 1e-5}, Case{DType::Q6_K, 0.025, 1e-4},
+                 Case{DType::Q5_K, 0.05, 1e-4}, Case{DType::Q4_K, 0.1, 1e-3}}) {
     SCOPED_TRACE(std::string(dtype_name(c.t)));
     o.factor_type = c.t;
     const std::string path = t.file(std::string(dtype_name(c.t)) + ".gguf");
@@ -90,7 +90,8 @@ TEST(QuantizedFactors, CompressWritesBlocksAndTheFastPathRunsThem) {
     // asked for where it is a K-quant, output factors (rows of 64 or 96...
     // rounded: 64) in Q8_0.
     const std::map<DType, int> want_types =
-        c.t == DType::Q8_0 ? std::map<DType, int>{{DType::Q8_0, 28}} : std::map<DType, int>{{c.t, 14}, {DType::Q8_0, 14}};
+        c.t == DType::Q8_0 ? std::map<DType, int>{{DType::Q8_0, 28}}
+                           : std::map<DType, int>{{c.t, 14}, {DType::Q8_0, 14}};
     EXPECT_EQ(res[0].factor_types, want_types);
     auto file = gguf::File::open(path);
     EXPECT_EQ(file->tensor("blk.1.ffn_down.lr_in").dtype, c.t);
@@ -102,7 +103,8 @@ TEST(QuantizedFactors, CompressWritesBlocksAndTheFastPathRunsThem) {
     // in prefill); the reference the same values dequantized to f32.
     EXPECT_LT(rel_err(fast, ref), 1e-3);
     const double err = rel_err(ref, want);
-    std::printf("%s factors: logits within %.2e of the f32 factors\n", std::string(dtype_name(c.t)).c_str(), err);
+    std::printf("%s factors: logits within %.2e of the f32 factors\n",
+                std::string(dtype_name(c.t)).c_str(), err);
     EXPECT_LT(err, c.max_err);
     EXPECT_GT(err, c.min_err);
   }

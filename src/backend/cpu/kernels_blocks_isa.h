@@ -37,12 +37,20 @@ inline float f16_at(const uint8_t* p) {
   std::memcpy(&h, p, 2);
   return _cvtsh_ss(h);  // F16C: exact, like f16_to_f32
 }
-inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline __m256i load256(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
 // Shifts of 16-bit lanes; n is a constant once the chunk loops are unrolled,
 // so these become immediate shifts (none for 0).
-inline __m256i srl16(__m256i v, int n) { return n ? _mm256_srli_epi16(v, n) : v; }
-inline __m256i sll16(__m256i v, int n) { return n ? _mm256_slli_epi16(v, n) : v; }
-inline __m256i bytes_of(int v) { return _mm256_set1_epi8(char(v)); }
+inline __m256i srl16(__m256i v, int n) {
+  return n ? _mm256_srli_epi16(v, n) : v;
+}
+inline __m256i sll16(__m256i v, int n) {
+  return n ? _mm256_slli_epi16(v, n) : v;
+}
+inline __m256i bytes_of(int v) {
+  return _mm256_set1_epi8(char(v));
+}
 
 // 16 bytes of nibbles -> 32 values: element j < 16 the low nibble of byte j, j >= 16 the high one.
 inline __m256i split_nibbles(const uint8_t* qs) {
@@ -55,7 +63,8 @@ inline __m256i high_bits(const uint8_t* qh_at) {
   uint32_t qh;
   std::memcpy(&qh, qh_at, 4);
 #if LR_BLOCKS_VNNI
-  return _mm256_maskz_mov_epi8(__mmask32(qh), bytes_of(0x10));  // AVX-512 BW+VL: the bits are a byte mask
+  return _mm256_maskz_mov_epi8(__mmask32(qh),
+                               bytes_of(0x10));  // AVX-512 BW+VL: the bits are a byte mask
 #else
   const __m256i spread = _mm256_shuffle_epi8(
       _mm256_set1_epi32(int(qh)),
@@ -72,19 +81,26 @@ inline __m256i high_bits(const uint8_t* qh_at) {
 // subtracted multiples times the input (w = d sc u - dm mn).
 // values(b, c): chunk c's 32 unsigned values.
 
-struct Small { float d, m; };
+struct Small {
+  float d, m;
+};
 
 struct Q4_0 {
   static constexpr int kElems = 32, kBytes = q::Q4_0::kBytes, kOff = 8;
   static constexpr bool kMin = false;
   static void affine(const uint8_t* b, float* a, float*) { a[0] = a[1] = f16_at(b); }
-  static Small setup(const uint8_t* b) { const float d = f16_at(b); return {d, 8 * d}; }
+  static Small setup(const uint8_t* b) {
+    const float d = f16_at(b);
+    return {d, 8 * d};
+  }
   static __m256i values(const uint8_t* b, int) { return split_nibbles(b + q::Q4_0::kQs); }
 };
 struct Q4_1 {
   static constexpr int kElems = 32, kBytes = q::Q4_1::kBytes, kOff = 0;
   static constexpr bool kMin = true;
-  static void affine(const uint8_t* b, float* a, float* m) { a[0] = a[1] = f16_at(b), m[0] = m[1] = f16_at(b + 2); }
+  static void affine(const uint8_t* b, float* a, float* m) {
+    a[0] = a[1] = f16_at(b), m[0] = m[1] = f16_at(b + 2);
+  }
   static Small setup(const uint8_t* b) { return {f16_at(b), -f16_at(b + 2)}; }
   static __m256i values(const uint8_t* b, int) { return split_nibbles(b + q::Q4_1::kQs); }
 };
@@ -92,7 +108,10 @@ struct Q5_0 {
   static constexpr int kElems = 32, kBytes = q::Q5_0::kBytes, kOff = 16;
   static constexpr bool kMin = false;
   static void affine(const uint8_t* b, float* a, float*) { a[0] = a[1] = f16_at(b); }
-  static Small setup(const uint8_t* b) { const float d = f16_at(b); return {d, 16 * d}; }
+  static Small setup(const uint8_t* b) {
+    const float d = f16_at(b);
+    return {d, 16 * d};
+  }
   static __m256i values(const uint8_t* b, int) {
     return _mm256_or_si256(split_nibbles(b + q::Q5_0::kQs), high_bits(b + q::Q5_0::kQh));
   }
@@ -100,7 +119,9 @@ struct Q5_0 {
 struct Q5_1 {
   static constexpr int kElems = 32, kBytes = q::Q5_1::kBytes, kOff = 0;
   static constexpr bool kMin = true;
-  static void affine(const uint8_t* b, float* a, float* m) { a[0] = a[1] = f16_at(b), m[0] = m[1] = f16_at(b + 2); }
+  static void affine(const uint8_t* b, float* a, float* m) {
+    a[0] = a[1] = f16_at(b), m[0] = m[1] = f16_at(b + 2);
+  }
   static Small setup(const uint8_t* b) { return {f16_at(b), -f16_at(b + 2)}; }
   static __m256i values(const uint8_t* b, int) {
     return _mm256_or_si256(split_nibbles(b + q::Q5_1::kQs), high_bits(b + q::Q5_1::kQh));
@@ -118,7 +139,9 @@ inline int32_t dot8_i16(__m128i a, __m128i b) {
   v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0xb1));
   return _mm_cvtsi128_si32(v);
 }
-inline __m128i load128(const void* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+inline __m128i load128(const void* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
 
 // A super-block's scales kept in registers (no round trip through memory):
 // per16: lo holds the int16 scales of groups 0-7, hi of 8-15; otherwise lo
@@ -145,10 +168,12 @@ struct Q2_K {
     const __m128i sc = _mm_and_si128(raw, m4), mn = _mm_and_si128(_mm_srli_epi16(raw, 4), m4);
     const __m128i mlo = _mm_cvtepu8_epi16(mn), mhi = _mm_cvtepu8_epi16(_mm_srli_si128(mn, 8));
     return {f16_at(b + q::Q2_K::kD), f16_at(b + q::Q2_K::kDmin), _mm_cvtepu8_epi16(sc),
-            _mm_cvtepu8_epi16(_mm_srli_si128(sc, 8)), dot8_i16(mlo, load128(s16)) + dot8_i16(mhi, load128(s16 + 8))};
+            _mm_cvtepu8_epi16(_mm_srli_si128(sc, 8)),
+            dot8_i16(mlo, load128(s16)) + dot8_i16(mhi, load128(s16 + 8))};
   }
   static __m256i values(const uint8_t* b, int c) {
-    return _mm256_and_si256(srl16(load256(b + q::Q2_K::kQs + 32 * (c / 4)), 2 * (c % 4)), bytes_of(3));
+    return _mm256_and_si256(srl16(load256(b + q::Q2_K::kQs + 32 * (c / 4)), 2 * (c % 4)),
+                            bytes_of(3));
   }
 };
 struct Q3_K {
@@ -164,17 +189,20 @@ struct Q3_K {
   // unpacked as quants.h k3_scales does, four at a time in 32-bit words.
   static Large setup(const uint8_t* b, const int16_t* s16, const int16_t*) {
     const uint8_t* p = b + q::Q3_K::kScales;
-    const uint32_t a0 = word(p), a1 = word(p + 4), a2 = word(p + 8), m4 = 0x0f0f0f0f, m2 = 0x03030303;
+    const uint32_t a0 = word(p), a1 = word(p + 4), a2 = word(p + 8), m4 = 0x0f0f0f0f,
+                   m2 = 0x03030303;
     const __m128i sc = _mm_sub_epi8(
         _mm_setr_epi32(int((a0 & m4) | (a2 & m2) << 4), int((a1 & m4) | ((a2 >> 2) & m2) << 4),
-                       int(((a0 >> 4) & m4) | ((a2 >> 4) & m2) << 4), int(((a1 >> 4) & m4) | ((a2 >> 6) & m2) << 4)),
+                       int(((a0 >> 4) & m4) | ((a2 >> 4) & m2) << 4),
+                       int(((a1 >> 4) & m4) | ((a2 >> 6) & m2) << 4)),
         _mm_set1_epi8(32));
     const __m128i lo = _mm_cvtepi8_epi16(sc), hi = _mm_cvtepi8_epi16(_mm_srli_si128(sc, 8));
     const float d = f16_at(b + q::Q3_K::kD);
     return {d, d, lo, hi, 4 * (dot8_i16(lo, load128(s16)) + dot8_i16(hi, load128(s16 + 8)))};
   }
   static __m256i values(const uint8_t* b, int c) {
-    const __m256i lo = _mm256_and_si256(srl16(load256(b + q::Q3_K::kQs + 32 * (c / 4)), 2 * (c % 4)), bytes_of(3));
+    const __m256i lo =
+        _mm256_and_si256(srl16(load256(b + q::Q3_K::kQs + 32 * (c / 4)), 2 * (c % 4)), bytes_of(3));
     const __m256i hi = _mm256_and_si256(srl16(load256(b + q::Q3_K::kHmask), c), bytes_of(1));
     return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 2));
   }
@@ -192,14 +220,17 @@ struct Q45_K {
   // The 6-bit scales and mins unpacked as quants.h k4_scales does, four at a time.
   static Large setup(const uint8_t* b, const int16_t*, const int16_t* s32) {
     const uint8_t* p = b + L::kScales;
-    const uint32_t a0 = word(p), a1 = word(p + 4), a2 = word(p + 8), m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f,
-                   m2 = 0x03030303;
-    const __m128i sc = _mm_cvtepu8_epi16(_mm_setr_epi32(int(a0 & m6), int((a2 & m4) | ((a0 >> 6) & m2) << 4), 0, 0));
-    const __m128i mn = _mm_cvtepu8_epi16(_mm_setr_epi32(int(a1 & m6), int(((a2 >> 4) & m4) | ((a1 >> 6) & m2) << 4), 0, 0));
+    const uint32_t a0 = word(p), a1 = word(p + 4), a2 = word(p + 8), m6 = 0x3f3f3f3f,
+                   m4 = 0x0f0f0f0f, m2 = 0x03030303;
+    const __m128i sc = _mm_cvtepu8_epi16(
+        _mm_setr_epi32(int(a0 & m6), int((a2 & m4) | ((a0 >> 6) & m2) << 4), 0, 0));
+    const __m128i mn = _mm_cvtepu8_epi16(
+        _mm_setr_epi32(int(a1 & m6), int(((a2 >> 4) & m4) | ((a1 >> 6) & m2) << 4), 0, 0));
     return {f16_at(b + L::kD), f16_at(b + L::kDmin), sc, sc, dot8_i16(mn, load128(s32))};
   }
   static __m256i values(const uint8_t* b, int c) {
-    __m256i u = _mm256_and_si256(srl16(load256(b + L::kQs + 32 * (c / 2)), 4 * (c % 2)), bytes_of(15));
+    __m256i u =
+        _mm256_and_si256(srl16(load256(b + L::kQs + 32 * (c / 2)), 4 * (c % 2)), bytes_of(15));
     if constexpr (kFive) {
       const __m256i hi = _mm256_and_si256(srl16(load256(b + q::Q5_K::kQh), c), bytes_of(1));
       u = _mm256_or_si256(u, _mm256_slli_epi16(hi, 4));
@@ -225,11 +256,13 @@ struct Q6_K {
   }
   static __m256i values(const uint8_t* b, int c) {
     const __m256i lo = _mm256_and_si256(
-        srl16(load256(b + q::Q6_K::kQl + 64 * (c / 4) + 32 * (c % 2)), 4 * ((c % 4) / 2)), bytes_of(15));
+        srl16(load256(b + q::Q6_K::kQl + 64 * (c / 4) + 32 * (c % 2)), 4 * ((c % 4) / 2)),
+        bytes_of(15));
     // The two high bits of chunk c (bits 2 (c % 4) of qh) moved to bits 4-5 in one shift.
     const __m256i qh = load256(b + q::Q6_K::kQh + 32 * (c / 4));
     const int at = 2 * (c % 4);
-    const __m256i hi = _mm256_and_si256(at <= 4 ? sll16(qh, 4 - at) : srl16(qh, at - 4), bytes_of(0x30));
+    const __m256i hi =
+        _mm256_and_si256(at <= 4 ? sll16(qh, 4 - at) : srl16(qh, at - 4), bytes_of(0x30));
     return _mm256_or_si256(lo, hi);
   }
 };
@@ -285,7 +318,8 @@ inline void rows_dot(const uint8_t* row0, uint64_t rb, int64_t nb, const Acts& x
         __m256i sum = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int c = 0; c < 8; ++c) {
-          const __m256i p = _mm256_maddubs_epi16(F::values(blk[i], c), load256(reinterpret_cast<const uint8_t*>(xq + 32 * c)));
+          const __m256i p = _mm256_maddubs_epi16(
+              F::values(blk[i], c), load256(reinterpret_cast<const uint8_t*>(xq + 32 * c)));
           sum = add_madd16(sum, p, chunk_scales<F::kPer16>(k, c));
         }
         acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(k.d * xd), acc[i]);
@@ -304,16 +338,19 @@ inline float row_dot(const uint8_t* row, int64_t nb, const Acts& x) {
 }
 
 template <class F>
-void matvec_t(const uint8_t* W, uint64_t rb, const Acts& x, float* y, int64_t cols, int64_t r0, int64_t r1) {
+void matvec_t(const uint8_t* W, uint64_t rb, const Acts& x, float* y, int64_t cols, int64_t r0,
+              int64_t r1) {
   const int64_t nb = cols / F::kElems;
-  constexpr int R = F::kElems == 32 ? 4 : kRowsK;  // rows side by side (the K-quants' bodies are larger)
+  constexpr int R =
+      F::kElems == 32 ? 4 : kRowsK;  // rows side by side (the K-quants' bodies are larger)
   int64_t r = r0;
   for (; r + R <= r1; r += R) {
     const uint8_t* row = W + uint64_t(r) * rb;
     // The rows four groups ahead into L2: a decode step streams its weights
     // from DRAM once, and the hardware prefetcher alone left the kernels at
     // half their in-cache speed there (one group ahead into L1: no better).
-    for (uint64_t o = 0; o < R * rb; o += 64) _mm_prefetch(reinterpret_cast<const char*>(row + 4 * R * rb + o), _MM_HINT_T1);
+    for (uint64_t o = 0; o < R * rb; o += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(row + 4 * R * rb + o), _MM_HINT_T1);
     rows_dot<F, R>(row, rb, nb, x, y + r);
   }
   for (; r < r1; ++r) y[r] = row_dot<F>(W + uint64_t(r) * rb, nb, x);
@@ -322,16 +359,26 @@ void matvec_t(const uint8_t* W, uint64_t rb, const Acts& x, float* y, int64_t co
 template <class Fn>
 void dispatch(DType t, Fn&& fn) {
   switch (t) {
-    case DType::Q4_0: return fn(Q4_0{});
-    case DType::Q4_1: return fn(Q4_1{});
-    case DType::Q5_0: return fn(Q5_0{});
-    case DType::Q5_1: return fn(Q5_1{});
-    case DType::Q2_K: return fn(Q2_K{});
-    case DType::Q3_K: return fn(Q3_K{});
-    case DType::Q4_K: return fn(Q4_K{});
-    case DType::Q5_K: return fn(Q5_K{});
-    case DType::Q6_K: return fn(Q6_K{});
-    default: LR_ASSERT(false && "not a block format");
+    case DType::Q4_0:
+      return fn(Q4_0{});
+    case DType::Q4_1:
+      return fn(Q4_1{});
+    case DType::Q5_0:
+      return fn(Q5_0{});
+    case DType::Q5_1:
+      return fn(Q5_1{});
+    case DType::Q2_K:
+      return fn(Q2_K{});
+    case DType::Q3_K:
+      return fn(Q3_K{});
+    case DType::Q4_K:
+      return fn(Q4_K{});
+    case DType::Q5_K:
+      return fn(Q5_K{});
+    case DType::Q6_K:
+      return fn(Q6_K{});
+    default:
+      LR_ASSERT(false && "not a block format");
   }
 }
 
@@ -347,7 +394,8 @@ void dequantize_t(const uint8_t* b, float* y) {
     const __m256i u = F::values(b, c);
     for (int k = 0; k < 4; ++k) {
       const __m128i h = k < 2 ? _mm256_castsi256_si128(u) : _mm256_extracti128_si256(u, 1);
-      const __m256i v = _mm256_sub_epi32(_mm256_cvtepu8_epi32(k % 2 ? _mm_srli_si128(h, 8) : h), _mm256_set1_epi32(F::kOff));
+      const __m256i v = _mm256_sub_epi32(_mm256_cvtepu8_epi32(k % 2 ? _mm_srli_si128(h, 8) : h),
+                                         _mm256_set1_epi32(F::kOff));
       const int g = (32 * c + 8 * k) / 16;
       __m256 w = _mm256_mul_ps(_mm256_set1_ps(a[g]), _mm256_cvtepi32_ps(v));
       if constexpr (F::kMin) w = _mm256_add_ps(w, _mm256_set1_ps(m[g]));
@@ -360,12 +408,14 @@ void dequantize_t(const uint8_t* b, float* y) {
 void dequantize_row(DType t, const uint8_t* row, float* y, int64_t cols) {
   dispatch(t, [&](auto f) {
     using F = decltype(f);
-    for (int64_t b = 0; b < cols / F::kElems; ++b) dequantize_t<F>(row + b * F::kBytes, y + b * F::kElems);
+    for (int64_t b = 0; b < cols / F::kElems; ++b)
+      dequantize_t<F>(row + b * F::kBytes, y + b * F::kElems);
   });
 }
 
 // y[r] for r in [r0, r1): rows of format t against the quantized input.
-void matvec(DType t, const uint8_t* W, uint64_t rb, const Acts& x, float* y, int64_t cols, int64_t r0, int64_t r1) {
+void matvec(DType t, const uint8_t* W, uint64_t rb, const Acts& x, float* y, int64_t cols,
+            int64_t r0, int64_t r1) {
   dispatch(t, [&](auto f) { matvec_t<decltype(f)>(W, rb, x, y, cols, r0, r1); });
 }
 

@@ -20,7 +20,9 @@ inline __m256 dot32(__m256i w, __m256i x) {
 #endif
 }
 
-inline __m256i load32(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline __m256i load32(const int8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
 
 // The last cols - c0 (< 32) values of a row, zero-padded to 32.
 inline __m256i load_tail(const int8_t* p, int64_t n) {
@@ -38,11 +40,14 @@ inline __m256 row_dot(const int8_t* w, const float* s, const int8_t* xq, const f
   __m256 a = _mm256_setzero_ps(), b2 = _mm256_setzero_ps();
   int64_t b = 0;
   for (; b + 2 <= full; b += 2) {
-    a = _mm256_fmadd_ps(dot32(load32(w + b * 32), load32(xq + b * 32)), _mm256_set1_ps(s[b] * sx[b]), a);
+    a = _mm256_fmadd_ps(dot32(load32(w + b * 32), load32(xq + b * 32)),
+                        _mm256_set1_ps(s[b] * sx[b]), a);
     b2 = _mm256_fmadd_ps(dot32(load32(w + b * 32 + 32), load32(xq + b * 32 + 32)),
                          _mm256_set1_ps(s[b + 1] * sx[b + 1]), b2);
   }
-  if (b < full) a = _mm256_fmadd_ps(dot32(load32(w + b * 32), load32(xq + b * 32)), _mm256_set1_ps(s[b] * sx[b]), a);
+  if (b < full)
+    a = _mm256_fmadd_ps(dot32(load32(w + b * 32), load32(xq + b * 32)),
+                        _mm256_set1_ps(s[b] * sx[b]), a);
   if (tail) {
     const __m256i wt = tail_over ? load32(w + full * 32) : load_tail(w + full * 32, tail);
     b2 = _mm256_fmadd_ps(dot32(wt, load32(xq + full * 32)), _mm256_set1_ps(s[full] * sx[full]), b2);
@@ -52,15 +57,16 @@ inline __m256 row_dot(const int8_t* w, const float* s, const int8_t* xq, const f
 
 // y[r] for r in [r0, r1) against x quantized to xq, sx (zero-padded to whole
 // blocks).
-void matvec_rows(const int8_t* W, const float* scales, const int8_t* xq, const float* sx, float* y, int64_t cols,
-                 int64_t r0, int64_t r1) {
+void matvec_rows(const int8_t* W, const float* scales, const int8_t* xq, const float* sx, float* y,
+                 int64_t cols, int64_t r0, int64_t r1) {
   const int64_t nb = q8_blocks_of(cols), full = cols / 32, tail = cols - full * 32;
   int64_t r = r0;
   for (; r + 4 <= r1; r += 4) {
     const int8_t* w = W + r * cols;
     const float* s = scales + r * nb;
     // The 4 rows four groups ahead into L2 (as kernels_blocks_isa.h).
-    for (int64_t c = 0; c < 4 * cols; c += 64) _mm_prefetch(reinterpret_cast<const char*>(w + 16 * cols + c), _MM_HINT_T1);
+    for (int64_t c = 0; c < 4 * cols; c += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(w + 16 * cols + c), _MM_HINT_T1);
     // Row r + k may over-read when the rows after it hold the 32 - tail bytes.
     auto over = [&](int64_t k) { return (r1 - r - k - 1) * cols >= 32 - tail; };
     const __m256 d0 = row_dot(w, s, xq, sx, full, tail, over(0));
@@ -70,7 +76,8 @@ void matvec_rows(const int8_t* W, const float* scales, const int8_t* xq, const f
     _mm_storeu_ps(y + r, hsum4(d0, d1, d2, d3));
   }
   for (; r < r1; ++r)
-    y[r] = hsum(row_dot(W + r * cols, scales + r * nb, xq, sx, full, tail, (r1 - r - 1) * cols >= 32 - tail));
+    y[r] = hsum(row_dot(W + r * cols, scales + r * nb, xq, sx, full, tail,
+                        (r1 - r - 1) * cols >= 32 - tail));
 }
 
 }  // namespace
