@@ -121,8 +121,9 @@ void set_kernel_isa(Isa isa) {
 std::string cpu_kernel_path() {
   __builtin_cpu_init();
   const Isa isa = kernel_isa();
-  std::string path = isa == Isa::Avx512Vnni ? "avx512vnni (AVX-512 F/BW/VL+VNNI for the block formats, AVX2 elsewhere)"
-                                            : "avx2 (AVX2+FMA+F16C)";
+  std::string path = isa == Isa::Avx512Vnni
+                         ? "avx512vnni (AVX-512 F/BW/VL+VNNI for the block formats and Q8_0, AVX2 elsewhere)"
+                         : "avx2 (AVX2+FMA+F16C)";
   if (g_forced) path += ", chosen by LOWRANK_ISA";
   std::string unused;
   auto note = [&](bool has, const char* name) {

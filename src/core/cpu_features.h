@@ -42,7 +42,7 @@ void set_kernel_isa(Isa isa);
 Isa isa_from_env(const char* value, bool has_avx512vnni);
 
 // The instruction-set path the CPU kernels take, for --version and bench,
-// e.g. "avx512vnni (AVX-512 F/BW/VL+VNNI; block formats)" or "avx2
+// e.g. "avx512vnni (AVX-512 F/BW/VL+VNNI for the block formats and Q8_0, ...)" or "avx2
 // (AVX2+FMA+F16C)", with the extensions this CPU has that no kernel uses
 // named after it.
 std::string cpu_kernel_path();
