@@ -29,7 +29,7 @@ inline __m256i add_madd16(__m256i acc, __m256i a, __m256i b) {
 #endif
 }
 // K-quant rows side by side, on both paths (four rows on AVX-512 streamed
-// 10-30% slower from DRAM than two, kernel benchmark *_cold, AMD EPYC).
+// 25-34% slower from DRAM than two, kernel benchmark *_cold, AMD EPYC).
 constexpr int kRowsK = 2;
 
 inline float f16_at(const uint8_t* p) {
