@@ -116,6 +116,7 @@ Isa kernel_isa() {
 void set_kernel_isa(Isa isa) {
   if (!cpu_supports(isa)) throw Error(std::string("this CPU cannot run the ") + isa_name(isa) + " kernels");
   g_isa = int(isa);
+  g_forced = false;
 }
 
 std::string cpu_kernel_path() {

@@ -57,7 +57,6 @@ LR_END_AVX512VNNI
 
 namespace {
 
-
 // Per-thread quantized copies of n inputs in blocks of `block`, in scratch
 // slots 3 (values), 4 (scales and sums per 32) and 5 (sums per 16).
 const std::vector<Acts>& quantize_into(const float* x, int64_t cols, int64_t n, int64_t ldx, int block) {

@@ -347,8 +347,8 @@ void matvec_t(const uint8_t* W, uint64_t rb, const Acts& x, float* y, int64_t co
   for (; r + R <= r1; r += R) {
     const uint8_t* row = W + uint64_t(r) * rb;
     // The rows four groups ahead into L2: a decode step streams its weights
-    // from DRAM once, and the hardware prefetcher alone left the kernels at
-    // half their in-cache speed there (one group ahead into L1: no better).
+    // from DRAM once, and one group ahead into L1 (as before) left the
+    // kernels at half their in-cache speed there (BM_matvec_blocks_cold).
     for (uint64_t o = 0; o < R * rb; o += 64)
       _mm_prefetch(reinterpret_cast<const char*>(row + 4 * R * rb + o), _MM_HINT_T1);
     rows_dot<F, R>(row, rb, nb, x, y + r);
@@ -356,31 +356,23 @@ void matvec_t(const uint8_t* W, uint64_t rb, const Acts& x, float* y, int64_t co
   for (; r < r1; ++r) y[r] = row_dot<F>(W + uint64_t(r) * rb, nb, x);
 }
 
+// clang-format off
 template <class Fn>
 void dispatch(DType t, Fn&& fn) {
   switch (t) {
-    case DType::Q4_0:
-      return fn(Q4_0{});
-    case DType::Q4_1:
-      return fn(Q4_1{});
-    case DType::Q5_0:
-      return fn(Q5_0{});
-    case DType::Q5_1:
-      return fn(Q5_1{});
-    case DType::Q2_K:
-      return fn(Q2_K{});
-    case DType::Q3_K:
-      return fn(Q3_K{});
-    case DType::Q4_K:
-      return fn(Q4_K{});
-    case DType::Q5_K:
-      return fn(Q5_K{});
-    case DType::Q6_K:
-      return fn(Q6_K{});
-    default:
-      LR_ASSERT(false && "not a block format");
+    case DType::Q4_0: return fn(Q4_0{});
+    case DType::Q4_1: return fn(Q4_1{});
+    case DType::Q5_0: return fn(Q5_0{});
+    case DType::Q5_1: return fn(Q5_1{});
+    case DType::Q2_K: return fn(Q2_K{});
+    case DType::Q3_K: return fn(Q3_K{});
+    case DType::Q4_K: return fn(Q4_K{});
+    case DType::Q5_K: return fn(Q5_K{});
+    case DType::Q6_K: return fn(Q6_K{});
+    default: LR_ASSERT(false && "not a block format");
   }
 }
+// clang-format on
 
 // One block of F as f32: each format's w = a float(u - kOff) (+ m), with a
 // and m per 16 values, in the scalar dequantizer's f32 operations and order
