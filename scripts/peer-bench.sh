@@ -39,6 +39,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ ${#models[@]} -gt 0 ]] || { echo "peer-bench: give at least one GGUF file" >&2; exit 2; }
+for m in "${models[@]}"; do [[ -f $m ]] || { echo "peer-bench: $m: no such file" >&2; exit 2; }; done
 [[ -x build/lowrank ]] || { echo "peer-bench: build lowrank first (cmake -S . -B build && cmake --build build)" >&2; exit 2; }
 
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/lowrank/peer/$PEER_VERSION-$flavour"

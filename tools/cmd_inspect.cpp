@@ -91,10 +91,11 @@ int run(const InspectOptions& o) {
     bool low_rank = f->has("lowrank.method");  // compress and import record it; calibrate-kv alone does not
     std::printf(
         "\nmodel: %d layers, dim %d, ffn %d, heads %d (kv %d) x %d, vocab %d, ctx_train %d, "
-        "rope theta %g, %s output%s\nparameters: %.1f M (dense equivalent %.1f M); in memory: "
+        "rope theta %g%s, %s output%s\nparameters: %.1f M (dense equivalent %.1f M); in memory: "
         "%.1f MiB as f16 or bf16 (the fast path's default), %.1f MiB as q8_0, %.1f MiB as f32 (the reference)\n",
         c.n_layers, c.dim, c.ffn_dim, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab, c.ctx_train,
-        c.rope_theta, c.tied_output ? "tied" : "separate",
+        c.rope_theta, c.rope_freq_factors.empty() ? "" : " (Llama-3.1 per-frequency factors)",
+        c.tied_output ? "tied" : "separate",
         low_rank ? fmt::format(", low-rank ({})", f->get_string("lowrank.method", "?")).c_str() : "",
         double(params) / 1e6, double(parameter_count(c)) / 1e6,
         double(estimate_bytes(shapes, DType::F16)) / (1 << 20), double(estimate_bytes(shapes, DType::Q8_0)) / (1 << 20),

@@ -1,5 +1,9 @@
 #include "model/config.h"
 
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -37,6 +41,10 @@ void Config::validate(const std::string& source) const {
   need(rms_eps > 0 && rms_eps < 1, fmt::format("rms epsilon {} out of range", rms_eps));
   need(rope_theta > 0, fmt::format("rope freq_base {} must be positive", rope_theta));
   need(rope_linear_factor > 0, "rope scaling factor must be positive");
+  need(rope_freq_factors.empty() || rope_freq_factors.size() == size_t(head_dim / 2),
+       fmt::format("{} RoPE frequency factors for head_dim {}", rope_freq_factors.size(), head_dim));
+  for (float f : rope_freq_factors)
+    need(std::isfinite(f) && f > 0, fmt::format("RoPE frequency factor {} must be positive", f));
 }
 
 Config config_from_gguf(const gguf::File& f) {
@@ -48,9 +56,6 @@ Config config_from_gguf(const gguf::File& f) {
   auto key = [&](const char* k) { return arch + "." + k; };
   Config c;
   c.rope_neox = arch == "qwen2";
-  if (f.find_tensor("rope_freqs.weight"))
-    fail("{}: per-dimension RoPE frequency factors (tensor 'rope_freqs.weight', Llama-3.1-style rope "
-         "scaling) are not supported", src);
   c.name = f.get_string("general.name", "");
   c.n_layers = positive_int(src, "block_count", f.get_int(key("block_count")));
   c.dim = positive_int(src, "embedding_length", f.get_int(key("embedding_length")));
@@ -66,6 +71,14 @@ Config config_from_gguf(const gguf::File& f) {
   if (rope_dims != c.head_dim)
     fail("{}: partial RoPE (rope.dimension_count {} != head_dim {}) is not supported", src,
          rope_dims, c.head_dim);
+  if (const gguf::TensorInfo* t = f.find_tensor("rope_freqs.weight")) {
+    if (t->dtype != DType::F32 || t->shape.size() != 1 || t->shape[0] != uint64_t(c.head_dim / 2))
+      fail("{}: tensor 'rope_freqs.weight' (RoPE frequency factors) is {} of shape {}, expected "
+           "F32 of shape [{}] (head_dim / 2)",
+           src, dtype_name(t->dtype), fmt::join(t->shape, " x "), c.head_dim / 2);
+    c.rope_freq_factors.resize(size_t(c.head_dim / 2));
+    std::memcpy(c.rope_freq_factors.data(), t->data, c.rope_freq_factors.size() * 4);
+  }
   c.ctx_train = positive_int(src, "context_length", f.get_int(key("context_length"), 2048));
   c.rms_eps = float(f.get_float(key("attention.layer_norm_rms_epsilon"), 1e-5));
   c.rope_theta = float(f.get_float(key("rope.freq_base"), 10000.0));
@@ -82,6 +95,44 @@ Config config_from_gguf(const gguf::File& f) {
   c.validate(src);
   return c;
 }
+
+namespace {
+
+// Llama 3.1's scaling (its config.json: rope_scaling {"rope_type": "llama3",
+// factor, low_freq_factor, high_freq_factor, original_max_position_embeddings}):
+// wavelengths shorter than L / high_freq_factor keep their frequency, those
+// longer than L / low_freq_factor are slowed by `factor`, and the band between
+// is interpolated; returned as each frequency's divisor.
+std::vector<float> llama3_rope_factors(const std::string& path, const Config& c,
+                                       const nlohmann::json& rs) {
+  auto num = [&](const char* k) {
+    if (!rs.contains(k) || !rs[k].is_number())
+      fail("{}: RoPE scaling type 'llama3' needs a number '{}'", path, k);
+    return rs[k].get<double>();
+  };
+  const double factor = num("factor"), lo = num("low_freq_factor"), hi = num("high_freq_factor"),
+               old_ctx = num("original_max_position_embeddings");
+  if (!(factor > 0 && lo > 0 && hi > lo && old_ctx > 0))
+    fail("{}: RoPE scaling 'llama3' needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
+         "original_max_position_embeddings > 0 (got {}, {}, {}, {})",
+         path, factor, lo, hi, old_ctx);
+  std::vector<float> out(size_t(c.head_dim / 2));
+  for (int i = 0; i < c.head_dim / 2; ++i) {
+    const double freq = std::pow(double(c.rope_theta), -2.0 * i / c.head_dim);
+    const double wavelen = 2 * M_PI / freq;
+    double scaled = freq;
+    if (wavelen > old_ctx / lo) {
+      scaled = freq / factor;
+    } else if (wavelen >= old_ctx / hi) {
+      const double smooth = (old_ctx / wavelen - lo) / (hi - lo);
+      scaled = (1 - smooth) * freq / factor + smooth * freq;
+    }
+    out[size_t(i)] = float(freq / scaled);
+  }
+  return out;
+}
+
+}  // namespace
 
 Config config_from_hf_json(const std::string& path) {
   std::ifstream in(path);
@@ -120,13 +171,20 @@ Config config_from_hf_json(const std::string& path) {
   c.rms_eps = j.value("rms_norm_eps", 1e-5f);
   c.rope_theta = j.value("rope_theta", 10000.f);
   c.tied_output = j.value("tie_word_embeddings", false);
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    const auto& rs = j["rope_scaling"];
+  // RoPE as transformers 5 writes it (rope_parameters, with the base), or as
+  // earlier versions did (rope_theta, rope_scaling).
+  const char* rope_key = j.contains("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  if (j.contains(rope_key) && !j[rope_key].is_null()) {
+    const auto& rs = j[rope_key];
+    if (!rs.is_object()) fail("{}: '{}' is not an object", path, rope_key);
+    c.rope_theta = rs.value("rope_theta", c.rope_theta);
     std::string type = rs.value("rope_type", rs.value("type", "default"));
     if (type == "linear")
       c.rope_linear_factor = rs.value("factor", 1.f);
+    else if (type == "llama3")
+      c.rope_freq_factors = llama3_rope_factors(path, c, rs);
     else if (type != "default")
-      fail("{}: rope_scaling type '{}' is not supported (supported: linear)", path, type);
+      fail("{}: {} type '{}' is not supported (supported: linear, llama3)", path, rope_key, type);
   }
   c.validate(path);
   return c;

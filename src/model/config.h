@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace lr {
 namespace gguf {
@@ -24,6 +25,10 @@ struct Config {
   float rms_eps = 1e-5f;
   float rope_theta = 10000.f;
   float rope_linear_factor = 1.f;  // positions are divided by this (linear RoPE scaling)
+  // Llama-3.1-style RoPE scaling: frequency i is divided by factor i
+  // ([head_dim / 2]; the GGUF tensor rope_freqs.weight, or computed from a
+  // config.json's rope_scaling "llama3"). Empty: none.
+  std::vector<float> rope_freq_factors;
   bool tied_output = false;    // output head shares the token embedding
   // The file's q/k rows keep each head's two RoPE halves apart (NEOX RoPE,
   // as Qwen2 GGUFs store them); the loader permutes them into the runtime's

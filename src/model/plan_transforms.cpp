@@ -182,6 +182,11 @@ Plan latent_kv(Plan p) {
                 "--kv legacy caches the low-rank latents of k and v, but layer {} has a dense {} "
                 "projection (use a compressed model, or --kv dense)",
                 s.layer, j.map);
+          if (j.bias)
+            fail(
+                "--kv legacy rebuilds k and v from their latents without a bias, but layer {}'s {} "
+                "projection has one (use --kv dense)",
+                s.layer, j.map);
           (j.map == std::string("k") ? lat.uk : lat.uv) = j.m;  // the output side is dropped
         }
         if (keep.empty()) return;

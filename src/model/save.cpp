@@ -102,6 +102,13 @@ SaveReport save_gguf(const Weights& w, const gguf::File& meta, const TensorSourc
     }
     k.groups[size_t(l)] = it->second;
   });
+  if (!c.rope_freq_factors.empty()) {  // Llama-3.1 RoPE scaling travels as llama.cpp writes it
+    if (src.find("rope_freqs.weight"))
+      copy_tensor(out, src, "rope_freqs.weight");
+    else
+      out.add_tensor("rope_freqs.weight", DType::F32, {uint64_t(c.rope_freq_factors.size())},
+                     c.rope_freq_factors.data(), c.rope_freq_factors.size() * 4);
+  }
   for (const auto& [slot, k] : kinds) {
     const WeightSpec& spec = weight_spec(slot);
     out.set_i32s(fmt::format("lowrank.rank.{}", spec.kind), k.ranks);

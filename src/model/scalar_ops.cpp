@@ -8,9 +8,11 @@ namespace lr::scalar {
 
 std::vector<double> rope_inv_freq(const Config& c) {
   std::vector<double> f(size_t(c.head_dim / 2));
-  for (int i = 0; i < c.head_dim / 2; ++i)
+  for (int i = 0; i < c.head_dim / 2; ++i) {
     f[size_t(i)] =
         std::pow(double(c.rope_theta), -2.0 * i / c.head_dim) / double(c.rope_linear_factor);
+    if (!c.rope_freq_factors.empty()) f[size_t(i)] /= double(c.rope_freq_factors[size_t(i)]);
+  }
   return f;
 }
 

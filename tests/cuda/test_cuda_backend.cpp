@@ -171,6 +171,23 @@ TEST_F(Gpu, PrefillOnTheOwnGemmAndABadChoice) {
       << e;
 }
 
+// Qwen2's biased q, k and v (the synth models rewritten as qwen2, NEOX RoPE):
+// the bias is added by the decode GEMV, the own prefill GEMM and after the
+// cuBLAS products, dense and low-rank (on the output factor), unfused and fused.
+TEST_F(Gpu, BiasedProjectionsAsInQwen2) {
+  for (double keep : {1.0, 0.5}) {
+    Model m = load_model(test::as_qwen2(t_, synth(keep), fmt::format("qwen2-{}.gguf", keep)),
+                         DType::BF16);
+    ASSERT_GT(m.weights->layers[0].q.b.cols, 0);
+    for (const BenchMode& mode : bench_modes())
+      if (mode.name == "naive" || mode.name == "per-token")
+        compare(m, mode.exec, 37, 6, fmt::format("qwen2 biases, keep {} {}", keep, mode.name));
+    ASSERT_EQ(setenv("LOWRANK_CUDA_PREFILL", "own", 1), 0);
+    compare(m, ExecOptions{}, 37, 2, fmt::format("qwen2 biases, keep {}, own GEMM", keep));
+    unsetenv("LOWRANK_CUDA_PREFILL");
+  }
+}
+
 TEST_F(Gpu, LaunchCountsFollowThePlan) {
   Model m = load_model(synth(0.5), DType::BF16);
   for (ExecUnit unit : {ExecUnit::PerOp, ExecUnit::PerLayer, ExecUnit::PerToken}) {

@@ -7,9 +7,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 
 #include "compress/synth_model.h"
+#include "format/gguf.h"
 #include "tiny_model.h"
 
 namespace lr::test {
@@ -65,6 +67,40 @@ inline std::string write_calib(const TempDir& t) {
     out << "The river runs past the mill and the old stone bridge, " << i * 7919
         << " times a day.\n";
   return path;
+}
+
+// The synth model at `path` as a qwen2 GGUF with random q/k/v biases.
+inline std::string as_qwen2(const test::TempDir& t, const std::string& path, const std::string& name) {
+  auto f = gguf::File::open(path);
+  gguf::Writer w;
+  for (const auto& [key, value] : f->metadata()) {
+    std::string k = key;
+    if (k.rfind("llama.", 0) == 0) k = "qwen2." + k.substr(6);
+    if (k == "general.architecture") {
+      w.set_string(k, "qwen2");
+      continue;
+    }
+    w.set(k, value);
+  }
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.f, 0.5f);
+  for (const auto& ti : f->tensors()) {
+    w.add_tensor(ti.name, ti.dtype, ti.shape, ti.data, ti.nbytes);
+    for (const char* kind : {"attn_q", "attn_k", "attn_v"}) {
+      const auto dot = ti.name.find('.', 4);
+      if (ti.name.rfind("blk.", 0) != 0 || dot == std::string::npos) continue;
+      const std::string base = ti.name.substr(0, dot) + "." + kind;
+      // One bias per map, added next to its dense weight or its output factor.
+      if (ti.name != base + ".weight" && ti.name != base + ".lr_out") continue;
+      const uint64_t rows = ti.shape[1];
+      std::vector<float> b(rows);
+      for (auto& v : b) v = nd(rng);
+      w.add_tensor(base + ".bias", DType::F32, {rows}, b.data(), rows * 4);
+    }
+  }
+  const std::string out = t.file(name);
+  w.write(out);
+  return out;
 }
 
 }  // namespace lr::test

@@ -10,49 +10,17 @@
 #include <cmath>
 #include <random>
 
+#include "../error_of.h"
 #include "format/gguf.h"
 #include "format/gguf_source.h"
 #include "model/load.h"
+#include "model/plan_transforms.h"
 #include "model_test_util.h"
 #include "model/save.h"
 #include "runtime/model.h"
 
 namespace lr {
 namespace {
-
-// The synth model at `path` as a qwen2 GGUF with random q/k/v biases.
-std::string as_qwen2(const test::TempDir& t, const std::string& path, const std::string& name) {
-  auto f = gguf::File::open(path);
-  gguf::Writer w;
-  for (const auto& [key, value] : f->metadata()) {
-    std::string k = key;
-    if (k.rfind("llama.", 0) == 0) k = "qwen2." + k.substr(6);
-    if (k == "general.architecture") {
-      w.set_string(k, "qwen2");
-      continue;
-    }
-    w.set(k, value);
-  }
-  std::mt19937 rng(7);
-  std::normal_distribution<float> nd(0.f, 0.5f);
-  for (const auto& ti : f->tensors()) {
-    w.add_tensor(ti.name, ti.dtype, ti.shape, ti.data, ti.nbytes);
-    for (const char* kind : {"attn_q", "attn_k", "attn_v"}) {
-      const auto dot = ti.name.find('.', 4);
-      if (ti.name.rfind("blk.", 0) != 0 || dot == std::string::npos) continue;
-      const std::string base = ti.name.substr(0, dot) + "." + kind;
-      // One bias per map, added next to its dense weight or its output factor.
-      if (ti.name != base + ".weight" && ti.name != base + ".lr_out") continue;
-      const uint64_t rows = ti.shape[1];
-      std::vector<float> b(rows);
-      for (auto& v : b) v = nd(rng);
-      w.add_tensor(base + ".bias", DType::F32, {rows}, b.data(), rows * 4);
-    }
-  }
-  const std::string out = t.file(name);
-  w.write(out);
-  return out;
-}
 
 void expect_close(const std::vector<float>& a, const std::vector<float>& b, double tol, const char* what) {
   ASSERT_EQ(a.size(), b.size());
@@ -76,7 +44,7 @@ std::vector<float> logits(const Model& m, ExecPath p, const std::vector<int32_t>
 TEST(Bias, Qwen2SynthFastAndPlanMatchReference) {
   for (double keep : {1.0, 0.5}) {
     test::TempDir t;
-    const std::string path = as_qwen2(t, test::write_synth(t, keep), "qwen2.gguf");
+    const std::string path = test::as_qwen2(t, test::write_synth(t, keep), "qwen2.gguf");
     Model m = load_model(path, DType::F32);
     ASSERT_TRUE(m.weights->cfg.rope_neox);
     ASSERT_EQ(m.weights->layers[0].k.b.cols, m.weights->cfg.kv_dim());
@@ -95,7 +63,7 @@ TEST(Bias, Qwen2SynthFastAndPlanMatchReference) {
 
 TEST(Bias, SavedModelKeepsItsBiases) {
   test::TempDir t;
-  const std::string path = as_qwen2(t, test::write_synth(t, 0.5), "qwen2.gguf");
+  const std::string path = test::as_qwen2(t, test::write_synth(t, 0.5), "qwen2.gguf");
   Model m = load_model(path, DType::F32);
   const std::string out = t.file("saved.gguf");
   save_gguf(*m.weights, *m.file, GgufSource(m.file), out, SaveOptions{});
@@ -103,6 +71,22 @@ TEST(Bias, SavedModelKeepsItsBiases) {
   const std::vector<int32_t> toks = {1, 2, 3, 4};
   expect_close(logits(back, ExecPath::Reference, toks), logits(m, ExecPath::Reference, toks), 1e-3, "saved");
   EXPECT_EQ(back.weights->layers[1].q.b.cols, m.weights->cfg.q_dim());
+}
+
+// The legacy rung caches k and v as latents and rebuilds them from the
+// output factors alone: a biased k or v is refused, not rebuilt without it.
+TEST(Bias, LegacyKvRefusesABiasedKeyOrValue) {
+  test::TempDir t;
+  Model m = load_model(test::as_qwen2(t, test::write_synth(t, 0.5), "qwen2.gguf"), DType::F32);
+  ExecOptions e;
+  e.kv = KvMode::Legacy;
+  e.packed = false;
+  e.fused = false;
+  const std::string err = test::error_of([&] { derive(*m.weights, {Target::Cpu}, e); });
+  EXPECT_NE(err.find("--kv legacy rebuilds k and v from their latents without a bias, but layer "
+                     "0's k projection has one (use --kv dense)"),
+            std::string::npos)
+      << err;
 }
 
 }  // namespace

@@ -53,10 +53,13 @@ inline __m256i bytes_of(int v) {
 }
 
 // 16 bytes of nibbles -> 32 values: element j < 16 the low nibble of byte j, j >= 16 the high one.
+// The 16 bytes in both halves, the upper half shifted by 4 (one
+// per-lane shift), then masked: two operations after the load.
 inline __m256i split_nibbles(const uint8_t* qs) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i m = _mm_set1_epi8(15);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
+  const __m256i v =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+  return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0)),
+                          bytes_of(15));
 }
 // Bit j of the 32-bit qh as 0x10 in byte j.
 inline __m256i high_bits(const uint8_t* qh_at) {
@@ -344,13 +347,16 @@ void matvec_t(const uint8_t* W, uint64_t rb, const Acts& x, float* y, int64_t co
   constexpr int R =
       F::kElems == 32 ? 4 : kRowsK;  // rows side by side (the K-quants' bodies are larger)
   int64_t r = r0;
+  static const int kG = getenv("LR_PFG") ? atoi(getenv("LR_PFG")) : 4;
+  static const int kH = getenv("LR_PFH") ? atoi(getenv("LR_PFH")) : 1;
   for (; r + R <= r1; r += R) {
     const uint8_t* row = W + uint64_t(r) * rb;
     // The rows four groups ahead into L2: a decode step streams its weights
     // from DRAM once, and one group ahead into L1 (as before) left the
     // kernels at half their in-cache speed there (BM_matvec_blocks_cold).
     for (uint64_t o = 0; o < R * rb; o += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(row + 4 * R * rb + o), _MM_HINT_T1);
+      if (kH == 1) _mm_prefetch(reinterpret_cast<const char*>(row + kG * R * rb + o), _MM_HINT_T1);
+      else if (kH == 0) _mm_prefetch(reinterpret_cast<const char*>(row + kG * R * rb + o), _MM_HINT_T0);
     rows_dot<F, R>(row, rb, nb, x, y + r);
   }
   for (; r < r1; ++r) y[r] = row_dot<F>(W + uint64_t(r) * rb, nb, x);

@@ -60,21 +60,21 @@ struct DeviceWeights {
   std::weak_ptr<const Weights> host;  // the cache entry is stale once these weights are gone
   WeightLayout layout;
   __nv_bfloat16* w = nullptr;
-  float* norms = nullptr;
-  std::map<const uint8_t*, const float*> norm_at;  // host norm -> device copy
+  float* vectors = nullptr;                          // the norms and the biases, f32
+  std::map<const uint8_t*, const float*> vector_at;  // host vector -> device copy
   double* inv_freq = nullptr;                      // [head_dim / 2]
 
   ~DeviceWeights() {
     cudaFree(w);
-    cudaFree(norms);
+    cudaFree(vectors);
     cudaFree(inv_freq);
   }
   DevMatrix matrix(const Matrix& m) const {
     return {w + layout.offset_of(m), m.rows, m.cols, padded_cols(m.cols)};
   }
-  const float* norm(const Matrix& m) const {
-    auto it = norm_at.find(m.ptr());
-    LR_ASSERT(it != norm_at.end());
+  const float* vector(const Matrix& m) const {  // a norm or a bias
+    auto it = vector_at.find(m.ptr());
+    LR_ASSERT(it != vector_at.end());
     return it->second;
   }
 };
@@ -105,17 +105,25 @@ std::shared_ptr<const DeviceWeights> upload(std::shared_ptr<const Weights> host)
     }
     CK(cudaMemcpy(d->w + r.offset, stage.data(), stage.size() * 2, cudaMemcpyHostToDevice));
   }
-  std::vector<const Matrix*> norms = {&W.out_norm};
+  std::vector<const Matrix*> vectors = {&W.out_norm};
   for (const Layer& L : W.layers) {
-    norms.push_back(&L.attn_norm);
-    norms.push_back(&L.ffn_norm);
+    vectors.push_back(&L.attn_norm);
+    vectors.push_back(&L.ffn_norm);
   }
-  d->norms = device_alloc<float>(norms.size() * size_t(c.dim));
-  for (size_t i = 0; i < norms.size(); ++i) {
-    LR_ASSERT(norms[i]->cols == c.dim);
-    float* dst = d->norms + i * size_t(c.dim);
-    CK(cudaMemcpy(dst, norms[i]->f32(), size_t(c.dim) * 4, cudaMemcpyHostToDevice));
-    d->norm_at[norms[i]->ptr()] = dst;
+  for_each_linear(W, [&](const WeightSpec&, int, const Linear& lin) {
+    if (lin.b.rows) vectors.push_back(&lin.b);
+  });
+  size_t total = 0;
+  for (const Matrix* v : vectors) {
+    LR_ASSERT(v->rows == 1 && v->dtype == DType::F32);
+    total += size_t(v->cols);
+  }
+  d->vectors = device_alloc<float>(total);
+  float* dst = d->vectors;
+  for (const Matrix* v : vectors) {
+    CK(cudaMemcpy(dst, v->f32(), size_t(v->cols) * 4, cudaMemcpyHostToDevice));
+    d->vector_at[v->ptr()] = dst;
+    dst += v->cols;
   }
   const std::vector<double> inv = scalar::rope_inv_freq(c);
   d->inv_freq = device_alloc<double>(inv.size());
@@ -402,7 +410,7 @@ class CudaBackend final : public Backend {
           break;
         case Op::RmsNorm:
           err =
-              launch_rms_norm(stream_, nt, v(L.a), v(L.b), dw_->norm(*L.norm), L.width, c.rms_eps);
+              launch_rms_norm(stream_, nt, v(L.a), v(L.b), dw_->vector(*L.norm), L.width, c.rms_eps);
           break;
         case Op::Linear: {
           GemvArgs a;
@@ -417,9 +425,10 @@ class CudaBackend final : public Backend {
             g.out = v(j.out);
             g.in_off = j.in_off;
             g.out_off = j.out_off;
-            g.norm = j.norm ? dw_->norm(*j.norm) : nullptr;
+            g.norm = j.norm ? dw_->vector(*j.norm) : nullptr;
             g.merge = j.merge_in;
             g.accumulate = j.accumulate;
+            g.bias = j.bias ? dw_->vector(*j.bias) : nullptr;
           }
           a.merge = {part_m_, part_l_, part_acc_, attend_chunks(ctx_), c.head_dim, pos0};
           if (nt > 1 && blas_) {

@@ -108,6 +108,7 @@ __global__ void gemv_kernel(GemvArgs a) {
   acc = warp_sum(acc);
   if (lane == 0) {
     float* out = J.out.p + J.out_off;
+    if (J.bias) acc += J.bias[r];
     out[r] = J.accumulate ? out[r] + acc : acc;
   }
 }
@@ -149,7 +150,8 @@ __global__ void gemm_kernel(GemvArgs a, int n) {
       const int64_t r = r0 + tx + 16 * i, t = t0 + ty + 16 * q;
       if (r >= J.m.rows || t >= n) continue;
       float* out = J.out.p + t * J.out.stride + J.out_off + r;
-      *out = J.accumulate ? *out + acc[i][q] : acc[i][q];
+      const float y = J.bias ? acc[i][q] + J.bias[r] : acc[i][q];
+      *out = J.accumulate ? *out + y : y;
     }
 }
 

@@ -36,6 +36,7 @@ struct GemvJob {
   const float* norm = nullptr;  // fused RMSNorm weight [cols] (in_off must be 0)
   int merge = 0;                // fused: x = the split-K partials of GemvArgs::merge, merged
   int accumulate = 0;
+  const float* bias = nullptr;  // [rows]: out[t, out_off + r] gets M x + bias[r] (+ out if accumulate)
 };
 // The split-K attention partials a merging job reads (decode: token 0 at *pos0).
 struct MergeRef {
@@ -73,6 +74,7 @@ cudaError_t prepare_reconstruct(int64_t max_latent);  // the legacy part (kernel
 // bits (the prefill products' inputs for cuBLAS: W hi + W lo).
 cudaError_t launch_split_bf16(cudaStream_t s, int n, DevVec in, int64_t in_off, int64_t cols,
                               __nv_bfloat16* hi, __nv_bfloat16* lo, int64_t ld);
+// x[t, c] += y[t, c] for c < width (y.stride 0: the same row, a bias, for every token).
 cudaError_t launch_add(cudaStream_t s, int n, DevVec x, DevVec y, int64_t width);
 cudaError_t launch_silu_mul(cudaStream_t s, int n, DevVec g, DevVec u, int64_t width);
 

@@ -49,11 +49,6 @@ WeightLayout plan_weights(const Weights& w) {
   for_each_matrix(w, [&](const WeightSpec& spec, const Matrix& m) {
     if (!spec.is_norm) ms.push_back(&m);
   });
-  for_each_linear(w, [&](const WeightSpec& spec, int l, const Linear& lin) {
-    if (lin.b.rows)
-      fail("the CUDA backend does not add biases yet ({} of layer {} has one): run this model on the CPU",
-           spec.kind, l);
-  });
   for (const Matrix* m : ms)
     if (m->dtype != DType::F32 && m->dtype != DType::F16 && m->dtype != DType::BF16)
       fail("the CUDA backend reads F32, F16 or BF16 weights, not {} (load the model as bf16)",

@@ -117,6 +117,12 @@ void BlasPrefill::products(const GemvArgs& a, int n, const std::string& name) {
         fail("cuBLAS: cublasGemmEx for {} (job {}: {} x {}, {} tokens) failed: {}", name, j,
              g.m.rows, g.m.cols, n, cublasGetStatusString(st));
     }
+    if (g.bias) {  // every token's row gets the bias (a row of stride 0)
+      const cudaError_t e = launch_add(m.stream, n, {g.out.p + g.out_off, g.out.stride},
+                                       {const_cast<float*>(g.bias), 0}, g.m.rows);
+      if (e != cudaSuccess)
+        fail("CUDA: adding the bias of {} (job {}) failed: {}", name, j, cudaGetErrorString(e));
+    }
   }
 #else
   (void)a, (void)n, (void)name;
