@@ -5,6 +5,9 @@
 #include "core/cpu_features.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -73,13 +76,16 @@ LR_BASELINE void require_cpu_features() {
                        has_f16c());
 }
 
-const char* isa_name(Isa isa) { return isa == Isa::Avx512Vnni ? "avx512vnni" : "avx2"; }
+const char* isa_name(Isa isa) {
+  return isa == Isa::Avx512Vnni ? "avx512vnni" : "avx2";
+}
 
 bool cpu_supports(Isa isa) {
   __builtin_cpu_init();  // libgcc also checks that the OS saves the ZMM state (XCR0)
   if (isa == Isa::Avx2) return cpu_has_avx2_fma_f16c();
-  return cpu_has_avx2_fma_f16c() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  return cpu_has_avx2_fma_f16c() && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512vnni");
 }
 
 Isa isa_from_env(const char* value, bool has_avx512vnni) {
@@ -89,14 +95,15 @@ Isa isa_from_env(const char* value, bool has_avx512vnni) {
   if (v == "avx2") return Isa::Avx2;
   if (v == "avx512vnni") {
     if (!has_avx512vnni)
-      throw Error("LOWRANK_ISA=avx512vnni: this CPU lacks AVX-512 F/BW/VL with VNNI (use avx2 or auto)");
+      throw Error(
+          "LOWRANK_ISA=avx512vnni: this CPU lacks AVX-512 F/BW/VL with VNNI (use avx2 or auto)");
     return Isa::Avx512Vnni;
   }
   throw Error("LOWRANK_ISA='" + v + "' is not a kernel path (expected auto, avx2 or avx512vnni)");
 }
 
 namespace {
-std::atomic<int> g_isa{-1};        // the path in use; -1 until first asked
+std::atomic<int> g_isa{-1};         // the path in use; -1 until first asked
 std::atomic<bool> g_forced{false};  // chosen by LOWRANK_ISA
 }  // namespace
 
@@ -114,17 +121,72 @@ Isa kernel_isa() {
 }
 
 void set_kernel_isa(Isa isa) {
-  if (!cpu_supports(isa)) throw Error(std::string("this CPU cannot run the ") + isa_name(isa) + " kernels");
+  if (!cpu_supports(isa))
+    throw Error(std::string("this CPU cannot run the ") + isa_name(isa) + " kernels");
   g_isa = int(isa);
   g_forced = false;
+}
+
+namespace {
+
+constexpr long kArchReqXcompPerm = 0x1023;  // arch_prctl: request a dynamic XSAVE feature
+constexpr long kXfeatureXtiledata = 18;     // the AMX tile data
+
+bool amx_listed() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((d >> 24) & 1u);  // AMX-TILE
+}
+
+// In a child process: one tile configured, zeroed and released. A fault
+// kills the child, not the caller.
+bool tile_instructions_run() {
+  const pid_t pid = fork();
+  if (pid < 0) return false;
+  if (pid == 0) {
+    alignas(64) unsigned char cfg[64] = {};
+    cfg[0] = 1;    // palette 1
+    cfg[16] = 64;  // tile 0: 64 bytes per row
+    cfg[48] = 16;  // tile 0: 16 rows
+    asm volatile("ldtilecfg %0\n\ttilezero %%tmm0\n\ttilerelease" : : "m"(cfg) : "memory");
+    _exit(0);
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return false;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+}  // namespace
+
+Amx amx_status() {
+  static const Amx status = [] {
+    if (!amx_listed()) return Amx::NotListed;
+    if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) return Amx::NotGranted;
+    return tile_instructions_run() ? Amx::Usable : Amx::Faults;
+  }();
+  return status;
+}
+
+const char* amx_status_name(Amx a) {
+  switch (a) {
+    case Amx::NotListed:
+      return "not listed";
+    case Amx::NotGranted:
+      return "listed by CPUID, the OS does not grant its tile state";
+    case Amx::Faults:
+      return "listed by CPUID and granted, but a tile instruction faults";
+    case Amx::Usable:
+      return "listed by CPUID, granted, a tile instruction runs";
+  }
+  return "?";
 }
 
 std::string cpu_kernel_path() {
   __builtin_cpu_init();
   const Isa isa = kernel_isa();
-  std::string path = isa == Isa::Avx512Vnni
-                         ? "avx512vnni (AVX-512 F/BW/VL+VNNI for the block formats and Q8_0, AVX2 elsewhere)"
-                         : "avx2 (AVX2+FMA+F16C)";
+  std::string path =
+      isa == Isa::Avx512Vnni
+          ? "avx512vnni (AVX-512 F/BW/VL+VNNI for the block formats and Q8_0, AVX2 elsewhere)"
+          : "avx2 (AVX2+FMA+F16C)";
   if (g_forced) path += ", chosen by LOWRANK_ISA";
   std::string unused;
   auto note = [&](bool has, const char* name) {
@@ -137,10 +199,10 @@ std::string cpu_kernel_path() {
     note(__builtin_cpu_supports("avx512vnni"), "avx512vnni");
   }
   note(__builtin_cpu_supports("avx512bf16"), "avx512bf16");
-  // AMX: listed by CPUID on some hosts whose OS does not grant the tile state
-  // (the first tile instruction faults there); no kernel uses it, none is run.
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && ((d >> 24) & 1u)) note(true, "amx (listed by CPUID)");
+  // AMX: probed in a child process (amx_status); no kernel uses it.
+  const Amx amx = amx_status();
+  if (amx != Amx::NotListed)
+    note(true, (std::string("amx (") + amx_status_name(amx) + ")").c_str());
   return path + (unused.empty() ? "" : "; this CPU also has " + unused + ", which no kernel uses");
 }
 

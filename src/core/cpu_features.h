@@ -47,6 +47,16 @@ Isa isa_from_env(const char* value, bool has_avx512vnni);
 // named after it.
 std::string cpu_kernel_path();
 
+// AMX on this host, found without risking the process: CPUID must list it
+// (AMX-TILE), the OS must grant the tile data state
+// (arch_prctl(ARCH_REQ_XCOMP_PERM)), and a forked child must run a tile
+// instruction (ldtilecfg, tilezero, tilerelease) without a fault. Some hosts
+// list AMX and fault on the first tile instruction. Probed once; no kernel
+// uses AMX yet, so this is what --version and bench report.
+enum class Amx { NotListed, NotGranted, Faults, Usable };
+Amx amx_status();
+const char* amx_status_name(Amx a);  // e.g. "listed by CPUID, the OS does not grant its tile state"
+
 // The same check for given feature flags (used by require_cpu_features() and
 // by tests).
 void require_cpu_features(bool has_avx2, bool has_fma, bool has_f16c);

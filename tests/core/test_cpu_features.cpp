@@ -1,9 +1,9 @@
-#include "core/cpu_features.h"
-
+#include <cpuid.h>
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include "core/cpu_features.h"
 #include "core/error.h"
 
 namespace {
@@ -25,7 +25,8 @@ TEST(CpuFeatures, ThisMachineHasThem) {
 }
 
 TEST(CpuFeatures, MessageNamesMissingFeatures) {
-  const std::string prefix = "this build of lowrank needs a CPU with AVX2, FMA and F16C; this CPU lacks: ";
+  const std::string prefix =
+      "this build of lowrank needs a CPU with AVX2, FMA and F16C; this CPU lacks: ";
   EXPECT_EQ(message(true, true, true), "");
   EXPECT_EQ(message(true, false, true), prefix + "FMA");
   EXPECT_EQ(message(false, true, true), prefix + "AVX2");
@@ -54,8 +55,10 @@ TEST(CpuFeatures, KernelPathFromTheEnvironment) {
   };
   EXPECT_EQ(error("avx512vnni", false),
             "LOWRANK_ISA=avx512vnni: this CPU lacks AVX-512 F/BW/VL with VNNI (use avx2 or auto)");
-  EXPECT_EQ(error("AVX2", true), "LOWRANK_ISA='AVX2' is not a kernel path (expected auto, avx2 or avx512vnni)");
-  EXPECT_EQ(error("sse", false), "LOWRANK_ISA='sse' is not a kernel path (expected auto, avx2 or avx512vnni)");
+  EXPECT_EQ(error("AVX2", true),
+            "LOWRANK_ISA='AVX2' is not a kernel path (expected auto, avx2 or avx512vnni)");
+  EXPECT_EQ(error("sse", false),
+            "LOWRANK_ISA='sse' is not a kernel path (expected auto, avx2 or avx512vnni)");
 }
 
 TEST(CpuFeatures, KernelPathCanBeSwitchedOnlyToWhatTheCpuHas) {
@@ -63,7 +66,8 @@ TEST(CpuFeatures, KernelPathCanBeSwitchedOnlyToWhatTheCpuHas) {
   EXPECT_TRUE(lr::cpu_supports(lr::Isa::Avx2));
   EXPECT_NO_THROW(lr::set_kernel_isa(lr::Isa::Avx2));
   EXPECT_EQ(lr::kernel_isa(), lr::Isa::Avx2);
-  EXPECT_NE(lr::cpu_kernel_path().find("avx2 (AVX2+FMA+F16C)"), std::string::npos) << lr::cpu_kernel_path();
+  EXPECT_NE(lr::cpu_kernel_path().find("avx2 (AVX2+FMA+F16C)"), std::string::npos)
+      << lr::cpu_kernel_path();
   if (lr::cpu_supports(lr::Isa::Avx512Vnni)) {
     lr::set_kernel_isa(lr::Isa::Avx512Vnni);
     EXPECT_EQ(lr::kernel_isa(), lr::Isa::Avx512Vnni);
@@ -76,3 +80,20 @@ TEST(CpuFeatures, KernelPathCanBeSwitchedOnlyToWhatTheCpuHas) {
 }
 
 }  // namespace
+
+// AMX is reported as the probe found it: "not listed" exactly when CPUID
+// leaf 7 does not list AMX-TILE; otherwise the kernel path names the state,
+// and probing never harms this process (the tile instructions ran in a child).
+TEST(CpuFeatures, AmxIsProbedWithoutRisk) {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  const bool listed = __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((d >> 24) & 1u);
+  const lr::Amx amx = lr::amx_status();
+  EXPECT_EQ(amx == lr::Amx::NotListed, !listed);
+  EXPECT_EQ(lr::amx_status(), amx);  // probed once
+  const std::string path = lr::cpu_kernel_path();
+  if (listed)
+    EXPECT_NE(path.find(std::string("amx (") + lr::amx_status_name(amx) + ")"), std::string::npos)
+        << path;
+  else
+    EXPECT_EQ(path.find("amx"), std::string::npos) << path;
+}

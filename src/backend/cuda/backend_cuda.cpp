@@ -62,7 +62,7 @@ struct DeviceWeights {
   __nv_bfloat16* w = nullptr;
   float* vectors = nullptr;                          // the norms and the biases, f32
   std::map<const uint8_t*, const float*> vector_at;  // host vector -> device copy
-  double* inv_freq = nullptr;                      // [head_dim / 2]
+  double* inv_freq = nullptr;                        // [head_dim / 2]
 
   ~DeviceWeights() {
     cudaFree(w);
@@ -409,8 +409,8 @@ class CudaBackend final : public Backend {
           err = launch_embed(stream_, toks, n, dw_->matrix(weights_->tok_embd), v(Buf::X));
           break;
         case Op::RmsNorm:
-          err =
-              launch_rms_norm(stream_, nt, v(L.a), v(L.b), dw_->vector(*L.norm), L.width, c.rms_eps);
+          err = launch_rms_norm(stream_, nt, v(L.a), v(L.b), dw_->vector(*L.norm), L.width,
+                                c.rms_eps);
           break;
         case Op::Linear: {
           GemvArgs a;
