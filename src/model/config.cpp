@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "format/gguf.h"
+#include "model/scalar_ops.h"
 
 namespace lr {
 
@@ -116,10 +117,10 @@ std::vector<float> llama3_rope_factors(const std::string& path, const Config& c,
     fail("{}: RoPE scaling 'llama3' needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
          "original_max_position_embeddings > 0 (got {}, {}, {}, {})",
          path, factor, lo, hi, old_ctx);
-  std::vector<float> out(size_t(c.head_dim / 2));
-  for (int i = 0; i < c.head_dim / 2; ++i) {
-    const double freq = std::pow(double(c.rope_theta), -2.0 * i / c.head_dim);
-    const double wavelen = 2 * M_PI / freq;
+  const std::vector<double> base = scalar::rope_inv_freq(c);  // c has no factors yet
+  std::vector<float> out(base.size());
+  for (size_t i = 0; i < base.size(); ++i) {
+    const double freq = base[i], wavelen = 2 * M_PI / freq;
     double scaled = freq;
     if (wavelen > old_ctx / lo) {
       scaled = freq / factor;
@@ -127,7 +128,7 @@ std::vector<float> llama3_rope_factors(const std::string& path, const Config& c,
       const double smooth = (old_ctx / wavelen - lo) / (hi - lo);
       scaled = (1 - smooth) * freq / factor + smooth * freq;
     }
-    out[size_t(i)] = float(freq / scaled);
+    out[i] = float(freq / scaled);
   }
   return out;
 }

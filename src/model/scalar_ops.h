@@ -12,7 +12,8 @@
 namespace lr::scalar {
 
 // RoPE: pair i of a head turns by pos * inv_freq[i] at position pos, with
-// inv_freq[i] = theta^(-2i / head_dim) / linear_factor, i < head_dim / 2.
+// inv_freq[i] = theta^(-2i / head_dim) / linear_factor / freq_factor[i] (the
+// Llama-3.1 factors, when the model has them), i < head_dim / 2.
 std::vector<double> rope_inv_freq(const Config& c);
 // Rotates the pairs (x[2i], x[2i+1]) of n_heads consecutive heads.
 void rope(float* x, int n_heads, int head_dim, int64_t pos, const std::vector<double>& inv_freq);

@@ -65,9 +65,8 @@ inline __m256i bytes_of(int v) {
   return _mm256_set1_epi8(char(v));
 }
 
-// 16 bytes of nibbles -> 32 values: element j < 16 the low nibble of byte j, j >= 16 the high one.
-// The 16 bytes in both halves, the upper half shifted by 4 (one
-// per-lane shift), then masked: two operations after the load.
+// 16 bytes of nibbles -> 32 values: element j < 16 the low nibble of byte j, j >= 16 the high one
+// (the bytes in both halves, the upper half shifted right by 4, then masked).
 inline __m256i split_nibbles(const uint8_t* qs) {
   const __m256i v =
       _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
