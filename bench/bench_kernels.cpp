@@ -325,6 +325,9 @@ void BM_matmul_blocks(benchmark::State& st) {
   st.SetItemsProcessed(int64_t(st.iterations()) * n * rows * cols);  // multiply-adds
   st.SetLabel(std::string(lr::dtype_name(t)));
 }
-BENCHMARK(BM_matmul_blocks)->Args({3, 1536, 576})->Args({12, 896, 4864})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_matmul_blocks)
+    ->Args({3, 1536, 576})->Args({6, 4864, 896})->Args({12, 896, 4864})->Args({12, 8960, 1536})
+    ->Args({14, 1536, 8960})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -185,7 +185,7 @@ std::string cpu_kernel_path() {
   const Isa isa = kernel_isa();
   std::string path =
       isa == Isa::Avx512Vnni
-          ? "avx512vnni (AVX-512 F/BW/VL+VNNI for the block formats and Q8_0, AVX2 elsewhere)"
+          ? "avx512vnni (AVX-512 F/BW/VL+VNNI for the block formats and Q8_0, 512-bit prompt tiles, AVX2 elsewhere)"
           : "avx2 (AVX2+FMA+F16C)";
   if (g_forced) path += ", chosen by LOWRANK_ISA";
   std::string unused;

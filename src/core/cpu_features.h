@@ -20,7 +20,9 @@ void require_cpu_features();
 // the same integer sums, so their results are bit-identical.
 //   Avx2:       AVX2+FMA+F16C, the baseline every supported CPU has.
 //   Avx512Vnni: AVX-512 F/BW/VL with VNNI (vpdpbusd / vpdpwssd for the
-//               block formats' integer dot products, 32 vector registers).
+//               block formats' integer dot products, 32 vector registers,
+//               512-bit registers for K-quant chunk pairs, Q8_0 block pairs
+//               and the prompt tile).
 enum class Isa { Avx2, Avx512Vnni };
 const char* isa_name(Isa isa);  // "avx2", "avx512vnni"
 

@@ -19,6 +19,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ref_kernels.h"
 #include "core/half.h"
+#include "isa_util.h"
 
 namespace {
 
@@ -200,33 +201,45 @@ const std::vector<int64_t> kMatmulRows = {1, 2, 3, 4, 5, 7, 15, 16, 17, 31, 33, 
 const std::vector<int64_t> kMatmulN = {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 33};
 
 TEST(Kernels, MatmulF32) {
-  for (int64_t cols : kCols)
-    for (int64_t rows : kMatmulRows)
-      for (int64_t n : kMatmulN) {
-        const std::vector<float> W = rand_f32(rows * cols, uint32_t(rows * 31 + cols));
-        check_matmul(W, rows, cols, n, cpu::matmul_f32, ref::matmul_f32, uint32_t(n * 131 + cols),
-                     dec_f32);
-      }
+  for (lr::Isa isa : lr::test::supported_isas()) {
+    SCOPED_TRACE(lr::isa_name(isa));
+    lr::test::IsaScope scope(isa);
+    for (int64_t cols : kCols)
+      for (int64_t rows : kMatmulRows)
+        for (int64_t n : kMatmulN) {
+          const std::vector<float> W = rand_f32(rows * cols, uint32_t(rows * 31 + cols));
+          check_matmul(W, rows, cols, n, cpu::matmul_f32, ref::matmul_f32, uint32_t(n * 131 + cols),
+                       dec_f32);
+        }
+  }
 }
 
 TEST(Kernels, MatmulBf16) {
-  for (int64_t cols : kCols)
-    for (int64_t rows : kMatmulRows)
-      for (int64_t n : kMatmulN) {
-        const std::vector<uint16_t> W = rand_bf16(rows * cols, uint32_t(rows * 31 + cols));
-        check_matmul(W, rows, cols, n, cpu::matmul_bf16, ref::matmul_bf16,
-                     uint32_t(n * 131 + cols), dec_bf16);
-      }
+  for (lr::Isa isa : lr::test::supported_isas()) {
+    SCOPED_TRACE(lr::isa_name(isa));
+    lr::test::IsaScope scope(isa);
+    for (int64_t cols : kCols)
+      for (int64_t rows : kMatmulRows)
+        for (int64_t n : kMatmulN) {
+          const std::vector<uint16_t> W = rand_bf16(rows * cols, uint32_t(rows * 31 + cols));
+          check_matmul(W, rows, cols, n, cpu::matmul_bf16, ref::matmul_bf16,
+                       uint32_t(n * 131 + cols), dec_bf16);
+        }
+  }
 }
 
 TEST(Kernels, MatmulF16) {
-  for (int64_t cols : kCols)
-    for (int64_t rows : kMatmulRows)
-      for (int64_t n : kMatmulN) {
-        const std::vector<uint16_t> W = rand_f16(rows * cols, uint32_t(rows * 31 + cols));
-        check_matmul(W, rows, cols, n, cpu::matmul_f16, ref::matmul_f16,
-                     uint32_t(n * 131 + cols), dec_f16);
-      }
+  for (lr::Isa isa : lr::test::supported_isas()) {
+    SCOPED_TRACE(lr::isa_name(isa));
+    lr::test::IsaScope scope(isa);
+    for (int64_t cols : kCols)
+      for (int64_t rows : kMatmulRows)
+        for (int64_t n : kMatmulN) {
+          const std::vector<uint16_t> W = rand_f16(rows * cols, uint32_t(rows * 31 + cols));
+          check_matmul(W, rows, cols, n, cpu::matmul_f16, ref::matmul_f16, uint32_t(n * 131 + cols),
+                       dec_f16);
+        }
+  }
 }
 
 TEST(Kernels, MatmulF16AllSubnormal) {
@@ -237,6 +250,31 @@ TEST(Kernels, MatmulF16AllSubnormal) {
         check_matmul(W, rows, cols, n, cpu::matmul_f16, ref::matmul_f16,
                      uint32_t(n * 131 + cols), dec_f16);
       }
+}
+
+// The AVX-512 prompt tile (32 rows x 12 tokens) does each output's
+// multiply-adds in the AVX2 tile's order: the same bits, over panel counts
+// odd and even, partial panels and token tails.
+TEST(Kernels, MatmulPathsGiveTheSameBits) {
+  if (!lr::cpu_supports(lr::Isa::Avx512Vnni))
+    GTEST_SKIP() << "this CPU has no AVX-512 path to compare";
+  for (int64_t rows : {16, 17, 33, 67, 200})
+    for (int64_t n : {12, 13, 25, 40}) {
+      const int64_t cols = 577;
+      const std::vector<float> W = rand_f32(rows * cols, uint32_t(rows)),
+                               X = rand_f32(n * cols, uint32_t(n));
+      std::vector<float> Y2(size_t(n * rows), 1.f), Y5(size_t(n * rows), 2.f);
+      {
+        lr::test::IsaScope scope(lr::Isa::Avx2);
+        cpu::matmul_f32(W.data(), X.data(), Y2.data(), n, cols, cols, rows, 0, rows);
+      }
+      {
+        lr::test::IsaScope scope(lr::Isa::Avx512Vnni);
+        cpu::matmul_f32(W.data(), X.data(), Y5.data(), n, cols, cols, rows, 0, rows);
+      }
+      ASSERT_EQ(std::memcmp(Y2.data(), Y5.data(), Y2.size() * 4), 0)
+          << "rows " << rows << " n " << n;
+    }
 }
 
 // Every finite f16 value (subnormals, +-0, the largest 65504) must come out of
@@ -273,16 +311,20 @@ TEST(Kernels, F16AllFiniteValuesExact) {
 // More rows than one block of packed panels (so several blocks, and blocks
 // starting mid-panel when the range starts mid-way).
 TEST(Kernels, MatmulManyRows) {
-  struct Shape {
-    int64_t rows, cols, n;
-  };
-  for (Shape s : {Shape{300, 576, 13}, Shape{200, 1536, 14}, Shape{123, 1537, 12}}) {
-    const std::vector<uint16_t> Wb = rand_bf16(s.rows * s.cols, 11);
-    check_matmul(Wb, s.rows, s.cols, s.n, cpu::matmul_bf16, ref::matmul_bf16, 12, dec_bf16);
-    const std::vector<float> Wf = rand_f32(s.rows * s.cols, 13);
-    check_matmul(Wf, s.rows, s.cols, s.n, cpu::matmul_f32, ref::matmul_f32, 14, dec_f32);
-    const std::vector<uint16_t> Wh = rand_f16(s.rows * s.cols, 15);
-    check_matmul(Wh, s.rows, s.cols, s.n, cpu::matmul_f16, ref::matmul_f16, 16, dec_f16);
+  for (lr::Isa isa : lr::test::supported_isas()) {
+    SCOPED_TRACE(lr::isa_name(isa));
+    lr::test::IsaScope scope(isa);
+    struct Shape {
+      int64_t rows, cols, n;
+    };
+    for (Shape s : {Shape{300, 576, 13}, Shape{200, 1536, 14}, Shape{123, 1537, 12}}) {
+      const std::vector<uint16_t> Wb = rand_bf16(s.rows * s.cols, 11);
+      check_matmul(Wb, s.rows, s.cols, s.n, cpu::matmul_bf16, ref::matmul_bf16, 12, dec_bf16);
+      const std::vector<float> Wf = rand_f32(s.rows * s.cols, 13);
+      check_matmul(Wf, s.rows, s.cols, s.n, cpu::matmul_f32, ref::matmul_f32, 14, dec_f32);
+      const std::vector<uint16_t> Wh = rand_f16(s.rows * s.cols, 15);
+      check_matmul(Wh, s.rows, s.cols, s.n, cpu::matmul_f16, ref::matmul_f16, 16, dec_f16);
+    }
   }
 }
 

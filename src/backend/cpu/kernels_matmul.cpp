@@ -7,7 +7,10 @@
 // aligned panel loads, six broadcasts of X[t, c] and 12 FMAs into 12
 // accumulators: every loaded value is reused 6 or 16 times, and the result is
 // stored straight into Y (no horizontal sums). The 6-token slice of X (6 *
-// cols floats) stays in L1 while it sweeps the panels of the block.
+// cols floats) stays in L1 while it sweeps the panels of the block. On the
+// AVX-512 path (kernel_isa()) a 32-row x 12-token tile of 512-bit registers
+// covers two panels at once, with the same multiply-adds per output in the
+// same order, so both paths give the same bits.
 //
 // Small n: packing would cost more than it saves, so an inner-product kernel
 // does 2 rows x up to 4 tokens straight from W.
@@ -18,9 +21,12 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
+#include <utility>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/kernels_simd.h"
+#include "core/cpu_features.h"
 #include "core/half.h"
 
 namespace lr::cpu {
@@ -102,18 +108,98 @@ void tile(const float* __restrict P, const float* __restrict X, int64_t ldx, int
 using TileFn = void (*)(const float*, const float*, int64_t, int64_t, float*, int64_t, int);
 constexpr TileFn kTiles[NR + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>};
 
+// --- AVX-512: 32 x 12 register tile ------------------------------------------
+
+}  // namespace
+
+LR_BEGIN_AVX512VNNI
+namespace avx512 {
+namespace {
+
+constexpr int NR512 = 12;  // tokens per tile: 24 of the 32 registers accumulate
+
+// Y[t, 0..nr) for t < NT from NP packed panels (rows 16 p .. 16 p + 15 in
+// Pp): per column, NP panel loads, NT broadcasts and NP NT multiply-adds.
+// Each output lane is the AVX2 tile's: the same multiply-adds over the
+// columns in the same order, so both paths give the same bits. Rows past nr
+// are not stored (masked stores).
+template <int NT, int NP>
+void tile(const float* __restrict P0, const float* __restrict P1, const float* __restrict X,
+          int64_t ldx, int64_t cols, float* __restrict Y, int64_t ldy, int nr) {
+  const float* P[2] = {P0, P1};
+  __m512 acc[NP][NT];
+  for (int p = 0; p < NP; ++p)
+#pragma GCC unroll 12
+    for (int t = 0; t < NT; ++t) acc[p][t] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < cols; ++c) {
+    __m512 w[NP];
+    for (int p = 0; p < NP; ++p) w[p] = _mm512_load_ps(P[p] + c * MR);
+#pragma GCC unroll 12
+    for (int t = 0; t < NT; ++t) {
+      const __m512 xb = _mm512_set1_ps(X[t * ldx + c]);
+      for (int p = 0; p < NP; ++p) acc[p][t] = _mm512_fmadd_ps(w[p], xb, acc[p][t]);
+    }
+  }
+  for (int p = 0; p < NP; ++p) {
+    const int valid = std::clamp(nr - MR * p, 0, MR);
+    const __mmask16 m = __mmask16((1u << valid) - 1);
+#pragma GCC unroll 12
+    for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(Y + t * ldy + MR * p, m, acc[p][t]);
+  }
+}
+
+using Tile512 = void (*)(const float*, const float*, const float*, int64_t, int64_t, float*,
+                         int64_t, int);
+template <int... N>
+constexpr auto tiles_of(std::integer_sequence<int, N...>, auto np) {
+  return std::array<Tile512, sizeof...(N)>{tile<N + 1, decltype(np)::value>...};
+}
+constexpr auto kOnePanel =
+    tiles_of(std::make_integer_sequence<int, NR512>{}, std::integral_constant<int, 1>{});
+constexpr auto kTwoPanels =
+    tiles_of(std::make_integer_sequence<int, NR512>{}, std::integral_constant<int, 2>{});
+
+}  // namespace
+
+// The tiles over np packed panels (panel_floats apart) and n tokens, two
+// panels at a time.
+void tiles(const float* P, int64_t panel_floats, int64_t np, const float* X, int64_t ldx, int64_t n,
+           int64_t cols, float* Y, int64_t ldy, int64_t rows) {
+  for (int64_t t = 0; t < n; t += NR512) {
+    const int64_t nt = std::min<int64_t>(NR512, n - t) - 1;
+    for (int64_t p = 0; p < np; p += 2) {
+      const bool two = p + 1 < np;
+      const float* P0 = P + p * panel_floats;
+      const int nr = int(std::min<int64_t>(2 * MR, rows - p * MR));
+      (two ? kTwoPanels : kOnePanel)[size_t(nt)](P0, two ? P0 + panel_floats : P0, X + t * ldx, ldx,
+                                                 cols, Y + t * ldy + p * MR, ldy, nr);
+    }
+  }
+}
+
+}  // namespace avx512
+LR_END_AVX512VNNI
+
+namespace {
+
 template <class Fmt>
 void matmul_packed(const typename Fmt::T* W, const float* X, float* Y, int64_t n, int64_t cols,
                    int64_t ldx, int64_t ldy, int64_t r0, int64_t r1) {
   const int64_t panel_floats = MR * std::max<int64_t>(cols, 1);
-  const int64_t block_panels = std::max<int64_t>(1, kPackFloats / panel_floats);
+  // At least two panels: the AVX-512 tile covers two.
+  const int64_t block_panels = std::max<int64_t>(2, kPackFloats / panel_floats);
   float* P = scratch(1, block_panels * panel_floats);
+  const bool wide = kernel_isa() == Isa::Avx512Vnni;
   for (int64_t rb = r0; rb < r1; rb += block_panels * MR) {
     const int64_t re = std::min(r1, rb + block_panels * MR);
     const int64_t np = (re - rb + MR - 1) / MR;
     for (int64_t p = 0; p < np; ++p)
       pack_panel<Fmt>(W, cols, rb + p * MR, int(std::min<int64_t>(MR, re - rb - p * MR)),
                       P + p * panel_floats);
+    if (wide) {
+      avx512::tiles(P, panel_floats, np, X, ldx, n, cols, Y + rb, ldy, re - rb);
+      continue;
+    }
     for (int64_t t = 0; t < n; t += NR) {
       const TileFn fn = kTiles[std::min<int64_t>(NR, n - t)];
       for (int64_t p = 0; p < np; ++p)

@@ -39,6 +39,30 @@ inline __m256 row_dot(const int8_t* w, const float* s, const int8_t* xq, const f
                       int64_t full, int64_t tail, bool tail_over) {
   __m256 a = _mm256_setzero_ps(), b2 = _mm256_setzero_ps();
   int64_t b = 0;
+#if LR_Q8_VNNI
+  // Blocks b and b + 1 in the halves of 512-bit registers: the low half's
+  // lanes are a's, the high half's b2's, with the same operations.
+  __m512 ab = _mm512_setzero_ps();
+  const __m512i half = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  for (; b + 2 <= full; b += 2) {
+    const __m512i w2 = _mm512_loadu_si512(w + b * 32), x2 = _mm512_loadu_si512(xq + b * 32);
+    // |w| and x * sign(w) (AVX-512 has no vpsignb; where w is 0 the product is 0 either way)
+    const __m512i sx2 =
+        _mm512_mask_sub_epi8(x2, _mm512_movepi8_mask(w2), _mm512_setzero_si512(), x2);
+    const __m512 d =
+        _mm512_maskz_cvtepi32_ps(  // (zero-masked forms: see kernels_blocks_isa.h both_halves)
+            __mmask16(0xffff),
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w2), sx2));
+    // s[b] sx[b] and s[b + 1] sx[b + 1] (one f32 product each), spread over the halves
+    const __m128 prod =
+        _mm_mul_ps(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(s + b))),
+                   _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(sx + b))));
+    ab = _mm512_fmadd_ps(
+        d, _mm512_maskz_permutexvar_ps(__mmask16(0xffff), half, _mm512_zextps128_ps512(prod)), ab);
+  }
+  a = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(__mmask8(0xf), _mm512_castps_pd(ab), 0));
+  b2 = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(__mmask8(0xf), _mm512_castps_pd(ab), 1));
+#endif
   for (; b + 2 <= full; b += 2) {
     a = _mm256_fmadd_ps(dot32(load32(w + b * 32), load32(xq + b * 32)),
                         _mm256_set1_ps(s[b] * sx[b]), a);
