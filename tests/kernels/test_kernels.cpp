@@ -200,46 +200,35 @@ const std::vector<int64_t> kMatmulRows = {1, 2, 3, 4, 5, 7, 15, 16, 17, 31, 33, 
 // sides of the switch.
 const std::vector<int64_t> kMatmulN = {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 33};
 
-TEST(Kernels, MatmulF32) {
+// Every shape of kCols x kMatmulRows x kMatmulN on every kernel path; make(n,
+// seed) gives n random weights.
+template <class T, class Make, class Fast, class Ref>
+void check_matmul_shapes(Make make, Fast fast, Ref refk, float (*dec)(T)) {
   for (lr::Isa isa : lr::test::supported_isas()) {
     SCOPED_TRACE(lr::isa_name(isa));
     lr::test::IsaScope scope(isa);
     for (int64_t cols : kCols)
       for (int64_t rows : kMatmulRows)
         for (int64_t n : kMatmulN) {
-          const std::vector<float> W = rand_f32(rows * cols, uint32_t(rows * 31 + cols));
-          check_matmul(W, rows, cols, n, cpu::matmul_f32, ref::matmul_f32, uint32_t(n * 131 + cols),
-                       dec_f32);
+          const std::vector<T> W = make(rows * cols, uint32_t(rows * 31 + cols));
+          check_matmul(W, rows, cols, n, fast, refk, uint32_t(n * 131 + cols), dec);
         }
   }
+}
+
+TEST(Kernels, MatmulF32) {
+  check_matmul_shapes<float>([](int64_t n, uint32_t seed) { return rand_f32(n, seed); },
+                             cpu::matmul_f32, ref::matmul_f32, dec_f32);
 }
 
 TEST(Kernels, MatmulBf16) {
-  for (lr::Isa isa : lr::test::supported_isas()) {
-    SCOPED_TRACE(lr::isa_name(isa));
-    lr::test::IsaScope scope(isa);
-    for (int64_t cols : kCols)
-      for (int64_t rows : kMatmulRows)
-        for (int64_t n : kMatmulN) {
-          const std::vector<uint16_t> W = rand_bf16(rows * cols, uint32_t(rows * 31 + cols));
-          check_matmul(W, rows, cols, n, cpu::matmul_bf16, ref::matmul_bf16,
-                       uint32_t(n * 131 + cols), dec_bf16);
-        }
-  }
+  check_matmul_shapes<uint16_t>([](int64_t n, uint32_t seed) { return rand_bf16(n, seed); },
+                                cpu::matmul_bf16, ref::matmul_bf16, dec_bf16);
 }
 
 TEST(Kernels, MatmulF16) {
-  for (lr::Isa isa : lr::test::supported_isas()) {
-    SCOPED_TRACE(lr::isa_name(isa));
-    lr::test::IsaScope scope(isa);
-    for (int64_t cols : kCols)
-      for (int64_t rows : kMatmulRows)
-        for (int64_t n : kMatmulN) {
-          const std::vector<uint16_t> W = rand_f16(rows * cols, uint32_t(rows * 31 + cols));
-          check_matmul(W, rows, cols, n, cpu::matmul_f16, ref::matmul_f16, uint32_t(n * 131 + cols),
-                       dec_f16);
-        }
-  }
+  check_matmul_shapes<uint16_t>([](int64_t n, uint32_t seed) { return rand_f16(n, seed); },
+                                cpu::matmul_f16, ref::matmul_f16, dec_f16);
 }
 
 TEST(Kernels, MatmulF16AllSubnormal) {
