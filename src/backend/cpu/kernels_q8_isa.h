@@ -54,9 +54,9 @@ inline __m256 row_dot(const int8_t* w, const float* s, const int8_t* xq, const f
             __mmask16(0xffff),
             _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(w2), sx2));
     // s[b] sx[b] and s[b + 1] sx[b + 1] (one f32 product each), spread over the halves
-    const __m128 prod =
-        _mm_mul_ps(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(s + b))),
-                   _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(sx + b))));
+    // (unaligned 8-byte loads: the scales are 4-byte aligned)
+    const __m128 prod = _mm_mul_ps(_mm_castsi128_ps(_mm_loadu_si64(s + b)),
+                                   _mm_castsi128_ps(_mm_loadu_si64(sx + b)));
     ab = _mm512_fmadd_ps(
         d, _mm512_maskz_permutexvar_ps(__mmask16(0xffff), half, _mm512_zextps128_ps512(prod)), ab);
   }
