@@ -53,8 +53,8 @@ void matvec_blocks(DType t, const uint8_t* W, uint64_t rb, const float* x, float
 // values (core/dtype.h dequantize), bit for bit, 8 at a time.
 void dequantize_blocks(DType t, const uint8_t* row, float* y, int64_t cols);
 // Y[t, r] for t in [0, n): X [n, cols] with row stride ldx, Y [n, ldy]. The
-// prompt path: 32 rows at a time decoded to f32, then matmul_f32 (x is not
-// quantized), as matmul_q8_0.
+// prompt path: 32 rows at a time (kernels_simd.h kDecodedRows) decoded to
+// f32, then matmul_f32 (x is not quantized), as matmul_q8_0.
 void matmul_blocks(DType t, const uint8_t* W, uint64_t rb, const float* X, float* Y, int64_t n, int64_t cols,
                    int64_t ldx, int64_t ldy, int64_t r0, int64_t r1);
 // An input quantized for the block kernels in blocks of `block` values (32

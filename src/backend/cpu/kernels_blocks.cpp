@@ -132,17 +132,17 @@ void dequantize_blocks(DType t, const uint8_t* row, float* y, int64_t cols) {
     avx2::dequantize_row(t, row, y, cols);
 }
 
-// Prompts: 32 rows at a time decoded to f32 (the exact stored values, the
-// scalar dequantizer's bits) into a panel that matmul_f32 multiplies with every
-// token; the input is not quantized. Over a prompt the decoding is a small
-// share of the work and the f32 kernel's register tiling does the rest (32
-// rows: the two packed panels of its AVX-512 tile).
+// Prompts: kDecodedRows rows at a time decoded to f32 (the exact stored
+// values, the scalar dequantizer's bits) into a panel that matmul_f32
+// multiplies with every token; the input is not quantized. Over a prompt the
+// decoding is a small share of the work and the f32 kernel's register tiling
+// does the rest.
 void matmul_blocks(DType t, const uint8_t* W, uint64_t rb, const float* X, float* Y, int64_t n, int64_t cols,
                    int64_t ldx, int64_t ldy, int64_t r0, int64_t r1) {
   if (r1 <= r0 || n <= 0) return;
-  float* panel = scratch(2, 32 * cols);  // matmul_f32 uses slots 0 and 1
-  for (int64_t r = r0; r < r1; r += 32) {
-    const int64_t nr = std::min<int64_t>(32, r1 - r);
+  float* panel = scratch(2, kDecodedRows * cols);  // matmul_f32 uses slots 0 and 1
+  for (int64_t r = r0; r < r1; r += kDecodedRows) {
+    const int64_t nr = std::min(kDecodedRows, r1 - r);
     for (int64_t i = 0; i < nr; ++i) dequantize_blocks(t, W + uint64_t(r + i) * rb, panel + i * cols, cols);
     matmul_f32(panel, X, Y + r, n, cols, ldx, ldy, 0, nr);
   }

@@ -194,11 +194,10 @@ inline int32_t dot16_i16(__m128i lo, __m128i hi, const int16_t* s16) {
 // A super-block's scales kept in registers (no round trip through memory):
 // per16: lo holds the int16 scales of groups 0-7, hi of 8-15; otherwise lo
 // holds one per 32-chunk. mins = sum over groups of the subtracted integer
-// multiple times the input's sum there. (Kept as four int32 lanes summed in
-// f32 per super-block, as llama.cpp keeps them, the kernels ran 5-8% faster
-// in cache but Qwen2.5-Coder-1.5B decoded no faster, and the 0.5B's greedy
-// text matched llama.cpp's on 14 of 20 prompts instead of 18: near-ties go
-// either way.)
+// multiple times the input's sum there, one integer per super-block. (Summed
+// instead as four int32 lanes in f32, as llama.cpp does, the kernels ran 5-8%
+// faster in cache, but Qwen2.5-Coder-1.5B decoded no faster and the 0.5B's
+// greedy text matched llama.cpp's on 14 of 20 prompts instead of 18.)
 struct Large {
   float d, dm;
   __m128i lo, hi;

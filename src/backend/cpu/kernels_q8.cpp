@@ -1,7 +1,7 @@
 // Q8_0 kernels: int8 weights with a scale per block of 32 along each row
 // (model/weights.h). Decode quantizes x to int8 the same way and does integer
 // dot products (sign trick + maddubs + madd, as llama.cpp's Q8_0 x Q8_0);
-// prompts dequantize 32 rows at a time into f32 and reuse matmul_f32.
+// prompts dequantize kDecodedRows rows at a time into f32 and reuse matmul_f32.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -83,9 +83,9 @@ void matvec_q8_0(const int8_t* W, const float* scales, const float* x, float* y,
 void matmul_q8_0(const int8_t* W, const float* scales, const float* X, float* Y, int64_t n,
                  int64_t cols, int64_t ldx, int64_t ldy, int64_t r0, int64_t r1) {
   const int64_t nb = q8_blocks_of(cols);
-  float* panel = scratch(2, 32 * cols);  // matmul_f32 uses slots 0 and 1
-  for (int64_t r = r0; r < r1; r += 32) {  // 32 rows: the AVX-512 tile's two panels
-    const int64_t nr = std::min<int64_t>(32, r1 - r);
+  float* panel = scratch(2, kDecodedRows * cols);  // matmul_f32 uses slots 0 and 1
+  for (int64_t r = r0; r < r1; r += kDecodedRows) {
+    const int64_t nr = std::min(kDecodedRows, r1 - r);
     for (int64_t i = 0; i < nr; ++i) {
       const int8_t* q = W + (r + i) * cols;
       const float* s = scales + (r + i) * nb;

@@ -181,12 +181,18 @@ inline __m256 exp_ps(__m256 x) {
   return _mm256_blendv_ps(y, _mm256_set1_ps(__builtin_inff()), overflow);
 }
 
+// Rows the prompt kernels of the stored formats (matmul_blocks, matmul_q8_0)
+// decode to f32 per matmul_f32 call: the two 16-row panels of its AVX-512
+// tile.
+constexpr int64_t kDecodedRows = 32;
+
 // Blocks of 32 in a row of n (the last may be shorter).
 inline int64_t q8_blocks_of(int64_t n) { return (n + 31) / 32; }
 
 // Per-thread scratch buffer of at least n floats, 64-byte aligned (contents
 // unspecified). `slot` selects one of a few independent buffers: 0 and 1 are
-// used by the matvec and matmul kernels, 2 by matmul_q8_0 around matmul_f32,
+// used by the matvec and matmul kernels, 2 by matmul_q8_0 and matmul_blocks
+// around matmul_f32,
 // 3-5 by the block-format kernels (the quantized input).
 inline float* scratch(int slot, int64_t n) {
   thread_local std::vector<float> bufs[6];
