@@ -28,6 +28,7 @@ struct CompressCli {
   std::string factor_type = "f16";
   std::string calib;
   int calib_samples = 64, calib_len = 512;
+  int64_t calib_memory_mb = 0;
   int threads = 0;
   bool sequential = false;
 };
@@ -63,6 +64,7 @@ int run(const CompressCli& o) {
   opt.calib_path = o.calib;
   opt.calib_samples = o.calib_samples;
   opt.calib_len = o.calib_len;
+  opt.calib_memory = uint64_t(o.calib_memory_mb) << 20;
   opt.factor_type = parse_factor_type(o.factor_type);
   opt.n_threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   if (!o.matrices.empty()) opt.kinds = split(o.matrices, ',');
@@ -143,6 +145,7 @@ Runner add_compress_command(CLI::App& app) {
   sub->add_option("--calib", o->calib, "calibration text (whiten, basis sharing)");
   sub->add_option("--calib-samples", o->calib_samples, "calibration windows")->capture_default_str();
   sub->add_option("--calib-len", o->calib_len, "tokens per calibration window")->capture_default_str();
+  sub->add_option("--calib-memory", o->calib_memory_mb, "MiB for the calibration statistics of the layers one pass collects; more layers than fit take several passes (default: half the available memory)")->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   sub->add_option("-t,--threads", o->threads, "threads for the calibration pass");
   sub->add_flag("--sequential", o->sequential, "calibrate each layer on the already-compressed earlier layers (not supported yet)");
   return [o] { return run(*o); };

@@ -7,6 +7,7 @@
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "model/load.h"
+#include "openblas_core.h"
 
 namespace lr::cli {
 
@@ -83,6 +84,7 @@ void print_key_cache(const Backend& b, FILE* f) {
 }  // namespace lr::cli
 
 int main(int argc, char** argv) {
+  lr::cli::fix_openblas_core(argv);  // may re-execute the program
   try {
     lr::require_cpu_features();
     lr::kernel_isa();  // LOWRANK_ISA is checked here, before any kernel runs
@@ -91,7 +93,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   CLI::App app{"lowrank: a runtime for SVD-compressed (low-rank) language models"};
-  app.set_version_flag("--version", "lowrank 0.1.0; CPU kernels: " + lr::cpu_kernel_path());
+  app.set_version_flag("--version", "lowrank 0.1.0; CPU kernels: " + lr::cpu_kernel_path() +
+                                        "; BLAS: " + lr::cli::blas_description());
   app.require_subcommand(1);
   std::vector<std::pair<CLI::App*, lr::cli::Runner>> commands;
   auto reg = [&](lr::cli::Runner (*add)(CLI::App&)) {

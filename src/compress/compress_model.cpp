@@ -1,5 +1,8 @@
 #include "compress/compress_model.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <memory>
@@ -33,11 +36,12 @@ Site site_of(Slot s) {
   }
 }
 
-// Accumulates the Gram of every (layer, site) input during calibration.
+// Accumulates the Grams of the inputs of layers [l0, l1), every site, during
+// one calibration pass; other layers' activations are ignored.
 class GramObserver final : public ActivationObserver {
  public:
-  explicit GramObserver(const Config& c) {
-    for (int l = 0; l < c.n_layers; ++l) {
+  GramObserver(const Config& c, int l0, int l1) : l0_(l0), l1_(l1) {
+    for (int l = l0; l < l1; ++l) {
       grams_.emplace_back();
       auto& g = grams_.back();
       g.emplace_back(c.dim);
@@ -48,15 +52,51 @@ class GramObserver final : public ActivationObserver {
   }
   void observe(int layer, Site site, const float* X, int n, int dim) override {
     if (site == Site::Keys || site == Site::Queries) return;  // not inputs of linear maps
-    GramAccumulator& g = grams_[size_t(layer)][size_t(site)];
+    if (layer < l0_ || layer >= l1_) return;
+    GramAccumulator& g = grams_[size_t(layer - l0_)][size_t(site)];
     LR_ASSERT(g.n() == dim);
     g.add(X, n);
   }
-  const MatD& gram(int layer, Site site) const { return grams_[size_t(layer)][size_t(site)].gram(); }
+  const MatD& gram(int layer, Site site) const {
+    LR_ASSERT(layer >= l0_ && layer < l1_);
+    return grams_[size_t(layer - l0_)][size_t(site)].gram();
+  }
 
  private:
-  std::vector<std::vector<GramAccumulator>> grams_;  // [layer][site]
+  int l0_, l1_;
+  std::vector<std::vector<GramAccumulator>> grams_;  // [layer - l0][site]
 };
+
+// Bytes of the Grams one layer's calibration keeps (four sites, double).
+uint64_t gram_bytes_per_layer(const Config& c) {
+  auto sq = [](int64_t n) { return uint64_t(n) * uint64_t(n) * sizeof(double); };
+  return 2 * sq(c.dim) + sq(c.q_dim()) + sq(c.ffn_dim);
+}
+
+// MemAvailable from /proc/meminfo (free plus reclaimable memory), else the
+// free pages; 0 when neither can be read.
+uint64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  for (std::string key; in >> key;) {
+    uint64_t kib = 0;
+    in >> kib;
+    if (key == "MemAvailable:") return kib * 1024;
+    in.ignore(1 << 10, '\n');
+  }
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+}
+
+// Layers whose Grams one calibration pass collects: as many as the budget
+// holds (opt.calib_memory, or half the available memory), at least one, and
+// whole basis-sharing groups.
+int layers_per_pass(const Config& c, const CompressOptions& opt) {
+  const uint64_t budget = opt.calib_memory > 0 ? opt.calib_memory : available_memory_bytes() / 2;
+  const uint64_t fit = budget / gram_bytes_per_layer(c);
+  if (fit >= uint64_t(c.n_layers)) return c.n_layers;
+  const int g = std::max(1, opt.basis_sharing);
+  return std::min(c.n_layers, std::max(g, int(fit) / g * g));
+}
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -66,7 +106,8 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-std::unique_ptr<GramObserver> calibrate(const Model& m, const CompressOptions& opt,
+// One calibration pass over the dense model, keeping the Grams of layers [l0, l1).
+std::unique_ptr<GramObserver> calibrate(const Model& m, const CompressOptions& opt, int l0, int l1,
                                         int64_t* tokens_used, const CompressProgress& progress) {
   if (opt.calib_path.empty())
     fail("this method needs calibration text: pass --calib FILE");
@@ -79,7 +120,10 @@ std::unique_ptr<GramObserver> calibrate(const Model& m, const CompressOptions& o
   if (int64_t(toks.size()) < need)
     fail("{}: calibration text has {} tokens, fewer than --calib-samples x --calib-len = {} x {} = {}",
          opt.calib_path, toks.size(), opt.calib_samples, opt.calib_len, need);
-  auto obs = std::make_unique<GramObserver>(m.weights->cfg);
+  auto obs = std::make_unique<GramObserver>(m.weights->cfg, l0, l1);
+  const std::string phase = l1 - l0 == m.weights->cfg.n_layers
+                                ? std::string("calibrating")
+                                : fmt::format("calibrating layers {}-{}", l0, l1 - 1);
   BackendOptions bo;
   bo.ctx = opt.calib_len;
   bo.n_threads = opt.n_threads;
@@ -89,7 +133,7 @@ std::unique_ptr<GramObserver> calibrate(const Model& m, const CompressOptions& o
   for (int s = 0; s < opt.calib_samples; ++s) {
     backend->rewind(0);
     backend->forward(&toks[size_t(s) * size_t(opt.calib_len)], opt.calib_len, logits.data(), false);
-    if (progress) progress(s + 1, opt.calib_samples, "calibrating");
+    if (progress) progress(s + 1, opt.calib_samples, phase.c_str());
   }
   *tokens_used = need;
   return obs;
@@ -102,6 +146,14 @@ Matrix leading_rows(const MatF& f, int64_t r) {
   std::copy(f.a.begin(), f.a.begin() + r * f.cols, m.f32_mut());
   return m;
 }
+// W as f32 values: the matrix's own when it is F32, else decoded into buf.
+const float* as_f32(const Matrix& w, std::vector<float>& buf) {
+  if (w.dtype == DType::F32) return w.f32();
+  buf.resize(size_t(w.rows * w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) w.row_to_f32(r, buf.data() + r * w.cols);
+  return buf.data();
+}
+
 Matrix leading_cols(const MatF& f, int64_t r) {
   LR_ASSERT(r <= f.cols);
   Matrix m = Matrix::allocate(DType::F32, f.rows, r);
@@ -171,17 +223,17 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
   }
   check_factor_type(opt_in.factor_type);
   const bool quantized_factors = opt_in.factor_type == DType::Q8_0 || is_block_format(opt_in.factor_type);
-  Model m = load_model(in_path, DType::F32);
+  // Weights as stored (a quantized file stays mapped, not widened): each
+  // matrix is decoded to f32 only while it is factorized.
+  Model m = load_model(in_path, std::nullopt);
   if (!m.file) fail("{}: compress reads GGUF models", in_path);
   const Config& c = m.weights->cfg;
   for_each_linear(*m.weights, [&](const WeightSpec&, int, const Linear& lin) {
     if (lin.low_rank()) fail("{}: the model is already low-rank", in_path);
   });
 
-  bool need_calib = opt_in.method == CompressMethod::Whiten || opt_in.basis_sharing >= 2;
-  std::unique_ptr<GramObserver> grams;
+  const bool need_calib = opt_in.method == CompressMethod::Whiten || opt_in.basis_sharing >= 2;
   int64_t calib_tokens = 0;
-  if (need_calib) grams = calibrate(m, opt_in, &calib_tokens, progress);
 
   // Every job's factors are prefixes of one decomposition at the largest rank
   // any job asks for (U_r sqrt(S_r) and sqrt(S_r) Vt_r S^-1 are leading
@@ -193,12 +245,22 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
     opts[j].keep = jobs[j].keep;
     outs.push_back(std::make_shared<Weights>(*m.weights));  // shares the dense matrices
     results[j].params_before = m.weights->parameters();
-    results[j].calib_tokens = calib_tokens;
   }
   auto selected = [&](const WeightSpec& s) {
     return std::find(opt_in.kinds.begin(), opt_in.kinds.end(), s.kind) != opt_in.kinds.end();
   };
+  // Calibration keeps the Grams of all the layers one pass holds (a whole
+  // model's, for the 1.5B's 8960-wide ffn_down inputs, would be 20 GB): each
+  // pass runs the dense model over the calibration text again, so a model
+  // compressed in several passes is the same as one compressed in one.
+  const int per_pass = need_calib ? layers_per_pass(c, opt_in) : c.n_layers;
+  std::unique_ptr<GramObserver> grams;
+  std::vector<std::vector<float>> wide;  // f32 copies of the matrices being factorized
   for (int l = 0; l < c.n_layers; ++l) {
+    if (need_calib && l % per_pass == 0) {
+      grams.reset();
+      grams = calibrate(m, opt_in, l, std::min(c.n_layers, l + per_pass), &calib_tokens, progress);
+    }
     for (const WeightSpec& spec : kWeightTable) {
       if (!spec.is_linear() || !spec.per_layer || !selected(spec)) continue;
       const Site site = site_of(spec.slot);
@@ -224,8 +286,9 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
         if (share) {
           std::vector<const float*> Ws;
           MatD gram(cols, cols);
+          wide.resize(size_t(g1 - g0));
           for (int i = g0; i < g1; ++i) {
-            Ws.push_back(slot_linear(*m.weights, spec.slot, i).w.f32());
+            Ws.push_back(as_f32(slot_linear(*m.weights, spec.slot, i).w, wide[size_t(i - g0)]));
             const MatD& gi = grams->gram(i, site);
             for (size_t e = 0; e < gram.a.size(); ++e) gram.a[e] += gi.a[e];
           }
@@ -234,10 +297,12 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
           in_full = std::move(f.basis);
           out_full = std::move(f.outs);
         } else {
+          wide.resize(1);
+          const float* W = as_f32(src.w, wide[0]);
           compress::Factors f =
               opt_in.method == CompressMethod::Svd
-                  ? compress::svd_factorize(src.w.f32(), rows, cols, r_max)
-                  : compress::whiten_factorize(src.w.f32(), rows, cols, grams->gram(l, site), r_max, &wr);
+                  ? compress::svd_factorize(W, rows, cols, r_max)
+                  : compress::whiten_factorize(W, rows, cols, grams->gram(l, site), r_max, &wr);
           in_full = std::move(f.in);
           out_full.push_back(std::move(f.out));
         }
@@ -260,7 +325,10 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
     if (progress) progress(l + 1, c.n_layers, "factorizing");
   }
 
+  grams.reset();
+  wide.clear();
   for (size_t j = 0; j < jobs.size(); ++j) {
+    results[j].calib_tokens = calib_tokens;
     results[j].params_after = outs[j]->parameters();
     results[j].factor_types =
         save_gguf(*outs[j], *m.file, GgufSource(m.file), jobs[j].out_path, save_options(opts[j], need_calib))

@@ -24,6 +24,10 @@ struct CompressOptions {
   std::string calib_path;          // calibration text (whiten, basis sharing)
   int calib_samples = 64;
   int calib_len = 512;
+  // Bytes for the calibration Grams of the layers one pass collects (0 =
+  // half the available memory). A model whose Grams do not fit is calibrated
+  // in several passes, each over the whole calibration text.
+  uint64_t calib_memory = 0;
   int n_threads = 2;
   // F16, BF16, F32, or quantized: Q8_0, Q4_K, Q5_K, Q6_K (model/save.h
   // factor_storage_type); with a quantized type the ranks --keep gives are

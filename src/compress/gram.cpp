@@ -36,16 +36,23 @@ void GramAccumulator::add(const float* X, int64_t tokens) {
                 n, 1.0, gram_.data(), n);
   }
   count_ += tokens;
-  symmetrize();
+  symmetric_ = false;
 }
 
 void GramAccumulator::merge(const GramAccumulator& other) {
   if (other.n_ != n_) lr::fail("GramAccumulator::merge: width mismatch ({} vs {})", n_, other.n_);
+  // The lower triangles are exact in both; the sum's upper one is refilled.
   for (size_t i = 0; i < gram_.a.size(); ++i) gram_.a[i] += other.gram_.a[i];
   count_ += other.count_;
+  symmetric_ = false;
 }
 
-void GramAccumulator::symmetrize() {
+const MatD& GramAccumulator::gram() const {
+  if (!symmetric_) symmetrize();
+  return gram_;
+}
+
+void GramAccumulator::symmetrize() const {
   // Copy the lower triangle (the one dsyrk updates) onto the upper one, in
   // square tiles so both the reads and the writes stay cache friendly.
   constexpr int64_t kTile = 64;
@@ -53,6 +60,7 @@ void GramAccumulator::symmetrize() {
     for (int64_t j0 = 0; j0 <= i0; j0 += kTile)
       for (int64_t i = i0; i < std::min(i0 + kTile, n_); ++i)
         for (int64_t j = j0; j < std::min({j0 + kTile, n_, i}); ++j) gram_(j, i) = gram_(i, j);
+  symmetric_ = true;
 }
 
 }  // namespace lr::compress

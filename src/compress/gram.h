@@ -26,15 +26,18 @@ class GramAccumulator {
 
   int64_t n() const { return n_; }
   int64_t count() const { return count_; }
-  // Full symmetric [n, n] matrix (both triangles filled).
-  const MatD& gram() const { return gram_; }
+  // Full symmetric [n, n] matrix (both triangles filled). add() and merge()
+  // update the lower triangle only; the upper one is filled here, once (so
+  // not from two threads at a time).
+  const MatD& gram() const;
 
  private:
-  void symmetrize();
+  void symmetrize() const;
 
   int64_t n_;
   int64_t count_ = 0;
-  MatD gram_;
+  mutable MatD gram_;
+  mutable bool symmetric_ = true;
   std::vector<double> chunk_;  // [kChunkTokens, n] conversion buffer
 };
 

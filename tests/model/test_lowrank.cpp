@@ -158,6 +158,50 @@ TEST(LowRank, BasisSharingStoresAndLoadsOneBasisPerGroup) {
   EXPECT_LT(rel_err(logits_of(t.file("bs.gguf"), ExecPath::Fast, DType::F32, kToks), ref), 1e-5);
 }
 
+std::vector<char> file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST(LowRank, CalibrationInPassesGivesTheSameFile) {
+  // A Gram budget of one byte holds no layer: one layer per pass (a whole
+  // basis-sharing group with --basis-sharing). Each pass reruns the dense
+  // model, so the files are the same byte for byte. The matrices are Q8_0 in
+  // the file: compress decodes each to f32 only while it factorizes it.
+  TempDir t;
+  test::TinySpec s = tiny();
+  s.n_layers = 3;
+  s.wtype = DType::Q8_0;
+  std::string dense = write_tiny(t, s, "dense.gguf");
+  for (int sharing : {0, 2}) {
+    CompressOptions o;
+    o.basis_sharing = sharing;
+    o.calib_path = write_calib(t);
+    o.calib_samples = 4;
+    o.calib_len = 64;
+    std::vector<std::string> phases;
+    auto progress = [&](int, int, const char* phase) {
+      if (phases.empty() || phases.back() != phase) phases.push_back(phase);
+    };
+    compress_model(dense, {{0.6, t.file("one.gguf")}}, o, progress);
+    EXPECT_EQ(phases.front(), "calibrating");
+    phases.clear();
+    o.calib_memory = 1;
+    compress_model(dense, {{0.6, t.file("passes.gguf")}}, o, progress);
+    const std::vector<std::string> want_phases =
+        sharing ? std::vector<std::string>{"calibrating layers 0-1", "factorizing",
+                                           "calibrating layers 2-2", "factorizing"}
+                : std::vector<std::string>{"calibrating layers 0-0", "factorizing",
+                                           "calibrating layers 1-1", "factorizing",
+                                           "calibrating layers 2-2", "factorizing"};
+    EXPECT_EQ(phases, want_phases) << "basis sharing " << sharing;
+    EXPECT_EQ(file_bytes(t.file("one.gguf")), file_bytes(t.file("passes.gguf")))
+        << "basis sharing " << sharing;
+    Model m = load_model(t.file("passes.gguf"), DType::F32);
+    EXPECT_EQ(m.weights->layers[2].q.rank(), 19);
+  }
+}
+
 TEST(LowRank, SharedBasisMayExceedOneMatrixOutputWidth) {
   // k/v are [32, 64]; a basis shared by 3 layers at keep 0.9 has
   // floor(0.9*3*32*64/(64+3*32)) = 34 directions, more than one matrix's 32 rows.
