@@ -2,11 +2,12 @@
 # Installs lowrank's build dependencies from Debian packages (idempotent).
 set -euo pipefail
 PKGS=(
-  build-essential cmake pkg-config python3 python3-pip
+  build-essential cmake pkg-config python3 python3-pip python3-venv
   libopenblas-dev liblapacke-dev     # BLAS / LAPACK (SVD, Cholesky for compression)
   nlohmann-json3-dev                 # JSON (config.json, safetensors headers, fixtures)
   libpcre2-dev                       # tokenizer pre-tokenizer regexes
   libcli11-dev libfmt-dev            # command line, formatting
+  libcpp-httplib-dev                 # HTTP for lowrank serve
   libgtest-dev libbenchmark-dev      # tests, kernel benchmarks
   clang libclang-rt-14-dev           # libFuzzer targets
 )

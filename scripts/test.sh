@@ -10,4 +10,12 @@ if [[ ! -f "$dir/CMakeCache.txt" ]]; then
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release
 fi
 cmake --build "$dir" -j"$(nproc)"
+# The server tests' Python packages (the openai client, pytest), hash-pinned, in a venv of the build.
+req=tests/server/requirements.txt
+if ! cmp -s "$req" "$dir/pyenv/requirements.txt"; then
+  rm -rf "$dir/pyenv"
+  python3 -m venv "$dir/pyenv"
+  "$dir/pyenv/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$req"
+  cp "$req" "$dir/pyenv/requirements.txt"
+fi
 ctest --test-dir "$dir" --output-on-failure -j"$(nproc)"

@@ -42,9 +42,6 @@ int run(const RunOptions& o) {
 
   Model m = load_model(o.model.model_path(), o.model.weight_type());
   const Tokenizer& tok = *m.tokenizer;
-  std::set<int32_t> stop;
-  if (tok.eos_id() >= 0) stop.insert(tok.eos_id());
-  bool add_bos = tok.add_bos();
   bool chat = !o.raw && (o.chat || !tok.chat_template().empty());
   ChatTemplate t;
   if (chat) {
@@ -56,19 +53,12 @@ int run(const RunOptions& o) {
       chat = false;
     }
   }
-  if (chat) {
-    std::vector<ChatMessage> msgs;
-    if (!o.system.empty()) msgs.push_back({"system", o.system});
-    msgs.push_back({"user", prompt});
-    prompt = render_chat(t, msgs, true);
-    for (const std::string& name : chat_end_tokens(t))
-      if (auto id = tok.find(name)) stop.insert(*id);
-    // A template that writes BOS itself must not get a second one.
-    if (tok.bos_id() >= 0 && prompt.rfind(tok.token_piece(tok.bos_id()), 0) == 0 &&
-        !tok.token_piece(tok.bos_id()).empty())
-      add_bos = false;
-  }
-  std::vector<int32_t> ids = tok.encode(prompt, add_bos, /*parse_special=*/chat);
+  std::vector<ChatMessage> msgs;
+  if (chat && !o.system.empty()) msgs.push_back({"system", o.system});
+  msgs.push_back({"user", prompt});
+  const PromptTokens p = chat ? chat_prompt(tok, t, msgs) : text_prompt(tok, prompt);
+  const std::vector<int32_t>& ids = p.ids;
+  const std::set<int32_t>& stop = p.stop;
   if (int(ids.size()) >= o.model.ctx)
     fail("the prompt has {} tokens, which does not fit a context of {} (raise -c)", ids.size(),
          o.model.ctx);

@@ -57,5 +57,6 @@ Runner add_bench_command(CLI::App& app);
 Runner add_import_command(CLI::App& app);
 Runner add_calibrate_kv_command(CLI::App& app);
 Runner add_synth_command(CLI::App& app);
+Runner add_serve_command(CLI::App& app);
 
 }  // namespace lr::cli

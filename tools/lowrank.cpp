@@ -1,5 +1,7 @@
 // lowrank: command-line entry point. Subcommands live in cmd_*.cpp.
+#include <algorithm>
 #include <cstdio>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -110,8 +112,14 @@ int main(int argc, char** argv) {
   reg(lr::cli::add_import_command);
   reg(lr::cli::add_calibrate_kv_command);
   reg(lr::cli::add_synth_command);
+  reg(lr::cli::add_serve_command);
+  // llama-server's -np (CLI11 takes one letter after a single dash) is --parallel.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (std::string& a : args)
+    if (a == "-np") a = "--parallel";
+  std::reverse(args.begin(), args.end());  // CLI11 takes them last first
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

@@ -1,6 +1,7 @@
 #include "runtime/chat.h"
 
 #include "core/error.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lr {
 
@@ -71,6 +72,34 @@ std::vector<std::string> chat_end_tokens(const ChatTemplate& t) {
     case ChatFormat::Llama2: return {"</s>"};
   }
   return {};
+}
+
+namespace {
+
+std::set<int32_t> end_of_sequence(const Tokenizer& tok) {
+  std::set<int32_t> stop;
+  if (tok.eos_id() >= 0) stop.insert(tok.eos_id());
+  return stop;
+}
+
+}  // namespace
+
+PromptTokens chat_prompt(const Tokenizer& tok, const ChatTemplate& t,
+                         const std::vector<ChatMessage>& messages) {
+  PromptTokens p{{}, end_of_sequence(tok)};
+  const std::string text = render_chat(t, messages, true);
+  for (const std::string& name : chat_end_tokens(t))
+    if (auto id = tok.find(name)) p.stop.insert(*id);
+  // A template that writes BOS itself must not get a second one.
+  bool add_bos = tok.add_bos();
+  const std::string bos = tok.bos_id() >= 0 ? tok.token_piece(tok.bos_id()) : "";
+  if (!bos.empty() && text.rfind(bos, 0) == 0) add_bos = false;
+  p.ids = tok.encode(text, add_bos, /*parse_special=*/true);
+  return p;
+}
+
+PromptTokens text_prompt(const Tokenizer& tok, const std::string& text) {
+  return {tok.encode(text, tok.add_bos(), /*parse_special=*/false), end_of_sequence(tok)};
 }
 
 }  // namespace lr

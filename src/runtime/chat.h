@@ -4,6 +4,8 @@
 // Llama-2 [INST].
 #pragma once
 
+#include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,5 +32,20 @@ std::string render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& m
 
 // Names of the tokens that end a turn in this format (looked up in the vocab).
 std::vector<std::string> chat_end_tokens(const ChatTemplate& t);
+
+class Tokenizer;
+
+// A prompt as token ids, and the tokens that end the model's answer to it.
+struct PromptTokens {
+  std::vector<int32_t> ids;
+  std::set<int32_t> stop;
+};
+// A conversation through template t: rendered with the generation prompt,
+// BOS added where the tokenizer wants one and the template does not write
+// it, special tokens parsed; stop: end of sequence and the turn's end tokens.
+PromptTokens chat_prompt(const Tokenizer& tok, const ChatTemplate& t,
+                         const std::vector<ChatMessage>& messages);
+// Plain text continued as it is (BOS as the tokenizer wants; special tokens as text).
+PromptTokens text_prompt(const Tokenizer& tok, const std::string& text);
 
 }  // namespace lr

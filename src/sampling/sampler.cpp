@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "core/error.h"
@@ -14,6 +15,26 @@ int32_t argmax(const float* logits, int n) {
   for (int i = 1; i < n; ++i)
     if (logits[i] > logits[best]) best = i;
   return best;
+}
+
+float token_logprob(const float* logits, int n, int32_t id, int top,
+                    std::vector<TokenLogprob>* top_out) {
+  LR_ASSERT(n > 0 && id >= 0 && id < n);
+  const float mx = *std::max_element(logits, logits + n);
+  double sum = 0;
+  for (int i = 0; i < n; ++i) sum += std::exp(double(logits[i] - mx));
+  const double lse = double(mx) + std::log(sum);
+  if (top > 0 && top_out) {
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) ids[size_t(i)] = i;
+    const size_t k = std::min(size_t(top), ids.size());
+    std::partial_sort(ids.begin(), ids.begin() + long(k), ids.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    top_out->clear();
+    for (size_t i = 0; i < k; ++i) top_out->push_back({ids[i], float(double(logits[ids[i]]) - lse)});
+  }
+  return float(double(logits[id]) - lse);
 }
 
 Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) {
@@ -36,6 +57,14 @@ int32_t Sampler::sample(const float* logits, int n, const std::vector<int32_t>& 
       float& l = cand_[size_t(id)].first;
       l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
     }
+  }
+
+  if (p_.presence_penalty != 0.f || p_.frequency_penalty != 0.f) {
+    std::unordered_map<int32_t, int> count;
+    for (int32_t id : history) ++count[id];
+    for (auto [id, k] : count)
+      if (id >= 0 && id < n)
+        cand_[size_t(id)].first -= p_.presence_penalty + p_.frequency_penalty * float(k);
   }
 
   auto by_logit = [](const auto& a, const auto& b) {

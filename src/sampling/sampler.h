@@ -15,8 +15,22 @@ struct SamplerParams {
   float min_p = 0.05f;       // <= 0: off
   float repeat_penalty = 1.0f;  // 1: off (llama.cpp semantics: divide positive logits, multiply negative)
   int repeat_last_n = 64;
+  // OpenAI's: logit -= presence * [count > 0] + frequency * count, counting
+  // the token in `history` (a server passes the tokens generated so far).
+  float presence_penalty = 0.f;
+  float frequency_penalty = 0.f;
   uint64_t seed = 0;
 };
+
+// A token and its log-probability under softmax(logits).
+struct TokenLogprob {
+  int32_t id;
+  float logprob;
+};
+// log softmax(logits)[id]; with top > 0, the `top` most likely tokens too
+// (descending, lowest id first on ties) into *top_out.
+float token_logprob(const float* logits, int n, int32_t id, int top = 0,
+                    std::vector<TokenLogprob>* top_out = nullptr);
 
 // Index of the largest logit (lowest index on ties).
 int32_t argmax(const float* logits, int n);

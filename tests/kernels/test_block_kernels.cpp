@@ -21,46 +21,17 @@
 #include "core/dtype.h"
 #include "core/half.h"
 #include "isa_util.h"
+#include "random_blocks.h"
 
 namespace {
 
 using lr::DType;
+using lr::test::random_rows;
 namespace cpu = lr::cpu;
 namespace ref = lr::cpu::ref;
 
 const DType kFormats[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K,
                           DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
-
-// Byte offsets of each format's f16 fields (the rest of a block is random bits).
-std::vector<int> f16_fields(DType t) {
-  switch (t) {
-    case DType::Q4_0:
-    case DType::Q5_0: return {0};
-    case DType::Q4_1:
-    case DType::Q5_1:
-    case DType::Q4_K:
-    case DType::Q5_K: return {0, 2};
-    case DType::Q2_K: return {80, 82};
-    case DType::Q3_K: return {108};
-    case DType::Q6_K: return {208};
-    default: return {};
-  }
-}
-
-std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t cols, uint32_t seed) {
-  const lr::DTypeInfo info = lr::dtype_info(t);
-  const int64_t nb = rows * cols / info.block_elems;
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> b(size_t(nb * info.block_bytes));
-  for (auto& x : b) x = uint8_t(rng());
-  std::normal_distribution<float> n(0.f, 0.02f);
-  for (int64_t i = 0; i < nb; ++i)
-    for (int off : f16_fields(t)) {
-      const uint16_t h = lr::f32_to_f16(n(rng));
-      std::memcpy(&b[size_t(i * info.block_bytes + off)], &h, 2);
-    }
-  return b;
-}
 
 std::vector<float> random_x(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -44,12 +44,12 @@ Executor::Fn Executor::attend(const Step& s) {
     for (int64_t u = sp.begin; u < sp.end; ++u) {
       const int t = int(u / (int64_t(c.n_kv_heads) * C)), kvh = int(u / C % c.n_kv_heads),
                 chunk = int(u % C);
-      const int64_t n = s_.pos + t + 1;  // positions this token sees
+      const int64_t n = pos(t) + 1;  // positions this token sees
       const size_t at = part(t, chunk, kvh * g);
       float *m = &part_m_[at], *sum = &part_l_[at], *acc = &part_acc_[at * size_t(hd)];
       const float* q = row(Buf::Q, t) + kvh * g * hd;
-      if (s_.dense) {
-        attend_partial(q, g, hd, s_.dense->key(l, kvh), s_.dense->value(l, kvh), hd, n * chunk / C,
+      if (cache_[size_t(t)]) {
+        attend_partial(q, g, hd, cache(t).key(l, kvh), cache(t).value(l, kvh), hd, n * chunk / C,
                        n * (chunk + 1) / C, scale, m, sum, acc);
       } else if (s_.latent) {
         kv::LatentCache& lc = *s_.latent;

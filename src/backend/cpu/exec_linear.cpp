@@ -78,18 +78,22 @@ Executor::Fn Executor::linear(const Step& s) {
     auto product = [&](const Job& j, int64_t r0, int64_t r1) {
       input(j);
       const Buf to = j.accumulate ? Buf::Y : j.out;  // a residual is summed from Y
-      matmul(*j.m, x, ldx, row(to, t0) + j.out_off, width(to), n, r0, r1);
+      if (rows_ == Rows::AsDecode)
+        matvec_rows(*j.m, x, ldx, row(to, t0) + j.out_off, width(to), n, r0, r1);
+      else
+        matmul(*j.m, x, ldx, row(to, t0) + j.out_off, width(to), n, r0, r1);
       for (int t = 0; t < n; ++t) {
         float* y = row(to, t0 + t) + j.out_off;
         if (j.bias) cpu::add(j.bias->f32() + r0, y + r0, r1 - r0);
         if (j.accumulate) cpu::add(y + r0, row(Buf::X, t0 + t) + j.out_off + r0, r1 - r0);
-        const int pos = s_.pos + t0 + t;
-        if (j.rope) s_.rope.apply_rows(y, r0, r1, hd, pos);
+        const int p = pos(t0 + t);
+        if (j.rope) s_.rope.apply_rows(y, r0, r1, hd, p);
         for (int64_t r = r0; j.append && r < r1;) {  // each head's part of the rows
           const int h = int(r / hd);
           const int64_t e = std::min<int64_t>(r1, int64_t(h + 1) * hd);
-          float* cache = j.out == Buf::K ? s_.dense->key(s.layer, h) : s_.dense->value(s.layer, h);
-          std::copy(y + r, y + e, cache + int64_t(pos) * hd + (r - int64_t(h) * hd));
+          kv::DenseCache& kv = cache(t0 + t);
+          float* to_cache = j.out == Buf::K ? kv.key(s.layer, h) : kv.value(s.layer, h);
+          std::copy(y + r, y + e, to_cache + int64_t(p) * hd + (r - int64_t(h) * hd));
           r = e;
         }
       }

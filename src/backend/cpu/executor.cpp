@@ -11,11 +11,12 @@
 namespace lr::cpu {
 
 Executor::Executor(Session& s, Plan plan, int max_tokens, ActivationObserver* observer,
-                   bool profile)
+                   bool profile, Rows rows)
     : s_(s),
       plan_(std::move(plan)),
       max_tokens_(max_tokens),
       observer_(observer),
+      rows_(rows),
       profile_(profile) {
   const Config& c = s.c;
   LR_ASSERT(max_tokens >= 1);
@@ -25,8 +26,11 @@ Executor::Executor(Session& s, Plan plan, int max_tokens, ActivationObserver* ob
   }
   width_[size_t(Buf::Logits)] = c.vocab;
   // One token: attention is split across the threads' chunks of positions
-  // (flash-decoding); more tokens give enough (token, KV head) items.
-  chunks_ = max_tokens == 1 ? s.pool.size() : 1;
+  // (flash-decoding); more tokens give enough (token, KV head) items. Rows
+  // computed as decode steps keep the decode split whatever their number.
+  chunks_ = max_tokens == 1 || rows == Rows::AsDecode ? s.pool.size() : 1;
+  pos_.assign(size_t(max_tokens), 0);
+  cache_.assign(size_t(max_tokens), nullptr);
   const size_t parts = size_t(max_tokens) * size_t(chunks_) * size_t(c.n_heads);
   part_m_.assign(parts, 0.f);
   part_l_.assign(parts, 0.f);
@@ -40,6 +44,8 @@ Executor::Executor(Session& s, Plan plan, int max_tokens, ActivationObserver* ob
   local_.assign(size_t(s.pool.size()) * size_t(max_tokens) * size_t(local_floats_), 0.f);
   for (const Step& st : plan_.steps)
     if (st.op != Op::Embed) steps_.push_back({&st, compile(st), is_head(st)});
+  first_head_ = size_t(std::find_if(steps_.begin(), steps_.end(), [](const Compiled& c) { return c.head; }) -
+                       steps_.begin());
   step_ns_.assign(steps_.size(), 0.0);
 }
 
@@ -70,20 +76,57 @@ void Executor::run(const int32_t* tokens, int n, Head head, float* logits) {
   logits_ = logits;
   head_first_ = head == Head::Last ? n - 1 : 0;
   head_count_ = head == Head::Last ? 1 : n;
+  head_rows_.clear();
+  for (int t = 0; t < n; ++t) {
+    pos_[size_t(t)] = s_.pos + t;
+    cache_[size_t(t)] = s_.dense ? &*s_.dense : nullptr;
+  }
   if (!plan_.steps.empty() && plan_.steps[0].op == Op::Embed)  // on the calling thread
     for (int t = 0; t < n; ++t) s_.w.tok_embd.row_to_f32(tokens[t], row(Buf::X, t));
+  execute(head);
+}
+
+void Executor::run_rows(const int32_t* tokens, const int* pos, kv::DenseCache* const* caches,
+                        int n, const int* head_rows, int n_head, float* logits) {
+  LR_ASSERT(n >= 1 && n <= max_tokens_ && n_head >= 0 && n_head <= n);
+  LR_ASSERT(plan_.kv == KvMode::Dense && !plan_.streamed_keys && !s_.streams);
+  LR_ASSERT(!plan_.steps.empty() && plan_.steps[0].op == Op::Embed);
+  n_ = n;
+  logits_ = logits;
+  head_first_ = 0;
+  head_count_ = n_head;
+  head_rows_.assign(head_rows, head_rows + n_head);
+  for (int t = 0; t < n; ++t) {
+    pos_[size_t(t)] = pos[t];
+    cache_[size_t(t)] = caches[t];
+    s_.w.tok_embd.row_to_f32(tokens[t], row(Buf::X, t));
+  }
+  for (int i = 1; i < n_head; ++i) LR_ASSERT(head_rows[i] > head_rows[i - 1]);
+  execute(n_head > 0 ? Head::All : Head::None);
+}
+
+void Executor::gather_head_rows() {
+  const int64_t w = width(Buf::X);
+  for (size_t i = 0; i < head_rows_.size(); ++i)  // ascending: a row moves down or stays
+    if (head_rows_[i] != int(i)) std::copy_n(row(Buf::X, head_rows_[i]), w, row(Buf::X, int(i)));
+}
+
+void Executor::execute(Head head) {
   ThreadPool& pool = s_.pool;
+  bool gather = false;  // run_rows: whether the head's rows must move first
+  for (size_t i = 0; i < head_rows_.size(); ++i) gather |= head_rows_[i] != int(i);
   auto skip = [&](const Compiled& c) { return c.head && head == Head::None; };
   if (profile_ || observer_ || plan_.unit == ExecUnit::PerOp) {
     for (size_t i = 0; i < steps_.size(); ++i) {
       if (skip(steps_[i])) continue;
+      if (gather && i == first_head_) gather_head_rows();
       const auto t0 = std::chrono::steady_clock::now();
       pool.run(steps_[i].fn);
       if (profile_)
         step_ns_[i] += double(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                   std::chrono::steady_clock::now() - t0)
                                   .count());
-      if (observer_) observe(*steps_[i].step, n);
+      if (observer_) observe(*steps_[i].step, n_);
     }
     profiled_calls_ += profile_ ? 1 : 0;
     return;
@@ -99,6 +142,10 @@ void Executor::run(const int32_t* tokens, int n, Head head, float* logits) {
         if (skip(steps_[i])) continue;
         if (!first) pool.barrier();
         first = false;
+        if (gather && i == first_head_) {  // the head's rows, moved by one thread
+          if (tid == 0) gather_head_rows();
+          pool.barrier();
+        }
         steps_[i].fn(tid, nth);
       }
     });
@@ -186,17 +233,17 @@ Executor::Fn Executor::rope(const Step& s) {
       for (int64_t u = sp.begin; u < sp.end; ++u) {
         const int t = int(u / heads), h = int(u % heads);
         float* x = h < c.n_heads ? row(s.a, t) + h * hd : row(s.b, t) + (h - c.n_heads) * hd;
-        s_.rope.apply(x, 1, hd, s_.pos + t);
+        s_.rope.apply(x, 1, hd, pos(t));
       }
       return;
     }
     const Span sp = split(int64_t(n) * c.n_kv_heads, tid, nth);
     for (int64_t u = sp.begin; u < sp.end; ++u) {
-      const int t = int(u / c.n_kv_heads), h = int(u % c.n_kv_heads), pos = s_.pos + t;
-      s_.rope.apply(row(Buf::Q, t) + h * g * hd, g, hd, pos);
-      s_.rope.apply(row(Buf::K, t) + h * hd, 1, hd, pos);
-      std::copy_n(row(Buf::K, t) + h * hd, hd, s_.dense->key(s.layer, h) + int64_t(pos) * hd);
-      std::copy_n(row(Buf::V, t) + h * hd, hd, s_.dense->value(s.layer, h) + int64_t(pos) * hd);
+      const int t = int(u / c.n_kv_heads), h = int(u % c.n_kv_heads), p = pos(t);
+      s_.rope.apply(row(Buf::Q, t) + h * g * hd, g, hd, p);
+      s_.rope.apply(row(Buf::K, t) + h * hd, 1, hd, p);
+      std::copy_n(row(Buf::K, t) + h * hd, hd, cache(t).key(s.layer, h) + int64_t(p) * hd);
+      std::copy_n(row(Buf::V, t) + h * hd, hd, cache(t).value(s.layer, h) + int64_t(p) * hd);
     }
   };
 }
@@ -211,9 +258,9 @@ Executor::Fn Executor::append(const Step& s) {
     if (!s_.streams) {
       const Span sp = split(int64_t(n) * c.n_kv_heads, tid, nth);
       for (int64_t u = sp.begin; u < sp.end; ++u) {
-        const int t = int(u / c.n_kv_heads), h = int(u % c.n_kv_heads), pos = s_.pos + t;
-        std::copy_n(row(Buf::K, t) + h * hd, hd, s_.dense->key(l, h) + int64_t(pos) * hd);
-        std::copy_n(row(Buf::V, t) + h * hd, hd, s_.dense->value(l, h) + int64_t(pos) * hd);
+        const int t = int(u / c.n_kv_heads), h = int(u % c.n_kv_heads), p = pos(t);
+        std::copy_n(row(Buf::K, t) + h * hd, hd, cache(t).key(l, h) + int64_t(p) * hd);
+        std::copy_n(row(Buf::V, t) + h * hd, hd, cache(t).value(l, h) + int64_t(p) * hd);
       }
       return;
     }

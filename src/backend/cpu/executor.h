@@ -17,6 +17,14 @@
 // tokens per call; a session has one for decode steps (one token, attention
 // split across the threads) and one for prompts (unfused, token by token
 // attention).
+//
+// A server's step (backend/batch.h) runs one executor over the rows of
+// several sequences at once (run_rows): row t is a token of the sequence
+// whose cache is caches[t], at position pos[t]. Such an executor is made
+// with Rows::AsDecode, so every row is computed exactly as a one-token
+// decode step computes it (the decode kernels per row, the weights read once
+// per block of rows for all of them; attention in the decode split): a row's
+// bits do not depend on what else the call holds.
 #pragma once
 
 #include <cstdint>
@@ -32,12 +40,17 @@ namespace lr::cpu {
 // Which tokens of a call the output head runs on.
 enum class Head { All, Last, None };
 
+// How the rows of a call are computed. Matrix: prompts, the matrix-matrix
+// kernels (f32 inputs) and one attention chunk per token. AsDecode: every
+// row as a one-token decode step computes it (batch invariance).
+enum class Rows { Matrix, AsDecode };
+
 class Executor {
  public:
   // observer: sees the activations of the steps the plan marks (then every
   // step is its own dispatch). profile: LOWRANK_PROFILE, see below.
   Executor(Session& s, Plan plan, int max_tokens, ActivationObserver* observer = nullptr,
-           bool profile = false);
+           bool profile = false, Rows rows = Rows::Matrix);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -45,6 +58,12 @@ class Executor {
   // Runs tokens[0, n) at positions s.pos .. s.pos + n - 1 (n <= max_tokens).
   // Logits [n, vocab] (Head::All) or the last token's [vocab] (Head::Last).
   void run(const int32_t* tokens, int n, Head head, float* logits);
+  // Rows of several sequences: tokens[t] at position pos[t] of the dense
+  // cache caches[t] (each sequence's rows consecutive, in position order).
+  // The output head runs on rows head_rows[0, n_head) (ascending) and writes
+  // their logits [n_head, vocab]. A dense-KV plan without key streams.
+  void run_rows(const int32_t* tokens, const int* pos, kv::DenseCache* const* caches, int n,
+                const int* head_rows, int n_head, float* logits);
   const Plan& plan() const { return plan_; }
 
  private:
@@ -66,6 +85,13 @@ class Executor {
   Fn merge(const Step& s);
   Fn static_attention(const Step& s);
   Fn latent(const Step& s);
+  // The steps from the first of the output head on, as one dispatch or one per step.
+  void execute(Head head);
+  // Rows head_rows_ of X moved to the first rows (calling thread; before the head).
+  void gather_head_rows();
+  // Position and dense cache of row t of the call.
+  int pos(int t) const { return pos_[size_t(t)]; }
+  kv::DenseCache& cache(int t) const { return *cache_[size_t(t)]; }
 
   // Activation row t of buffer b (Logits: the caller's, from the head's first row).
   float* row(Buf b, int t) {
@@ -93,7 +119,9 @@ class Executor {
   Plan plan_;
   int max_tokens_;
   ActivationObserver* observer_;
+  Rows rows_;
   std::vector<Compiled> steps_;
+  size_t first_head_ = 0;  // index in steps_ of the output head's first step
   // LOWRANK_PROFILE=1 (decode only): every step timed on its own (one
   // dispatch per step, whatever the unit) and a table of time per kind of
   // step printed to stderr when the session ends. A development aid, not a mode.
@@ -104,6 +132,9 @@ class Executor {
   // The call being run.
   int n_ = 0, head_first_ = 0, head_count_ = 0;
   float* logits_ = nullptr;
+  std::vector<int> pos_;                 // [max_tokens]
+  std::vector<kv::DenseCache*> cache_;   // [max_tokens]
+  std::vector<int> head_rows_;           // run_rows: the rows the head runs on (else empty)
 
   std::vector<float> buf_[size_t(Buf::Logits) + 1];  // [max_tokens, width] each
   int64_t width_[size_t(Buf::Logits) + 1] = {};

@@ -41,6 +41,16 @@ void matmul(const Matrix& W, const float* X, int64_t ldx, float* Y, int64_t ldy,
   }
 }
 
+void matvec_rows(const Matrix& W, const float* X, int64_t ldx, float* Y, int64_t ldy, int64_t n,
+                 int64_t r0, int64_t r1) {
+  LR_ASSERT(r0 % 8 == 0);
+  // 64 rows of the widest model here (8960 Q4_K columns) are 315 KB: L2.
+  constexpr int64_t kBlockRows = 64;
+  for (int64_t r = r0; r < r1; r += kBlockRows)
+    for (int64_t t = 0; t < n; ++t)
+      matvec(W, X + t * ldx, Y + t * ldy, r, std::min(r1, r + kBlockRows));
+}
+
 Span split(int64_t n, int tid, int nth, int64_t align) {
   const int64_t units = (n + align - 1) / align;
   const int64_t chunk = units / nth, rem = units % nth;
@@ -118,7 +128,7 @@ std::shared_ptr<const kv::SvdqBasis> calibrated_basis(const Weights& w, int l, i
 
 }  // namespace
 
-Session::Session(const Weights& w_, const BackendOptions& opt, KvMode kv)
+Session::Session(const Weights& w_, const BackendOptions& opt, KvMode kv, bool own_cache)
     : w(w_), c(w_.cfg), pool(std::max(1, opt.n_threads)), ctx(opt.ctx), rope(w_.cfg, opt.ctx) {
   pool.set_spin(opt.exec.spin);
   if (opt.keys.type != kv::KeyType::F32) {
@@ -137,13 +147,13 @@ Session::Session(const Weights& w_, const BackendOptions& opt, KvMode kv)
       rv.push_back(L.v.rank());
     }
     latent.emplace(opt.ctx, c.kv_dim(), rk, rv);
-  } else {
+  } else if (own_cache) {
     dense.emplace(c.n_layers, c.n_kv_heads, c.head_dim, opt.ctx);
   }
 }
 
 uint64_t Session::cache_bytes() const {
-  return dense ? dense->bytes() : latent ? latent->bytes() : streams->bytes();
+  return dense ? dense->bytes() : latent ? latent->bytes() : streams ? streams->bytes() : 0;
 }
 
 }  // namespace lr::cpu

@@ -22,6 +22,11 @@ void matvec(const Matrix& W, const float* x, float* y, int64_t r0, int64_t r1);
 // Y[t, r] = W[r, :] X[t, :] for t < n, r in [r0, r1); X rows ldx apart, Y rows ldy apart.
 void matmul(const Matrix& W, const float* X, int64_t ldx, float* Y, int64_t ldy, int64_t n,
             int64_t r0, int64_t r1);
+// The same, every row of X as matvec computes it (the same bits), the
+// weights read from memory once: a block of rows at a time for every x.
+// r0 a multiple of 8, as the decode split gives matvec.
+void matvec_rows(const Matrix& W, const float* X, int64_t ldx, float* Y, int64_t ldy, int64_t n,
+                 int64_t r0, int64_t r1);
 
 // A contiguous share of n items for thread tid of nth, in units of `align`
 // items (shares differ by at most one unit; the last may be short).
@@ -42,8 +47,9 @@ struct RopeTable {
 };
 
 struct Session {
-  // kv: the session plans' KV mode (the cache they keep).
-  Session(const Weights& w, const BackendOptions& opt, KvMode kv);
+  // kv: the session plans' KV mode (the cache they keep). own_cache false:
+  // no cache here (a batch keeps one per sequence, backend/batch.h).
+  Session(const Weights& w, const BackendOptions& opt, KvMode kv, bool own_cache = true);
   const Weights& w;
   const Config& c;
   ThreadPool pool;

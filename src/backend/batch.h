@@ -1,0 +1,75 @@
+// Several sequences advanced together, one step at a time: the engine under
+// a server's slots. Each slot is a sequence with its own dense KV cache of
+// ctx positions (slots do not share a pool: a slot's cache is contiguous and
+// its capacity is known when a request is admitted). A step takes chunks of
+// tokens of distinct slots — one token of a slot that decodes, a piece of
+// the prompt of one that prefills — and every linear map reads its weights
+// once for all of the step's tokens; attention runs per slot over its cache.
+//
+// Batch invariance: a chunk's logits, and the keys and values it caches,
+// are bit-identical whatever else the step holds and however a prompt is cut
+// into chunks, because every token is computed exactly as a one-token decode
+// step of the single-sequence backend computes it (backend/cpu/executor.h
+// Rows::AsDecode). So a slot fed its prompt in any chunks gives the same
+// bits as `make_cpu_backend` fed the same tokens one at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace lr {
+
+class BatchBackend {
+ public:
+  // tokens[0, n) of slot `slot`, at its positions n_past(slot) ...; logits:
+  // whether the step writes the logits of the chunk's last token.
+  struct Chunk {
+    int slot = 0;
+    const int32_t* tokens = nullptr;
+    int n = 0;
+    bool logits = true;
+  };
+  // What the last step did: its tokens and the thread pool's dispatches and barriers.
+  struct StepStats {
+    int tokens = 0;
+    uint64_t dispatches = 0, barriers = 0;
+  };
+
+  virtual ~BatchBackend() = default;
+  // Runs the chunks (distinct slots; at most max_step_tokens() tokens in
+  // all) and writes the logits of the chunks that ask for them, [those
+  // chunks, vocab] in the order given. Throws lr::Error, before running
+  // anything, on a bad slot, a repeated slot, an empty chunk, a token id
+  // outside the vocabulary, a slot's context overflow or too many tokens.
+  virtual void step(const std::vector<Chunk>& chunks, float* logits) = 0;
+  virtual StepStats last_step() const = 0;
+
+  int slots() const { return int(n_past_.size()); }
+  int ctx() const { return ctx_; }
+  int max_step_tokens() const { return max_step_tokens_; }
+  int n_past(int slot) const { return n_past_.at(size_t(slot)); }
+  // Forgets slot `slot`'s positions at or after n (n <= n_past(slot)): a new
+  // request keeps the prefix it shares with the slot's previous one.
+  void rewind(int slot, int n);
+  const Weights& weights() const { return *weights_; }
+
+ protected:
+  BatchBackend(std::shared_ptr<const Weights> w, int slots, int ctx, int max_step_tokens);
+  void check_step(const std::vector<Chunk>& chunks) const;
+
+  std::shared_ptr<const Weights> weights_;
+  int ctx_, max_step_tokens_;
+  std::vector<int> n_past_;  // [slots]
+};
+
+// The fast CPU batch: opt.ctx positions per slot, opt.n_threads threads, the
+// fused per-token plan (opt.exec other than the default, an observer or a
+// compressed key cache are refused).
+std::unique_ptr<BatchBackend> make_cpu_batch_backend(std::shared_ptr<const Weights> w,
+                                                     const BackendOptions& opt, int slots,
+                                                     int max_step_tokens);
+
+}  // namespace lr

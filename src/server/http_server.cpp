@@ -1,0 +1,341 @@
+#include "server/http_server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <random>
+
+#include "core/error.h"
+#include "server/openai.h"
+
+namespace lr::server {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+const char* kJson = "application/json; charset=utf-8";
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(dump_json(error_body(e)), kJson);
+}
+
+std::string random_id(const char* prefix) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("{}{:016x}{:08x}", prefix, rng(), uint32_t(rng()));
+}
+
+struct Pieces final : TokenText {
+  const Tokenizer& tok;
+  explicit Pieces(const Tokenizer& t) : tok(t) {}
+  std::string text(int32_t id) const override { return tok.token_piece(id); }
+};
+
+// The routes and the methods each answers; any other method gets 405.
+const std::vector<std::pair<std::string, std::string>> kRoutes = {{"/v1/chat/completions", "POST"},
+                                                                  {"/v1/completions", "POST"},
+                                                                  {"/v1/models", "GET"},
+                                                                  {"/health", "GET"},
+                                                                  {"/tokenize", "POST"},
+                                                                  {"/detokenize", "POST"},
+                                                                  {"/metrics", "GET"}};
+
+}  // namespace
+
+struct HttpServer::Impl {
+  HttpOptions opt;
+  httplib::Server svr;
+  std::thread listener;
+  std::mutex mu;
+  std::shared_ptr<Served> served;  // null while loading
+
+  std::shared_ptr<Served> get() {
+    std::lock_guard<std::mutex> l(mu);
+    if (!served) throw ApiError(503, "Loading model", "", "model_loading");
+    return served;
+  }
+
+  bool authorized(const httplib::Request& req) const {
+    if (opt.api_keys.empty()) return true;
+    std::string key = req.get_header_value("X-Api-Key");
+    const std::string auth = req.get_header_value("Authorization");
+    if (auth.rfind("Bearer ", 0) == 0) key = auth.substr(7);
+    return std::find(opt.api_keys.begin(), opt.api_keys.end(), key) != opt.api_keys.end();
+  }
+
+  void routes();
+  void completion(Api api, const httplib::Request& req, httplib::Response& res);
+};
+
+void HttpServer::Impl::routes() {
+  // Every handler's ApiError becomes its status and error body.
+  auto guarded = [](auto fn) {
+    return [fn](const httplib::Request& req, httplib::Response& res) {
+      try {
+        fn(req, res);
+      } catch (const ApiError& e) {
+        send_error(res, e);
+      } catch (
+          const Error& e) {  // bad input found below the API layer (a token id, a sampling value)
+        send_error(res, ApiError(400, e.what()));
+      } catch (const std::exception& e) {
+        send_error(res, ApiError(500, fmt::format("internal error: {}", e.what())));
+      }
+    };
+  };
+  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (req.path == "/health" || authorized(req))
+      return httplib::Server::HandlerResponse::Unhandled;
+    send_error(
+        res,
+        ApiError(401, "Invalid API key: pass it as 'Authorization: Bearer KEY' or 'X-Api-Key: KEY'",
+                 "", "invalid_api_key"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  svr.Post("/v1/chat/completions",
+           guarded([this](const auto& q, auto& r) { completion(Api::Chat, q, r); }));
+  svr.Post("/v1/completions",
+           guarded([this](const auto& q, auto& r) { completion(Api::Completions, q, r); }));
+  svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard<std::mutex> l(mu);
+    if (!served) return send_error(res, ApiError(503, "Loading model", "", "model_loading"));
+    res.set_content(R"({"status":"ok"})", kJson);
+  });
+  svr.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
+            auto s = get();
+            const Config& c = s->model.weights->cfg;
+            json m = {{"id", s->name},
+                      {"object", "model"},
+                      {"created", int64_t(std::time(nullptr))},
+                      {"owned_by", "lowrank"},
+                      {"meta",
+                       {{"n_ctx", s->engine->ctx()},
+                        {"n_slots", s->engine->slots()},
+                        {"n_vocab", c.vocab},
+                        {"n_layers", c.n_layers},
+                        {"n_embd", c.dim}}}};
+            res.set_content(dump_json({{"object", "list"}, {"data", json::array({m})}}), kJson);
+          }));
+  svr.Post("/tokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
+             auto s = get();
+             const json j = parse_json_body(req.body);
+             if (!j.contains("content") || !j["content"].is_string())
+               throw ApiError(400, "'content' must be a string", "content");
+             bool special = false;
+             if (j.contains("add_special")) {
+               if (!j["add_special"].is_boolean())
+                 throw ApiError(400, "'add_special' must be true or false", "add_special");
+               special = j["add_special"].get<bool>();
+             }
+             const Tokenizer& tok = *s->model.tokenizer;
+             const auto ids =
+                 tok.encode(j["content"].get<std::string>(), special && tok.add_bos(), special);
+             res.set_content(dump_json({{"tokens", ids}}), kJson);
+           }));
+  svr.Post(
+      "/detokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
+        auto s = get();
+        const json j = parse_json_body(req.body);
+        if (!j.contains("tokens") || !j["tokens"].is_array())
+          throw ApiError(400, "'tokens' must be an array of token ids", "tokens");
+        const Tokenizer& tok = *s->model.tokenizer;
+        std::vector<int32_t> ids;
+        for (const json& t : j["tokens"]) {
+          if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok.n_vocab())
+            throw ApiError(400, fmt::format("'tokens' must hold token ids below {}", tok.n_vocab()),
+                           "tokens");
+          ids.push_back(int32_t(t.get<int64_t>()));
+        }
+        res.set_content(dump_json({{"content", tok.decode(ids)}}), kJson);
+      }));
+  svr.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& res) {
+            res.set_content(prometheus_text(get()->engine->metrics()), "text/plain; version=0.0.4");
+          }));
+  // A known path with another method: 405 with the allowed one.
+  for (const auto& [path, method] : kRoutes) {
+    auto not_allowed = [path = path, method = method](const httplib::Request& req,
+                                                      httplib::Response& res) {
+      res.set_header("Allow", method);
+      send_error(res, ApiError(405, fmt::format("{} does not answer {}; use {}", path, req.method,
+                                                method)));
+    };
+    if (method != "GET") svr.Get(path, not_allowed);
+    if (method != "POST") svr.Post(path, not_allowed);
+    svr.Put(path, not_allowed);
+    svr.Delete(path, not_allowed);
+    svr.Patch(path, not_allowed);
+  }
+  // Statuses httplib sets itself (404, 413, 400 for a malformed request) get an error body too.
+  svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string msg = res.status == 404   ? fmt::format("no route for {} {}", req.method, req.path)
+                      : res.status == 413 ? "the request body is larger than --max-body allows"
+                                          : fmt::format("HTTP {}", res.status);
+    send_error(res, ApiError(res.status, msg));
+  });
+  svr.set_logger([](const httplib::Request& req, const httplib::Response& res) {
+    if (req.path == "/v1/chat/completions" || req.path == "/v1/completions")
+      if (res.status == 200) return;  // logged when the answer ends, with its tokens
+    std::fprintf(stderr, "%s %s %d\n", req.method.c_str(), req.path.c_str(), res.status);
+  });
+}
+
+void HttpServer::Impl::completion(Api api, const httplib::Request& req, httplib::Response& res) {
+  auto s = get();
+  CompletionRequest cr = parse_completion_request(api, req.body);
+  const Tokenizer& tok = *s->model.tokenizer;
+  PromptTokens p;
+  if (api == Api::Chat)
+    p = chat_prompt(tok, s->chat, cr.messages);
+  else if (!cr.prompt_ids.empty())
+    p = {cr.prompt_ids, {tok.eos_id()}};
+  else
+    p = text_prompt(tok, cr.prompt);
+  const int ctx = s->engine->ctx(), n = int(p.ids.size());
+  if (n >= ctx)
+    throw ApiError(
+        400,
+        fmt::format("This model's maximum context length is {} tokens; the prompt has {} tokens",
+                    ctx, n),
+        api == Api::Chat ? "messages" : "prompt", "context_length_exceeded");
+  if (cr.gen.max_tokens == 0) cr.gen.max_tokens = ctx - n;
+  if (cr.gen.max_tokens > ctx - n)
+    throw ApiError(
+        400,
+        fmt::format(
+            "max_tokens is {}, but the prompt's {} tokens leave room for {} in a context of {}",
+            cr.gen.max_tokens, n, ctx - n, ctx),
+        "max_tokens", "context_length_exceeded");
+  cr.gen.stop_tokens = p.stop;
+  cr.gen.stop_tokens.erase(-1);
+  std::shared_ptr<Request> r;
+  try {
+    r = s->engine->submit(p.ids, cr.gen);
+  } catch (const Engine::Busy& b) {
+    res.set_header("Retry-After", "1");
+    throw ApiError(503, fmt::format("the server is busy: {}", b.what()), "", "server_busy");
+  }
+  auto c = std::make_shared<Completion>();
+  c->api = api;
+  c->id = random_id(api == Api::Chat ? "chatcmpl-" : "cmpl-");
+  c->model = s->name;
+  c->created = int64_t(std::time(nullptr));
+  const auto start = Clock::now();
+  const std::string what = req.method + " " + req.path;
+  // Ends the request when the response ends, however it ends; logs it.
+  auto released = [r, c, start, what](bool ok) {
+    r->cancel();
+    std::fprintf(stderr, "%s %d prompt=%d generated=%d cached=%d %.0f ms%s\n", what.c_str(), 200,
+                 c->usage.prompt_tokens, c->usage.completion_tokens, c->usage.cached_tokens,
+                 std::chrono::duration<double, std::milli>(Clock::now() - start).count(),
+                 ok ? "" : " (client gone: cancelled)");
+  };
+  const bool logprobs = cr.logprobs;
+  if (!cr.stream) {
+    res.set_chunked_content_provider(
+        kJson,
+        [s, r, c, logprobs](size_t, httplib::DataSink& sink) {
+          for (;;) {
+            Request::News n = r->take(50ms);
+            c->text += n.text;
+            c->tokens.insert(c->tokens.end(), n.tokens.begin(), n.tokens.end());
+            c->usage = n.usage;
+            if (n.done) {
+              c->finish = n.finish;
+              const std::string body =
+                  dump_json(completion_body(*c, logprobs, Pieces(*s->model.tokenizer)));
+              if (!sink.write(body.data(), body.size())) return false;
+              sink.done();
+              return true;
+            }
+            if (!sink.is_writable()) return false;  // the client went away
+          }
+        },
+        released);
+    return;
+  }
+  const bool include_usage = cr.include_usage;
+  auto first = std::make_shared<bool>(true);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [s, r, c, logprobs, include_usage, first](size_t, httplib::DataSink& sink) {
+        auto send = [&](const json& j) {
+          const std::string line = "data: " + dump_json(j) + "\n\n";
+          return sink.write(line.data(), line.size());
+        };
+        const Pieces pieces(*s->model.tokenizer);
+        Request::News n = r->take(*first ? 0ms : 50ms);
+        if (!sink.is_writable()) return false;
+        Completion chunk = *c;
+        chunk.text = n.text;
+        chunk.tokens = n.tokens;
+        c->usage = n.usage;
+        if (*first || !n.text.empty() || !n.tokens.empty()) {
+          if (!send(chunk_body(chunk, *first, logprobs, pieces))) return false;
+          *first = false;
+        }
+        if (!n.done) return true;
+        if (n.finish == Finish::Cancelled) return false;
+        chunk.text.clear();
+        chunk.tokens.clear();
+        chunk.finish = n.finish;
+        chunk.usage = n.usage;
+        if (!send(chunk_body(chunk, false, logprobs, pieces))) return false;
+        if (include_usage && !send(usage_chunk(chunk))) return false;
+        const std::string done = "data: [DONE]\n\n";
+        if (!sink.write(done.data(), done.size())) return false;
+        sink.done();
+        return true;
+      },
+      released);
+}
+
+HttpServer::HttpServer(const HttpOptions& o) : impl_(std::make_unique<Impl>()) {
+  impl_->opt = o;
+}
+
+HttpServer::~HttpServer() {
+  stop();
+}
+
+void HttpServer::start() {
+  Impl& m = *impl_;
+  m.routes();
+  m.svr.set_payload_max_length(m.opt.max_body);
+  m.svr.set_read_timeout(m.opt.timeout_s, 0);
+  m.svr.set_write_timeout(m.opt.timeout_s, 0);
+  const int threads = m.opt.threads_http;
+  m.svr.new_task_queue = [threads] {
+    return new httplib::ThreadPool(size_t(std::max(1, threads)));
+  };
+  if (m.opt.port == 0) {
+    port_ = m.svr.bind_to_any_port(m.opt.host);
+    if (port_ <= 0) fail("cannot listen on {}: no free port", m.opt.host);
+  } else {
+    if (!m.svr.bind_to_port(m.opt.host, m.opt.port))
+      fail("cannot listen on {}:{} (in use, or not an address of this host)", m.opt.host,
+           m.opt.port);
+    port_ = m.opt.port;
+  }
+  m.listener = std::thread([&m] { m.svr.listen_after_bind(); });
+}
+
+void HttpServer::ready(std::shared_ptr<Served> s) {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  impl_->served = std::move(s);
+}
+
+void HttpServer::stop() {
+  if (!impl_) return;
+  impl_->svr.stop();
+  if (impl_->listener.joinable()) impl_->listener.join();
+}
+
+}  // namespace lr::server

@@ -1,0 +1,316 @@
+#include "server/openai.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+namespace lr::server {
+
+ApiError::ApiError(int status_, const std::string& message, std::string param_, std::string code_)
+    : std::runtime_error(message),
+      status(status_),
+      type(error_type(status_)),
+      param(std::move(param_)),
+      code(std::move(code_)) {}
+
+const char* error_type(int status) {
+  switch (status) {
+    case 401:
+      return "authentication_error";
+    case 404:
+      return "not_found_error";
+    case 503:
+      return "unavailable_error";
+    default:
+      return status >= 500 ? "server_error" : "invalid_request_error";
+  }
+}
+
+json error_body(const ApiError& e) {
+  json err = {{"message", e.what()}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
+  if (!e.param.empty()) err["param"] = e.param;
+  if (!e.code.empty()) err["code"] = e.code;
+  return {{"error", err}};
+}
+
+json parse_json_body(const std::string& body) {
+  try {
+    json j = json::parse(body);
+    if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
+    return j;
+  } catch (const json::exception& e) {  // a syntax error, or a number out of range
+                                        // (fuzz/corpus/openai/number_overflow)
+    throw ApiError(400, fmt::format("invalid JSON body: {}", e.what()));
+  }
+}
+
+namespace {
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw ApiError(400, message, param);
+}
+
+// j[key] as a number in [lo, hi] (absent or null: `def`).
+double number(const json& j, const char* key, double lo, double hi, double def) {
+  if (!j.contains(key) || j[key].is_null()) return def;
+  const json& v = j[key];
+  if (!v.is_number()) bad(key, fmt::format("'{}' must be a number", key));
+  const double x = v.get<double>();
+  if (!(x >= lo && x <= hi))
+    bad(key, fmt::format("'{}' must be between {} and {} (got {})", key, lo, hi, x));
+  return x;
+}
+
+int64_t integer(const json& j, const char* key, int64_t lo, int64_t hi, int64_t def) {
+  if (!j.contains(key) || j[key].is_null()) return def;
+  const json& v = j[key];
+  if (!v.is_number_integer()) bad(key, fmt::format("'{}' must be an integer", key));
+  const int64_t x =
+      v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())
+          ? std::numeric_limits<int64_t>::max()
+          : v.get<int64_t>();
+  if (x < lo || x > hi)
+    bad(key, fmt::format("'{}' must be between {} and {} (got {})", key, lo, hi, x));
+  return x;
+}
+
+bool boolean(const json& j, const char* key, bool def) {
+  if (!j.contains(key) || j[key].is_null()) return def;
+  if (!j[key].is_boolean()) bad(key, fmt::format("'{}' must be true or false", key));
+  return j[key].get<bool>();
+}
+
+// A message's content: a string, or an array of {"type": "text", "text": ...} parts.
+std::string content_text(const json& c, const std::string& param) {
+  if (c.is_string()) return c.get<std::string>();
+  if (c.is_array()) {
+    std::string out;
+    for (const json& part : c) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+          !part["text"].is_string())
+        bad(param,
+            fmt::format("'{}' parts must be {{\"type\": \"text\", \"text\": string}}", param));
+      out += part["text"].get<std::string>();
+    }
+    return out;
+  }
+  bad(param, fmt::format("'{}' must be a string or an array of text parts", param));
+}
+
+std::vector<ChatMessage> messages(const json& j) {
+  if (!j.contains("messages")) bad("messages", "'messages' is required");
+  const json& m = j["messages"];
+  if (!m.is_array()) bad("messages", "'messages' must be an array");
+  if (m.empty()) bad("messages", "'messages' must not be empty");
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < m.size(); ++i) {
+    const std::string at = fmt::format("messages[{}]", i);
+    if (!m[i].is_object()) bad(at, fmt::format("'{}' must be an object", at));
+    if (!m[i].contains("role") || !m[i]["role"].is_string())
+      bad(at + ".role", fmt::format("'{}.role' must be a string", at));
+    std::string role = m[i]["role"].get<std::string>();
+    if (role == "developer") role = "system";  // OpenAI's newer name for it
+    if (role != "system" && role != "user" && role != "assistant")
+      bad(at + ".role",
+          fmt::format("'{}.role' is '{}'; expected system, developer, user or assistant", at,
+                      role));
+    if (!m[i].contains("content") || m[i]["content"].is_null())
+      bad(at + ".content", fmt::format("'{}.content' is required", at));
+    out.push_back({role, content_text(m[i]["content"], at + ".content")});
+  }
+  return out;
+}
+
+std::vector<std::string> stops(const json& j) {
+  if (!j.contains("stop") || j["stop"].is_null()) return {};
+  const json& s = j["stop"];
+  std::vector<std::string> out;
+  if (s.is_string()) {
+    out.push_back(s.get<std::string>());
+  } else if (s.is_array()) {
+    if (s.size() > 4) bad("stop", "'stop' takes at most 4 sequences");
+    for (const json& x : s) {
+      if (!x.is_string()) bad("stop", "'stop' must be a string or an array of strings");
+      out.push_back(x.get<std::string>());
+    }
+  } else {
+    bad("stop", "'stop' must be a string or an array of strings");
+  }
+  for (const std::string& x : out)
+    if (x.empty()) bad("stop", "'stop' sequences must not be empty");
+  return out;
+}
+
+}  // namespace
+
+CompletionRequest parse_completion_request(Api api, const std::string& body) {
+  const json j = parse_json_body(body);
+  CompletionRequest r;
+  r.api = api;
+  if (api == Api::Chat) {
+    r.messages = messages(j);
+  } else {
+    if (!j.contains("prompt")) bad("prompt", "'prompt' is required");
+    const json& p = j["prompt"];
+    if (p.is_string()) {
+      r.prompt = p.get<std::string>();
+      if (r.prompt.empty()) bad("prompt", "'prompt' must not be empty");
+    } else if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
+      for (const json& t : p) {
+        if (!t.is_number_integer()) bad("prompt", "'prompt' token arrays must hold integers");
+        r.prompt_ids.push_back(int32_t(
+            std::clamp<int64_t>(t.get<int64_t>(), -1, std::numeric_limits<int32_t>::max())));
+      }
+    } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
+      r.prompt = p[0].get<std::string>();
+    } else {
+      bad("prompt", "'prompt' must be a string or an array of token ids (one prompt per request)");
+    }
+  }
+  if (integer(j, "n", 1, 1, 1) != 1) bad("n", "'n' must be 1");
+  SamplerParams& s = r.gen.sampling;
+  // OpenAI's defaults: temperature 1, top_p 1; top_k and min_p (llama.cpp's and vLLM's extensions)
+  // off.
+  s.temperature = float(number(j, "temperature", 0, 2, 1.0));
+  s.top_p = float(number(j, "top_p", 0, 1, 1.0));
+  if (s.top_p <= 0) bad("top_p", "'top_p' must be greater than 0");
+  s.top_k = int(integer(j, "top_k", -1, std::numeric_limits<int32_t>::max(), 0));
+  s.min_p = float(number(j, "min_p", 0, 1, 0.0));
+  if (s.min_p >= 1) bad("min_p", "'min_p' must be less than 1");
+  s.presence_penalty = float(number(j, "presence_penalty", -2, 2, 0));
+  s.frequency_penalty = float(number(j, "frequency_penalty", -2, 2, 0));
+  s.repeat_penalty = 1.f;
+  s.seed = uint64_t(integer(j, "seed", std::numeric_limits<int64_t>::min(),
+                            std::numeric_limits<int64_t>::max(), 0));
+  const char* max_key = j.contains("max_completion_tokens") && !j["max_completion_tokens"].is_null()
+                            ? "max_completion_tokens"
+                            : "max_tokens";
+  r.gen.max_tokens = int(integer(j, max_key, 1, std::numeric_limits<int32_t>::max(), 0));
+  r.gen.stop = stops(j);
+  r.stream = boolean(j, "stream", false);
+  if (j.contains("stream_options") && !j["stream_options"].is_null()) {
+    const json& so = j["stream_options"];
+    if (!so.is_object()) bad("stream_options", "'stream_options' must be an object");
+    if (!r.stream) bad("stream_options", "'stream_options' is only allowed with 'stream': true");
+    r.include_usage = boolean(so, "include_usage", false);
+  }
+  if (api == Api::Chat) {
+    r.logprobs = boolean(j, "logprobs", false);
+    const int64_t top = integer(j, "top_logprobs", 0, 20, 0);
+    if (j.contains("top_logprobs") && !j["top_logprobs"].is_null() && !r.logprobs)
+      bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    r.gen.top_logprobs = r.logprobs ? int(top) : -1;
+  } else {  // the legacy API: logprobs is the number of alternatives, 0..5
+    const int64_t n = integer(j, "logprobs", 0, 5, -1);
+    r.logprobs = n >= 0;
+    r.gen.top_logprobs = int(n);
+  }
+  return r;
+}
+
+std::string dump_json(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+json usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+namespace {
+
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(int(c));
+  return b;
+}
+
+json chat_logprobs(const std::vector<TokenOut>& tokens, const TokenText& tt) {
+  json content = json::array();
+  for (const TokenOut& t : tokens) {
+    const std::string text = tt.text(t.id);
+    json top = json::array();
+    for (const TokenLogprob& a : t.top) {
+      const std::string at = tt.text(a.id);
+      top.push_back({{"token", at}, {"logprob", a.logprob}, {"bytes", bytes_of(at)}});
+    }
+    content.push_back({{"token", text},
+                       {"logprob", t.logprob},
+                       {"bytes", bytes_of(text)},
+                       {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+json legacy_logprobs(const std::vector<TokenOut>& tokens, const TokenText& tt) {
+  json toks = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
+  size_t off = 0;
+  for (const TokenOut& t : tokens) {
+    const std::string text = tt.text(t.id);
+    toks.push_back(text);
+    lps.push_back(t.logprob);
+    json top = json::object();
+    for (const TokenLogprob& a : t.top) top[tt.text(a.id)] = a.logprob;
+    tops.push_back(top);
+    offs.push_back(off);
+    off += text.size();
+  }
+  return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+}
+
+json finish_json(Finish f) {
+  return f == Finish::None ? json(nullptr) : json(finish_name(f));
+}
+
+}  // namespace
+
+json completion_body(const Completion& c, bool logprobs, const TokenText& tt) {
+  json choice = {{"index", 0}, {"finish_reason", finish_json(c.finish)}, {"logprobs", nullptr}};
+  if (c.api == Api::Chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    if (logprobs) choice["logprobs"] = chat_logprobs(c.tokens, tt);
+  } else {
+    choice["text"] = c.text;
+    if (logprobs) choice["logprobs"] = legacy_logprobs(c.tokens, tt);
+  }
+  return {{"id", c.id},
+          {"object", c.api == Api::Chat ? "chat.completion" : "text_completion"},
+          {"created", c.created},
+          {"model", c.model},
+          {"choices", json::array({choice})},
+          {"usage", usage_json(c.usage)}};
+}
+
+json chunk_body(const Completion& c, bool first, bool logprobs, const TokenText& tt) {
+  json choice = {{"index", 0}, {"finish_reason", finish_json(c.finish)}, {"logprobs", nullptr}};
+  if (c.api == Api::Chat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!c.text.empty() || (first && c.finish == Finish::None)) delta["content"] = c.text;
+    choice["delta"] = delta;
+    if (logprobs && !c.tokens.empty()) choice["logprobs"] = chat_logprobs(c.tokens, tt);
+  } else {
+    choice["text"] = c.text;
+    if (logprobs && !c.tokens.empty()) choice["logprobs"] = legacy_logprobs(c.tokens, tt);
+  }
+  return {{"id", c.id},
+          {"object", c.api == Api::Chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", c.created},
+          {"model", c.model},
+          {"choices", json::array({choice})},
+          {"usage", nullptr}};
+}
+
+json usage_chunk(const Completion& c) {
+  return {{"id", c.id},
+          {"object", c.api == Api::Chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", c.created},
+          {"model", c.model},
+          {"choices", json::array()},
+          {"usage", usage_json(c.usage)}};
+}
+
+}  // namespace lr::server

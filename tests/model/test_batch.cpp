@@ -1,0 +1,244 @@
+// The batch of several sequences (backend/batch.h): every chunking of every
+// mix of sequences gives the bits the single-sequence fast backend gives
+// when fed the same tokens one at a time; the per-row decode kernel is
+// matvec's bits; a step is one dispatch; bad steps are refused.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <optional>
+#include <random>
+
+#include "../error_of.h"
+#include "../kernels/isa_util.h"
+#include "../kernels/random_blocks.h"
+#include "backend/batch.h"
+#include "backend/cpu/session.h"
+#include "model_test_util.h"
+#include "runtime/model.h"
+
+namespace lr {
+namespace {
+
+using Logits = std::vector<float>;
+
+test::TinySpec spec() {
+  test::TinySpec s;
+  s.tokenizer = true;  // a vocabulary of 259
+  return s;
+}
+
+// Row-by-row products equal matvec's on every weight type and instruction
+// set, however the rows are split (the decode split is in units of 8).
+TEST(Batch, MatvecRowsIsMatvecPerRow) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int64_t rows = 72, cols = 256, n = 5;  // 72: a block of 64 and a short one
+  std::vector<float> X(size_t(n * cols));
+  for (float& x : X) x = nd(rng);
+  for (DType t :
+       {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+        DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    SCOPED_TRACE(dtype_name(t));
+    Matrix W = Matrix::allocate(t, rows, cols);
+    if (is_block_format(t)) {
+      const auto bytes = test::random_rows(t, rows, cols, 9);
+      std::memcpy(W.data.get(), bytes.data(), bytes.size());
+    } else {
+      std::vector<float> r(static_cast<size_t>(cols));
+      for (int64_t i = 0; i < rows; ++i) {
+        for (float& x : r) x = nd(rng);
+        W.set_row(i, r.data());
+      }
+    }
+    for (Isa isa : test::supported_isas()) {
+      test::IsaScope scope(isa);
+      std::vector<float> want(size_t(n * rows)), got(want.size(), -1.f), split(want.size(), -1.f);
+      for (int64_t k = 0; k < n; ++k)
+        cpu::matvec(W, &X[size_t(k * cols)], &want[size_t(k * rows)], 0, rows);
+      cpu::matvec_rows(W, X.data(), cols, got.data(), rows, n, 0, rows);
+      cpu::matvec_rows(W, X.data(), cols, split.data(), rows, n, 0, 24);
+      cpu::matvec_rows(W, X.data(), cols, split.data(), rows, n, 24, rows);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << isa_name(isa);
+      EXPECT_EQ(std::memcmp(split.data(), want.data(), want.size() * 4), 0) << isa_name(isa);
+    }
+  }
+}
+
+struct Seqs {
+  std::vector<std::vector<int32_t>> tokens;
+};
+
+Seqs random_seqs(int vocab, std::vector<int> lengths, uint64_t seed) {
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  Seqs s;
+  for (int len : lengths) {
+    std::vector<int32_t> t(static_cast<size_t>(len));
+    for (auto& x : t) x = int32_t(rng() % uint32_t(vocab));
+    s.tokens.push_back(t);
+  }
+  return s;
+}
+
+// The single-sequence fast backend, one token at a time: the logits after every position.
+std::vector<std::vector<Logits>> one_at_a_time(const Model& m, const Seqs& s, int threads) {
+  BackendOptions o;
+  o.ctx = 64;
+  o.n_threads = threads;
+  std::vector<std::vector<Logits>> out;
+  for (const auto& seq : s.tokens) {
+    auto b = make_backend(m, ExecPath::Fast, o);
+    out.emplace_back();
+    for (int32_t tok : seq) {
+      Logits l(size_t(m.weights->cfg.vocab));
+      b->forward(&tok, 1, l.data(), false);
+      out.back().push_back(l);
+    }
+  }
+  return out;
+}
+
+// Runs every sequence in the batch, each step taking a chunk of up to
+// `most` tokens (a random size) from every unfinished sequence (together)
+// or from one at a time; each chunk's last logits must be the single
+// backend's at that position, bit for bit.
+void run_batched(const Model& m, const Seqs& s, const std::vector<std::vector<Logits>>& want,
+                 int threads, bool together, int most, uint64_t seed) {
+  BackendOptions o;
+  o.ctx = 64;
+  o.n_threads = threads;
+  const int vocab = m.weights->cfg.vocab, S = int(s.tokens.size());
+  auto batch = make_cpu_batch_backend(m.weights, o, S, 32);
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::vector<int> done(size_t(S), 0);
+  int checked = 0;
+  for (int cur = 0;;) {
+    std::vector<BatchBackend::Chunk> chunks;
+    for (int k = 0; k < S; ++k) {
+      const int i = together ? k : cur;
+      const int left = int(s.tokens[size_t(i)].size()) - done[size_t(i)];
+      if (left == 0) continue;
+      const int n = std::min(left, 1 + int(rng() % uint32_t(most)));
+      chunks.push_back({i, s.tokens[size_t(i)].data() + done[size_t(i)], n, true});
+      if (!together) break;
+    }
+    if (chunks.empty()) {
+      if (together || ++cur == S) break;
+      continue;
+    }
+    std::vector<float> logits(chunks.size() * size_t(vocab));
+    batch->step(chunks, logits.data());
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      const int i = chunks[c].slot;
+      done[size_t(i)] += chunks[c].n;
+      EXPECT_EQ(batch->n_past(i), done[size_t(i)]);
+      const Logits& w = want[size_t(i)][size_t(done[size_t(i)] - 1)];
+      ASSERT_EQ(std::memcmp(&logits[c * size_t(vocab)], w.data(), w.size() * 4), 0)
+          << "sequence " << i << " at position " << done[size_t(i)] - 1;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, S);
+}
+
+void expect_invariant(const Model& m) {
+  const Seqs s = random_seqs(m.weights->cfg.vocab, {11, 3, 17}, 5);
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(threads);
+    const auto want = one_at_a_time(m, s, threads);
+    run_batched(m, s, want, threads, /*together=*/true, 4, 1);
+    run_batched(m, s, want, threads, true, 9, 2);
+    run_batched(m, s, want, threads, /*together=*/false, 7, 3);
+    run_batched(m, s, want, threads, true, 1, 4);  // decode steps of three slots
+  }
+}
+
+TEST(Batch, EveryChunkingGivesTheOneTokenBitsF16) {
+  test::TempDir t;
+  test::TinySpec s;
+  s.tokenizer = true;
+  s.wtype = DType::F16;
+  expect_invariant(load_model(test::write_tiny(t, s, "f16.gguf"), std::nullopt));
+}
+
+TEST(Batch, EveryChunkingGivesTheOneTokenBitsBlockFormats) {
+  test::TempDir t;
+  test::TinySpec s;
+  s.tokenizer = true;
+  s.wtype = DType::Q4_0;
+  expect_invariant(load_model(test::write_tiny(t, s, "q4_0.gguf"), std::nullopt));
+  s.wtype = DType::Q4_K;  // K-quants: rows of 256
+  s.dim = 256;
+  s.ffn_dim = 512;
+  expect_invariant(load_model(test::write_tiny(t, s, "q4_k.gguf"), std::nullopt));
+}
+
+TEST(Batch, EveryChunkingGivesTheOneTokenBitsLowRankWithBiases) {
+  test::TempDir t;
+  const std::string lr = test::write_synth(t, 0.5);
+  expect_invariant(load_model(test::as_qwen2(t, lr, "qwen2-lr.gguf"), std::nullopt));
+}
+
+// A step is one dispatch of the fused per-token plan: its steps less one
+// barriers, and one more where the head's rows are moved together first.
+TEST(Batch, AStepIsOneDispatch) {
+  test::TempDir t;
+  Model m = load_model(test::write_tiny(t, spec(), "d.gguf"), std::nullopt);  // 2 layers
+  BackendOptions o;
+  o.ctx = 32;
+  o.n_threads = 2;
+  auto b = make_cpu_batch_backend(m.weights, o, 3, 16);
+  const std::vector<int32_t> a = {1, 2, 3, 4}, c = {5};
+  std::vector<float> logits(3 * size_t(m.weights->cfg.vocab));
+  b->step({{0, a.data(), 4, true}, {1, c.data(), 1, true}}, logits.data());
+  // qkv, attend, o, gate_up, down per layer and the output head: 11 steps.
+  EXPECT_EQ(b->last_step().tokens, 5);
+  EXPECT_EQ(b->last_step().dispatches, 1u);
+  EXPECT_EQ(b->last_step().barriers, 11u);  // 10, and the gather of rows 3 and 4
+  b->step({{2, c.data(), 1, true}}, logits.data());
+  EXPECT_EQ(b->last_step().dispatches, 1u);
+  EXPECT_EQ(b->last_step().barriers, 10u);  // the head's row is row 0 already
+  b->step({{0, c.data(), 1, false}, {2, c.data(), 1, false}}, logits.data());
+  EXPECT_EQ(b->last_step().barriers, 9u);  // no head
+  EXPECT_EQ(b->n_past(0), 5);
+  EXPECT_EQ(b->n_past(1), 1);
+  EXPECT_EQ(b->n_past(2), 2);
+}
+
+TEST(Batch, BadStepsAreRefusedBeforeRunning) {
+  test::TempDir t;
+  Model m = load_model(test::write_tiny(t, spec(), "d.gguf"), std::nullopt);
+  BackendOptions o;
+  o.ctx = 8;
+  auto b = make_cpu_batch_backend(m.weights, o, 2, 6);
+  std::vector<float> logits(2 * size_t(m.weights->cfg.vocab));
+  const std::vector<int32_t> ok = {1, 2, 3}, bad = {1, 259}, nine(9, 1);
+  auto err = [&](std::vector<BatchBackend::Chunk> c) {
+    return test::error_of([&] { b->step(c, logits.data()); });
+  };
+  EXPECT_EQ(err({}), "batch step: no chunks to run");
+  EXPECT_EQ(err({{2, ok.data(), 3, true}}), "batch step: slot 2 does not exist (the batch has 2)");
+  EXPECT_EQ(err({{0, ok.data(), 1, true}, {0, ok.data(), 1, true}}),
+            "batch step: slot 0 appears twice");
+  EXPECT_EQ(err({{1, ok.data(), 0, true}}), "batch step: slot 1 has no tokens");
+  EXPECT_EQ(err({{1, bad.data(), 2, true}}),
+            "slot 1: token id 259 is out of range for a vocabulary of 259");
+  b->step({{0, ok.data(), 3, true}, {1, ok.data(), 3, true}}, logits.data());  // nothing ran before
+  b->step({{0, ok.data(), 3, false}, {1, ok.data(), 3, false}}, logits.data());
+  EXPECT_EQ(err({{0, ok.data(), 3, true}}),
+            "slot 0: context is full: 6 cached + 3 new tokens exceed the slot's context 8");
+  EXPECT_EQ(err({{0, nine.data(), 2, true}, {1, nine.data(), 5, true}}),
+            "slot 1: context is full: 6 cached + 5 new tokens exceed the slot's context 8");
+  b->rewind(1, 0);
+  EXPECT_EQ(err({{0, nine.data(), 2, true}, {1, nine.data(), 5, true}}),
+            "batch step: 7 tokens exceed the step's budget of 6");
+  EXPECT_EQ(test::error_of([&] { b->rewind(0, 7); }),
+            "cannot rewind slot 0 to 7 tokens: it holds 6");
+  EXPECT_EQ(b->n_past(0), 6);
+  EXPECT_EQ(b->n_past(1), 0);
+  o.keys.type = kv::KeyType::Svdq;
+  EXPECT_EQ(test::error_of([&] { make_cpu_batch_backend(m.weights, o, 2, 6); }),
+            "a batch keeps dense f32 keys (--cache-type-k svdq is single-sequence only)");
+}
+
+}  // namespace
+}  // namespace lr

@@ -1,0 +1,366 @@
+"""`lowrank serve` end to end: the official openai client and raw HTTP against
+the real binary on 127.0.0.1 with the default model. Every loop is bounded
+in count and time."""
+import http.client
+import json
+import math
+import os
+import re
+import subprocess
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import openai
+import pytest
+
+from conftest import BIN, MODEL, Server, need_model
+
+CHAT = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def client(s, key="none"):
+    return openai.OpenAI(base_url=s.url + "/v1", api_key=key, max_retries=0, timeout=120)
+
+
+def raw(s, method, path, body=None, headers=None):
+    """(status, headers, parsed JSON or text) of one request on its own connection."""
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+    h = {"Content-Type": "application/json", **(headers or {})}
+    c.request(method, path, body=data, headers=h)
+    r = c.getresponse()
+    text = r.read().decode("utf-8", "replace")
+    c.close()
+    try:
+        return r.status, dict(r.getheaders()), json.loads(text)
+    except ValueError:
+        return r.status, dict(r.getheaders()), text
+
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? (-?[0-9.e+-]+|\+Inf|NaN)$')
+
+
+def parse_metrics(text):
+    """Prometheus text exposition, checked line by line: {name{labels}: value}."""
+    out, types = {}, {}
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            continue
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            assert kind in ("counter", "gauge", "histogram"), line
+            types[name] = kind
+            continue
+        m = SAMPLE.match(line)
+        assert m, f"not a Prometheus sample line: {line!r}"
+        out[m.group(1) + (m.group(2) or "")] = float(m.group(4))
+    for name, kind in types.items():
+        if kind == "histogram":
+            buckets = [v for k, v in out.items() if k.startswith(name + "_bucket")]
+            assert buckets == sorted(buckets), f"{name}: buckets are not cumulative"
+            assert out[name + '_bucket{le="+Inf"}'] == out[name + "_count"]
+        else:
+            assert any(k == name or k.startswith(name + "{") for k in out), f"{name} has no sample"
+    return out
+
+
+def wait_for(pred, timeout=20.0, step=0.05):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    return pred()
+
+
+def test_stream_and_plain_give_the_same_text(server):
+    c = client(server)
+    full = c.chat.completions.create(model="m", messages=CHAT, max_tokens=24, temperature=0)
+    chunks = list(
+        c.chat.completions.create(model="m", messages=CHAT, max_tokens=24, temperature=0, stream=True,
+                                  stream_options={"include_usage": True}))
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert text == full.choices[0].message.content
+    assert any(ord(ch) > 127 for ch in text) and "\ufffd" not in text  # "L'Étoile": whole characters
+    assert len({ch.id for ch in chunks}) == 1 and chunks[0].id.startswith("chatcmpl-")
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason] == ["length"]
+    assert full.choices[0].finish_reason == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 24
+    assert full.usage.completion_tokens == 24
+    assert full.usage.prompt_tokens == chunks[-1].usage.prompt_tokens
+    assert full.usage.total_tokens == full.usage.prompt_tokens + 24
+
+
+def test_completion_usage_counts_the_prompt_tokens(server):
+    prompt = "The quick brown fox jumps over the lazy dog. " * 3
+    _, _, tok = raw(server, "POST", "/tokenize", {"content": prompt, "add_special": True})
+    r = client(server).completions.create(model="m", prompt=prompt, max_tokens=5, temperature=0, logprobs=2)
+    assert r.usage.prompt_tokens == len(tok["tokens"])
+    assert r.usage.completion_tokens == 5 and r.choices[0].finish_reason == "length"
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == 5 and len(lp.token_logprobs) == 5
+    assert all(v <= 0 for v in lp.token_logprobs)
+    assert all(len(t) == 2 and max(t.values()) >= lp.token_logprobs[i] for i, t in enumerate(lp.top_logprobs))
+    _, _, plain = raw(server, "POST", "/tokenize", {"content": prompt})
+    _, _, de = raw(server, "POST", "/detokenize", {"tokens": plain["tokens"]})
+    assert de["content"] == prompt
+    # A stop string cuts the text before it.
+    full = client(server).completions.create(model="m", prompt=prompt, max_tokens=20, temperature=0).choices[0].text
+    stop = full[len(full) // 2:len(full) // 2 + 3]
+    cut = client(server).completions.create(model="m", prompt=prompt, max_tokens=20, temperature=0, stop=[stop])
+    assert cut.choices[0].text == full[:full.index(stop)] and cut.choices[0].finish_reason == "stop"
+
+
+def tokens_of(s, body):
+    r = client(s).completions.create(model="m", **body)
+    return r.choices[0].text, r.choices[0].logprobs.token_logprobs
+
+
+def invariance(model):
+    """The same request alone and among 7 concurrent others (sampled too): the same tokens and log-probabilities."""
+    s = Server("-np", "8", "--queue", "16", model=model)
+    try:
+        target = {"prompt": "The history of the Roman Empire begins", "max_tokens": 24, "temperature": 0, "logprobs": 1}
+        alone = tokens_of(s, target)
+        others = [{"prompt": f"Story number {i}: once upon a time " * (1 + i), "max_tokens": 8 + 6 * i,
+                   "temperature": 0.8, "seed": i, "logprobs": 1} for i in range(7)]
+        with ThreadPoolExecutor(8) as ex:
+            futures = [ex.submit(tokens_of, s, b) for b in others[:3]]
+            time.sleep(0.2)  # the target joins while others run
+            mine = ex.submit(tokens_of, s, target)
+            futures += [ex.submit(tokens_of, s, b) for b in others[3:]]
+            among = mine.result(timeout=300)
+            for f in futures:
+                f.result(timeout=300)
+        assert among == alone
+    finally:
+        assert s.stop() == 0
+
+
+def test_batch_invariance():
+    invariance(MODEL)
+
+
+def test_batch_invariance_low_rank(tmp_path):
+    need_model()
+    lr = str(tmp_path / "smollm2-svd-0.8.gguf")
+    subprocess.run([BIN, "compress", "--method", "svd", "--keep", "0.8", "-t", "2", "-o", lr], check=True,
+                   capture_output=True, timeout=600)
+    invariance(lr)
+
+
+def gauges(s):
+    m = parse_metrics(s.metrics())
+    return int(m["lowrank_slots_busy"]), int(m["lowrank_requests_waiting"]), m
+
+
+def hold_streams(s, n, max_tokens=400):
+    """n streamed requests held open until `release` is set; returns (release, threads)."""
+    release = threading.Event()
+
+    def one(i):
+        try:
+            with client(s).chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": f"Tell me a long story number {i}."}],
+                    max_tokens=max_tokens, temperature=0, stream=True) as stream:
+                for _ in stream:
+                    if release.is_set():
+                        break
+        except openai.APIStatusError:
+            pass
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    return release, threads
+
+
+@pytest.mark.parametrize("slots,requests", [(1, 3), (2, 4), (4, 6)])
+def test_slots_busy_and_waiting(slots, requests):
+    s = Server("-np", str(slots), "--queue", "16")
+    try:
+        release, threads = hold_streams(s, requests)
+        seen = wait_for(lambda: gauges(s)[:2] == (slots, requests - slots))
+        busy, waiting, _ = gauges(s)
+        release.set()
+        for t in threads:
+            t.join(timeout=60)
+        assert seen, f"slots busy {busy}, waiting {waiting}; expected {slots}, {requests - slots}"
+        assert wait_for(lambda: gauges(s)[:2] == (0, 0))
+    finally:
+        assert s.stop() == 0
+
+
+def test_full_queue_is_503_with_retry_after():
+    s = Server("-np", "1", "--queue", "1")
+    try:
+        release, threads = hold_streams(s, 2)
+        assert wait_for(lambda: gauges(s)[:2] == (1, 1))
+        status, headers, body = raw(s, "POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 2})
+        release.set()
+        for t in threads:
+            t.join(timeout=60)
+        assert status == 503 and headers.get("Retry-After") == "1"
+        assert body["error"]["type"] == "unavailable_error" and body["error"]["code"] == "server_busy"
+        assert parse_metrics(s.metrics())["lowrank_requests_rejected_total"] == 1
+    finally:
+        assert s.stop() == 0
+
+
+def test_disconnect_frees_the_slot(server):
+    before = parse_metrics(server.metrics())['lowrank_requests_finished_total{finish_reason="cancelled"}']
+    with client(server).chat.completions.create(model="m", messages=CHAT, max_tokens=1000, stream=True) as stream:
+        for i, _ in enumerate(stream):
+            if i == 3:
+                break  # leaving the block closes the connection
+    assert wait_for(lambda: gauges(server)[0] == 0, timeout=5)
+    after = parse_metrics(server.metrics())['lowrank_requests_finished_total{finish_reason="cancelled"}']
+    assert after == before + 1
+
+
+ERRORS = [
+    # (body, status, param)
+    (b"{not json", 400, None),
+    (b"[1, 2]", 400, None),
+    ({"messages": []}, 400, "messages"),
+    ({"messages": "hi"}, 400, "messages"),
+    ({}, 400, "messages"),
+    ({"messages": [{"role": "wizard", "content": "hi"}]}, 400, "messages[0].role"),
+    ({"messages": [{"role": "user"}]}, 400, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": 5}]}, 400, "messages[0].content"),
+    ({"messages": CHAT, "temperature": "hot"}, 400, "temperature"),
+    ({"messages": CHAT, "temperature": 3}, 400, "temperature"),
+    ({"messages": CHAT, "max_tokens": 0}, 400, "max_tokens"),
+    ({"messages": CHAT, "max_tokens": 1.5}, 400, "max_tokens"),
+    ({"messages": CHAT, "max_tokens": 100000}, 400, "max_tokens"),
+    ({"messages": CHAT, "n": 2}, 400, "n"),
+    ({"messages": CHAT, "stream": "yes"}, 400, "stream"),
+    ({"messages": CHAT, "stop": [1]}, 400, "stop"),
+    ({"messages": CHAT, "top_logprobs": 3}, 400, "top_logprobs"),
+    ({"messages": CHAT, "stream_options": {"include_usage": True}}, 400, "stream_options"),
+    ({"messages": [{"role": "user", "content": "word " * 3000}]}, 400, "messages"),
+]
+
+
+@pytest.mark.parametrize("body,status,param", ERRORS)
+def test_bad_requests_are_400_with_an_error_body(server, body, status, param):
+    got, _, err = raw(server, "POST", "/v1/chat/completions", body)
+    assert got == status, err
+    assert set(err["error"]) == {"message", "type", "param", "code"} and err["error"]["message"]
+    assert err["error"]["type"] == "invalid_request_error" and err["error"]["param"] == param
+
+
+def test_completions_errors(server):
+    for body, param in [({}, "prompt"), ({"prompt": ""}, "prompt"), ({"prompt": {"a": 1}}, "prompt"),
+                        ({"prompt": [1, 2, 99999999]}, None), ({"prompt": "x", "logprobs": 9}, "logprobs")]:
+        status, _, err = raw(server, "POST", "/v1/completions", body)
+        assert status == 400 and err["error"]["param"] == param, (body, err)
+
+
+def test_routes_methods_and_sizes(server):
+    status, _, err = raw(server, "GET", "/v1/nothing")
+    assert status == 404 and err["error"]["type"] == "not_found_error"
+    status, headers, err = raw(server, "GET", "/v1/chat/completions")
+    assert status == 405 and headers["Allow"] == "POST" and "error" in err
+    status, headers, _ = raw(server, "DELETE", "/v1/models")
+    assert status == 405 and headers["Allow"] == "GET"
+    status, _, models = raw(server, "GET", "/v1/models")
+    assert status == 200 and models["data"][0]["id"] == os.path.basename(MODEL)
+    assert raw(server, "GET", "/health")[:3:2] == (200, {"status": "ok"})
+    # A malformed request line gets 400, and the server carries on.
+    c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    c.connect()
+    c.sock.sendall(b"NONSENSE\r\n\r\n")
+    assert c.sock.recv(64).startswith(b"HTTP/1.1 400")
+    c.close()
+    assert raw(server, "GET", "/health")[0] == 200
+
+
+def test_auth_and_body_limit():
+    s = Server("--api-key", "k1,k2", "--max-body", "4")
+    try:
+        assert raw(s, "GET", "/health")[0] == 200  # open
+        status, _, err = raw(s, "GET", "/v1/models")
+        assert status == 401 and err["error"]["type"] == "authentication_error" and err["error"]["code"] == "invalid_api_key"
+        assert raw(s, "GET", "/v1/models", headers={"Authorization": "Bearer nope"})[0] == 401
+        assert raw(s, "GET", "/metrics")[0] == 401
+        assert raw(s, "GET", "/v1/models", headers={"Authorization": "Bearer k1"})[0] == 200
+        assert raw(s, "GET", "/v1/models", headers={"X-Api-Key": "k2"})[0] == 200
+        with pytest.raises(openai.AuthenticationError):
+            client(s, "wrong").models.list()
+        assert client(s, "k2").chat.completions.create(model="m", messages=CHAT, max_tokens=2).usage.completion_tokens == 2
+        big = {"messages": [{"role": "user", "content": "x" * 5000}]}
+        status, _, err = raw(s, "POST", "/v1/chat/completions", big, headers={"X-Api-Key": "k1"})
+        assert status == 413 and "max-body" in err["error"]["message"]
+    finally:
+        assert s.stop() == 0
+
+
+def test_metrics_add_up():
+    s = Server("-np", "2")
+    try:
+        c = client(s)
+        usage = []
+        for i in range(4):
+            r = c.completions.create(model="m", prompt=f"Count to {i}:", max_tokens=3 + i, temperature=0)
+            usage.append(r.usage)
+        r = c.chat.completions.create(model="m", messages=CHAT, max_tokens=4)
+        usage.append(r.usage)
+        m = parse_metrics(s.metrics())
+        finished = sum(v for k, v in m.items() if k.startswith("lowrank_requests_finished_total{"))
+        assert finished == 5
+        assert m["lowrank_generation_tokens_total"] == sum(u.completion_tokens for u in usage)
+        assert m["lowrank_prompt_tokens_total"] == sum(u.prompt_tokens for u in usage)
+        assert m["lowrank_time_to_first_token_seconds_count"] == 5
+        assert m["lowrank_e2e_request_latency_seconds_count"] == 5
+        assert m["lowrank_inter_token_latency_seconds_count"] == sum(u.completion_tokens - 1 for u in usage)
+        assert m["lowrank_slots"] == 2 and m["lowrank_slots_busy"] == 0
+    finally:
+        assert s.stop() == 0
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+
+
+def test_load_200_requests_at_concurrency_16():
+    s = Server("-np", "8", "--queue", "32")
+    try:
+        def one(i):
+            words = 2 + (i * 37) % 31  # prompts of 7 to 97 tokens, 4 to 20 tokens out
+            r = client(s).completions.create(model="m", prompt="lorem ipsum dolor " * words, max_tokens=4 + (i * 11) % 17,
+                                             temperature=0.7, seed=i)
+            return r.usage.completion_tokens
+
+        with ThreadPoolExecutor(16) as ex:
+            warm = list(ex.map(one, range(48)))
+            rss_warm = rss_kib(s.pid())
+            rest = list(ex.map(one, range(48, 200)))
+        rss_end = rss_kib(s.pid())
+        assert len(warm) + len(rest) == 200 and all(n >= 1 for n in warm + rest)
+        m = parse_metrics(s.metrics())
+        assert m['lowrank_requests_finished_total{finish_reason="cancelled"}'] == 0
+        assert m["lowrank_requests_rejected_total"] == 0
+        assert rss_end <= rss_warm * 1.03 + 4096, f"resident memory grew from {rss_warm} to {rss_end} KiB"
+    finally:
+        assert s.stop() == 0
+
+
+def test_sigterm_finishes_running_requests_then_exits_0():
+    s = Server("-np", "1", "--grace", "30")
+    out = {}
+
+    def one():
+        out["r"] = client(s).chat.completions.create(model="m", messages=CHAT, max_tokens=40, temperature=0)
+
+    t = threading.Thread(target=one)
+    t.start()
+    assert wait_for(lambda: gauges(s)[0] == 1)
+    assert s.stop(timeout=60) == 0
+    t.join(timeout=60)
+    assert out["r"].usage.completion_tokens == 40 and out["r"].choices[0].finish_reason == "length"

@@ -1,0 +1,232 @@
+// The serving engine (server/engine.h) on a tiny random model: a request's
+// tokens alone and among others, prefix reuse, stop strings, the queue
+// bound, cancellation and shutdown.
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <random>
+
+#include "../error_of.h"
+#include "../model/model_test_util.h"
+#include "runtime/model.h"
+#include "server/engine.h"
+
+namespace lr::server {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Tiny {
+  test::TempDir t;
+  Model m;
+  Tiny() {
+    test::TinySpec s;
+    s.tokenizer = true;  // bytes: every token is text
+    s.wtype = DType::Q4_0;
+    s.ctx_train = 512;
+    m = load_model(test::write_tiny(t, s, "tiny.gguf"), std::nullopt);
+  }
+  std::unique_ptr<Engine> engine(int slots, int ctx = 128, int queue = 16, int step_tokens = 24) {
+    BackendOptions o;
+    o.ctx = ctx;
+    o.n_threads = 2;
+    EngineOptions e;
+    e.queue = queue;
+    e.step_tokens = step_tokens;
+    return std::make_unique<Engine>(make_cpu_batch_backend(m.weights, o, slots, step_tokens),
+                                    *m.tokenizer, e);
+  }
+};
+
+std::vector<int32_t> prompt(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (auto& x : p) x = int32_t(3 + rng() % 256);
+  return p;
+}
+
+struct Result {
+  std::string text;
+  std::vector<TokenOut> tokens;
+  Finish finish = Finish::None;
+  Usage usage;
+};
+
+Result wait(Request& r) {
+  Result out;
+  for (int i = 0; i < 2000; ++i) {  // 20 s at most
+    Request::News n = r.take(10ms);
+    out.text += n.text;
+    out.tokens.insert(out.tokens.end(), n.tokens.begin(), n.tokens.end());
+    if (n.done) {
+      out.finish = n.finish;
+      out.usage = n.usage;
+      return out;
+    }
+  }
+  ADD_FAILURE() << "request did not finish";
+  return out;
+}
+
+GenParams greedy(int max_tokens) {
+  GenParams p;
+  p.sampling.temperature = 0;
+  p.max_tokens = max_tokens;
+  p.top_logprobs = 2;
+  return p;
+}
+
+void expect_same(const Result& a, const Result& b) {
+  EXPECT_EQ(a.text, b.text);
+  ASSERT_EQ(a.tokens.size(), b.tokens.size());
+  for (size_t i = 0; i < a.tokens.size(); ++i) {
+    EXPECT_EQ(a.tokens[i].id, b.tokens[i].id);
+    EXPECT_EQ(a.tokens[i].logprob, b.tokens[i].logprob) << "token " << i;  // bit for bit
+  }
+}
+
+// A request alone and among 7 others (sampled ones too) gives the same
+// tokens and the same log-probabilities, bit for bit.
+TEST(Engine, ARequestGivesTheSameTokensAloneAndAmongOthers) {
+  Tiny tiny;
+  const auto p = prompt(37, 1);
+  Result alone;
+  {
+    auto e = tiny.engine(4);
+    alone = wait(*e->submit(p, greedy(20)));
+  }
+  EXPECT_EQ(alone.finish, Finish::Length);
+  EXPECT_EQ(alone.tokens.size(), 20u);
+  EXPECT_EQ(alone.usage.prompt_tokens, 37);
+  EXPECT_EQ(alone.usage.completion_tokens, 20);
+  auto e = tiny.engine(4);
+  std::vector<std::shared_ptr<Request>> others;
+  for (int i = 0; i < 7; ++i) {
+    GenParams g = greedy(5 + 4 * i);
+    g.sampling.temperature = i % 2 ? 0.9f : 0.f;
+    g.sampling.seed = uint64_t(i);
+    others.push_back(e->submit(prompt(5 + 11 * i, 100 + uint32_t(i)), g));
+    if (i == 2) others.push_back(e->submit(p, greedy(20)));  // joins while others run
+  }
+  Result among = wait(*others[3]);
+  expect_same(alone, among);
+  for (auto& r : others) wait(*r);
+  const auto m = e->metrics();
+  EXPECT_EQ(m.finished.at("length"), 8u);
+  EXPECT_EQ(m.generated_tokens, 20u + (5 + 9 + 13 + 17 + 21 + 25 + 29));
+}
+
+// The slot that served a prompt keeps it: a longer prompt that starts with it
+// evaluates only the rest, and answers as a fresh engine does.
+TEST(Engine, PromptPrefixIsReused) {
+  Tiny tiny;
+  auto first = prompt(30, 2), second = first;
+  const auto more = prompt(9, 3);
+  second.insert(second.end(), more.begin(), more.end());
+  Result fresh;
+  {
+    auto e = tiny.engine(2);
+    fresh = wait(*e->submit(second, greedy(6)));
+  }
+  EXPECT_EQ(fresh.usage.cached_tokens, 0);
+  auto e = tiny.engine(2);
+  wait(*e->submit(first, greedy(6)));
+  Result reused = wait(*e->submit(second, greedy(6)));
+  EXPECT_EQ(reused.usage.cached_tokens, 30);
+  expect_same(fresh, reused);
+  // The same prompt again: all but its last token come from the cache.
+  Result again = wait(*e->submit(second, greedy(6)));
+  EXPECT_EQ(again.usage.cached_tokens, 38);
+  expect_same(fresh, again);
+  EXPECT_EQ(e->metrics().cached_prompt_tokens, 68u);
+}
+
+// The text ends before the first stop string, which never goes out, even in part.
+TEST(Engine, StopStringsEndTheText) {
+  Tiny tiny;
+  auto e = tiny.engine(1);
+  const auto p = prompt(12, 4);
+  Result full = wait(*e->submit(p, greedy(40)));
+  ASSERT_GE(full.text.size(), 12u) << "the tiny model's greedy text is too short for this test";
+  const std::string stop = full.text.substr(full.text.size() / 2, 3);
+  GenParams g = greedy(40);
+  g.stop = {stop, "never appears \x01\x02"};
+  Result cut = wait(*e->submit(p, g));
+  EXPECT_EQ(cut.finish, Finish::Stop);
+  EXPECT_EQ(cut.text, full.text.substr(0, full.text.find(stop)));
+  // A stop token ends it too: the greedy answer's 5th token.
+  g = greedy(40);
+  g.stop_tokens = {full.tokens[4].id};
+  Result tok = wait(*e->submit(p, g));
+  EXPECT_EQ(tok.finish, Finish::Stop);
+  EXPECT_EQ(tok.usage.completion_tokens, 5);
+}
+
+TEST(Engine, FullQueueIsBusyAndBadRequestsAreRefused) {
+  Tiny tiny;
+  auto e = tiny.engine(1, 128, /*queue=*/1);
+  auto a = e->submit(prompt(8, 5), greedy(100));  // runs until the context ends it
+  int busy = 0;
+  std::vector<std::shared_ptr<Request>> queued;
+  for (int i = 0; i < 3; ++i) {
+    try {
+      queued.push_back(e->submit(prompt(8, 6), greedy(2)));
+    } catch (const Engine::Busy& b) {
+      EXPECT_STREQ(b.what(), "the request queue is full");
+      ++busy;
+    }
+  }
+  EXPECT_GE(busy, 2);
+  EXPECT_EQ(
+      test::error_of([&] { e->submit(prompt(128, 7), greedy(2)); }),
+      "the prompt has 128 tokens; a slot's context holds 128 (with room for one generated token)");
+  EXPECT_EQ(test::error_of([&] { e->submit({}, greedy(2)); }), "the prompt is empty");
+  EXPECT_EQ(test::error_of([&] {
+              e->submit({1, 300}, greedy(2));
+            }),
+            "token id 300 is out of range for a vocabulary of 259");
+  EXPECT_EQ(test::error_of([&] {
+              e->submit({1, 2}, greedy(0));
+            }),
+            "max_tokens must be at least 1 (got 0)");
+  wait(*a);
+  for (auto& r : queued) wait(*r);
+  EXPECT_GE(e->metrics().rejected, 2u);
+}
+
+// A cancelled request ends within a step and frees its slot for the next.
+TEST(Engine, CancelFreesTheSlot) {
+  Tiny tiny;
+  auto e = tiny.engine(1, 512);
+  auto a = e->submit(prompt(8, 8), greedy(500));
+  auto b = e->submit(prompt(8, 9), greedy(3));
+  a->take(5s);  // a runs
+  a->cancel();
+  Result ra = wait(*a), rb = wait(*b);
+  EXPECT_EQ(ra.finish, Finish::Cancelled);
+  EXPECT_LT(ra.usage.completion_tokens, 500);
+  EXPECT_EQ(rb.finish, Finish::Length);
+  EXPECT_EQ(rb.usage.completion_tokens, 3);
+  const auto m = e->metrics();
+  EXPECT_EQ(m.finished.at("cancelled"), 1u);
+  EXPECT_EQ(m.finished.at("length"), 1u);
+}
+
+// Shutdown lets nothing new in and ends what runs once the grace period is over.
+TEST(Engine, ShutdownCancelsAfterTheGracePeriod) {
+  Tiny tiny;
+  BackendOptions o;
+  o.ctx = 512;
+  o.n_threads = 1;
+  EngineOptions eo;
+  eo.shutdown_grace = 0ms;
+  Engine e(make_cpu_batch_backend(tiny.m.weights, o, 2, 16), *tiny.m.tokenizer, eo);
+  auto a = e.submit(prompt(8, 10), greedy(500));
+  a->take(5s);
+  e.shutdown();
+  EXPECT_EQ(wait(*a).finish, Finish::Cancelled);
+  EXPECT_THROW(e.submit(prompt(8, 11), greedy(2)), Engine::Busy);
+}
+
+}  // namespace
+}  // namespace lr::server

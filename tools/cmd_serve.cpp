@@ -1,0 +1,152 @@
+// lowrank serve: an OpenAI-compatible HTTP server (docs/server.md). The
+// model loads while /health answers 503; SIGINT or SIGTERM stop it: no new
+// requests, running ones finish within --grace seconds (then are
+// cancelled), exit 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "backend/batch.h"
+#include "common.h"
+#include "core/error.h"
+#include "runtime/chat.h"
+#include "server/engine.h"
+#ifdef LOWRANK_HAVE_HTTP
+#include "server/http_server.h"
+#endif
+
+namespace lr::cli {
+
+namespace {
+
+struct ServeOptions {
+  ModelOptions model;
+  int slots = 4;
+  int queue = 32;
+  int step_tokens = 512;
+  int grace_s = 10;
+  int max_body_kib = 8192;
+  std::string alias;
+  std::string api_keys;  // KEY[,KEY]
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int threads_http = 0;
+  int timeout_s = 600;
+};
+
+std::vector<std::string> split_keys(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string k; std::getline(ss, k, ',');)
+    if (!k.empty()) out.push_back(k);
+  if (!s.empty() && out.empty()) fail("--api-key: no key given");
+  return out;
+}
+
+int serve(const ServeOptions& o) {
+#ifndef LOWRANK_HAVE_HTTP
+  (void)o;
+  fail("this build has no HTTP server (cpp-httplib was not found when it was configured)");
+#else
+  if (o.model.reference || o.model.device != "cpu")
+    fail("lowrank serve runs the fast CPU path (no --ref, --device cpu)");
+  // Signals are taken by sigwait below, so every thread starts with them blocked.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  server::HttpOptions h;
+  h.host = o.host;
+  h.port = o.port;
+  h.threads_http = o.threads_http > 0 ? o.threads_http : o.slots + o.queue + 2;
+  h.api_keys = split_keys(o.api_keys);
+  h.max_body = size_t(o.max_body_kib) << 10;
+  h.timeout_s = o.timeout_s;
+  server::HttpServer http(h);
+  http.start();
+  std::fprintf(stderr, "lowrank serve: listening on http://%s:%d (loading the model)\n",
+               o.host.c_str(), http.port());
+
+  auto s = std::make_shared<server::Served>();
+  s->model = load_model(o.model.model_path(), o.model.weight_type());
+  s->name =
+      o.alias.empty() ? std::filesystem::path(o.model.model_path()).filename().string() : o.alias;
+  const Tokenizer& tok = *s->model.tokenizer;
+  try {
+    s->chat = parse_chat_template(tok.chat_template());
+  } catch (const Error& e) {
+    std::fprintf(stderr, "lowrank serve: %s; chat requests use ChatML\n", e.what());
+  }
+  const BackendOptions bo = o.model.backend_options();
+  server::EngineOptions eo;
+  eo.queue = o.queue;
+  eo.step_tokens = o.step_tokens;
+  eo.shutdown_grace = std::chrono::seconds(o.grace_s);
+  s->engine = std::make_unique<server::Engine>(
+      make_cpu_batch_backend(s->model.weights, bo, o.slots, o.step_tokens), tok, eo);
+  http.ready(s);
+  std::fprintf(
+      stderr,
+      "lowrank serve: ready: %s, %d slots of %d tokens, %d threads, steps of up to %d tokens\n",
+      s->name.c_str(), o.slots, bo.ctx, bo.n_threads, o.step_tokens);
+
+  int sig = 0;
+  sigwait(&stop, &sig);
+  std::fprintf(stderr, "lowrank serve: %s: finishing running requests (at most %d s)\n",
+               sig == SIGINT ? "SIGINT" : "SIGTERM", o.grace_s);
+  s->engine->shutdown();
+  http.stop();
+  std::fprintf(stderr, "lowrank serve: stopped\n");
+  return 0;
+#endif
+}
+
+}  // namespace
+
+Runner add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "serve", "OpenAI-compatible HTTP server with continuous batching (docs/server.md)");
+  o->model.add_to(*sub, 2048);
+  sub->get_option("--ctx")->description("context of each slot in tokens (its KV cache capacity)");
+  sub->add_option("--parallel", o->slots,
+                  "slots: sequences advanced together (also -np, as llama-server spells it)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  sub->add_option("--queue", o->queue, "requests waiting for a slot at most (beyond: 503)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 16));
+  sub->add_option("-b,--batch", o->step_tokens,
+                  "tokens per step at most (prompts are cut into chunks)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
+  sub->add_option("--host", o->host, "address to listen on")->capture_default_str();
+  sub->add_option("--port", o->port, "port to listen on (0: any free port)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  sub->add_option("--threads-http", o->threads_http,
+                  "HTTP threads (default: slots + queue + 2; each open request holds one)")
+      ->check(CLI::Range(0, 4096));
+  sub->add_option("--timeout", o->timeout_s, "socket read/write timeout in seconds")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
+  sub->add_option("--api-key", o->api_keys,
+                  "KEY[,KEY]: require one, as 'Authorization: Bearer KEY' or 'X-Api-Key: KEY' "
+                  "(/health stays open)");
+  sub->add_option("--max-body", o->max_body_kib, "request body size limit in KiB (413 beyond)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--alias", o->alias, "model id in the API (default: the file name)");
+  sub->add_option("--grace", o->grace_s,
+                  "seconds running requests may take to finish on SIGINT/SIGTERM")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3600));
+  return [o] { return serve(*o); };
+}
+
+}  // namespace lr::cli
