@@ -212,7 +212,7 @@ void HttpServer::Impl::completion(Api api, const httplib::Request& req, httplib:
             "max_tokens is {}, but the prompt's {} tokens leave room for {} in a context of {}",
             cr.gen.max_tokens, n, ctx - n, ctx),
         "max_tokens", "context_length_exceeded");
-  cr.gen.stop_tokens = p.stop;
+  if (!cr.ignore_eos) cr.gen.stop_tokens = p.stop;
   cr.gen.stop_tokens.erase(-1);
   std::shared_ptr<Request> r;
   try {

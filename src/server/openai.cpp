@@ -189,6 +189,7 @@ CompletionRequest parse_completion_request(Api api, const std::string& body) {
   r.gen.max_tokens = int(integer(j, max_key, 1, std::numeric_limits<int32_t>::max(), 0));
   r.gen.stop = stops(j);
   r.stream = boolean(j, "stream", false);
+  r.ignore_eos = boolean(j, "ignore_eos", false);
   if (j.contains("stream_options") && !j["stream_options"].is_null()) {
     const json& so = j["stream_options"];
     if (!so.is_object()) bad("stream_options", "'stream_options' must be an object");

@@ -152,24 +152,25 @@ void expect_invariant(const Model& m) {
   }
 }
 
-TEST(Batch, EveryChunkingGivesTheOneTokenBitsF16) {
+// The tiny model stored as `wtype` (dim 256 for the K-quants' rows of 256), as stored.
+void expect_invariant(DType wtype, int dim) {
+  SCOPED_TRACE(dtype_name(wtype));
   test::TempDir t;
-  test::TinySpec s;
-  s.tokenizer = true;
-  s.wtype = DType::F16;
-  expect_invariant(load_model(test::write_tiny(t, s, "f16.gguf"), std::nullopt));
+  test::TinySpec s = spec();
+  s.wtype = wtype;
+  s.dim = dim;
+  s.ffn_dim = 2 * dim;
+  expect_invariant(load_model(test::write_tiny(t, s, "m.gguf"), std::nullopt));
+}
+
+TEST(Batch, EveryChunkingGivesTheOneTokenBitsF16) {
+  expect_invariant(DType::F16, 64);
 }
 
 TEST(Batch, EveryChunkingGivesTheOneTokenBitsBlockFormats) {
-  test::TempDir t;
-  test::TinySpec s;
-  s.tokenizer = true;
-  s.wtype = DType::Q4_0;
-  expect_invariant(load_model(test::write_tiny(t, s, "q4_0.gguf"), std::nullopt));
-  s.wtype = DType::Q4_K;  // K-quants: rows of 256
-  s.dim = 256;
-  s.ffn_dim = 512;
-  expect_invariant(load_model(test::write_tiny(t, s, "q4_k.gguf"), std::nullopt));
+  expect_invariant(DType::Q4_0, 64);
+  expect_invariant(DType::Q4_K, 256);
+  expect_invariant(DType::Q6_K, 256);
 }
 
 TEST(Batch, EveryChunkingGivesTheOneTokenBitsLowRankWithBiases) {

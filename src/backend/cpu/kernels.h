@@ -49,6 +49,11 @@ void quantize_q8_row(const float* x, int8_t* xq, float* sx, int64_t n);
 // product (kernels_blocks.cpp). cols is a multiple of the format's block.
 void matvec_blocks(DType t, const uint8_t* W, uint64_t rb, const float* x, float* y, int64_t cols, int64_t r0,
                    int64_t r1);
+// Y[k, r] for k < n, each row k of X (rows ldx apart; Y rows ldy apart) as
+// matvec_blocks computes it alone, bit for bit: the inputs quantized once,
+// each block of rows read once for all of them.
+void matvec_blocks_n(DType t, const uint8_t* W, uint64_t rb, const float* X, int64_t ldx, float* Y, int64_t ldy,
+                     int64_t n, int64_t cols, int64_t r0, int64_t r1);
 // A row of `cols` values in block format t as f32: the scalar dequantizer's
 // values (core/dtype.h dequantize), bit for bit, 8 at a time.
 void dequantize_blocks(DType t, const uint8_t* row, float* y, int64_t cols);

@@ -125,6 +125,22 @@ void matvec_blocks(DType t, const uint8_t* W, uint64_t rb, const float* x, float
     avx2::matvec(t, W, rb, a, y, cols, r0, r1);
 }
 
+void matvec_blocks_n(DType t, const uint8_t* W, uint64_t rb, const float* X, int64_t ldx, float* Y, int64_t ldy,
+                     int64_t n, int64_t cols, int64_t r0, int64_t r1) {
+  if (r1 <= r0 || n <= 0) return;
+  const std::vector<Acts>& a = quantize_into(X, cols, n, ldx, int(dtype_info(t).block_elems));
+  // 64 rows at a time, so every pass over the inputs finds them in L2 (64
+  // rows of 8960 Q4_K columns are 315 KB).
+  constexpr int64_t kBlockRows = 64;
+  for (int64_t r = r0; r < r1; r += kBlockRows) {
+    const int64_t e = std::min(r1, r + kBlockRows);
+    if (kernel_isa() == Isa::Avx512Vnni)
+      avx512vnni::matvec_n(t, W, rb, a.data(), n, Y, ldy, cols, r, e);
+    else
+      avx2::matvec_n(t, W, rb, a.data(), n, Y, ldy, cols, r, e);
+  }
+}
+
 void dequantize_blocks(DType t, const uint8_t* row, float* y, int64_t cols) {
   if (kernel_isa() == Isa::Avx512Vnni)
     avx512vnni::dequantize_row(t, row, y, cols);

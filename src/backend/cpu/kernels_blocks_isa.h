@@ -393,72 +393,79 @@ inline __m512i chunk_scales2(const Large& k, int c) {
 
 // --- the dot products, once ------------------------------------------------------
 
-// R rows (row0 + i rb) of nb blocks each against the input, side by side:
-// the input is loaded once for all of them and their sums are independent.
-// Every row's arithmetic is the same for any R (explicit multiply-adds).
-template <class F, int R>
-inline void rows_dot(const uint8_t* row0, uint64_t rb, int64_t nb, const Acts& x, float* out) {
-  __m256 acc[R];
-  float corr[R];
-  for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps(), corr[i] = 0;
+// R rows (row0 + i rb) of nb blocks each against T inputs, side by side:
+// each input is loaded once for all R rows and each row's weights are
+// unpacked once for all T inputs; every (row, input) sum is independent and
+// its arithmetic is the same for any R and T (explicit multiply-adds), so a
+// batch of inputs gets the bits each would get alone. out[t * ldo + i].
+template <class F, int R, int T>
+inline void rows_dot(const uint8_t* row0, uint64_t rb, int64_t nb, const Acts* x, float* out, int64_t ldo) {
+  __m256 acc[T][R];
+  float corr[T][R];
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < R; ++i) acc[t][i] = _mm256_setzero_ps(), corr[t][i] = 0;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk[R];
     for (int i = 0; i < R; ++i) blk[i] = row0 + uint64_t(i) * rb + uint64_t(b) * F::kBytes;
     if constexpr (F::kElems == 32) {
-      const __m256i xq = load256(reinterpret_cast<const uint8_t*>(x.q + 32 * b));
-      const float xd = x.d[b], xs = x.dsum[b];
       for (int i = 0; i < R; ++i) {
         const Small s = F::setup(blk[i]);
-        const __m256i v = dot_u8s8(F::values(blk[i], 0), xq);
-        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(s.d * xd), acc[i]);
-        corr[i] = std::fma(s.m, xs, corr[i]);
+        const __m256i w = F::values(blk[i], 0);
+        for (int t = 0; t < T; ++t) {
+          const __m256i v = dot_u8s8(w, load256(reinterpret_cast<const uint8_t*>(x[t].q + 32 * b)));
+          acc[t][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(s.d * x[t].d[b]), acc[t][i]);
+          corr[t][i] = std::fma(s.m, x[t].dsum[b], corr[t][i]);
+        }
       }
     } else {
-      const int8_t* xq = x.q + 256 * b;
-      const float xd = x.d[b];
       for (int i = 0; i < R; ++i) {
-        const Large k = F::setup(blk[i], x.s16 + 16 * b, x.s32 + 8 * b);
 #if LR_BLOCKS_VNNI
         // Two chunks per 512-bit step; the halves' int32 sums added give
         // the AVX2 path's eight sums exactly.
-        __m512i sum2 = _mm512_setzero_si512();
+        __m512i w[4];
 #pragma GCC unroll 4
-        for (int c = 0; c < 8; c += 2) {
-          const __m512i p =
-              _mm512_maddubs_epi16(F::values2(blk[i], c), _mm512_loadu_si512(xq + 32 * c));
-          sum2 = _mm512_dpwssd_epi32(sum2, p, chunk_scales2<F::kPer16>(k, c));
-        }
-        const __m256i sum = add_halves(sum2);
+        for (int c = 0; c < 8; c += 2) w[c / 2] = F::values2(blk[i], c);
 #else
-        __m256i sum = _mm256_setzero_si256();
+        __m256i w[8];
 #pragma GCC unroll 8
-        for (int c = 0; c < 8; ++c) {
-          const __m256i p = _mm256_maddubs_epi16(
-              F::values(blk[i], c), load256(reinterpret_cast<const uint8_t*>(xq + 32 * c)));
-          sum = add_madd16(sum, p, chunk_scales<F::kPer16>(k, c));
-        }
+        for (int c = 0; c < 8; ++c) w[c] = F::values(blk[i], c);
 #endif
-        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(k.d * xd), acc[i]);
-        corr[i] = std::fma(k.dm * xd, float(k.mins), corr[i]);
+        for (int t = 0; t < T; ++t) {
+          const int8_t* xq = x[t].q + 256 * b;
+          const float xd = x[t].d[b];
+          const Large k = F::setup(blk[i], x[t].s16 + 16 * b, x[t].s32 + 8 * b);
+#if LR_BLOCKS_VNNI
+          __m512i sum2 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+          for (int c = 0; c < 8; c += 2) {
+            const __m512i p = _mm512_maddubs_epi16(w[c / 2], _mm512_loadu_si512(xq + 32 * c));
+            sum2 = _mm512_dpwssd_epi32(sum2, p, chunk_scales2<F::kPer16>(k, c));
+          }
+          const __m256i sum = add_halves(sum2);
+#else
+          __m256i sum = _mm256_setzero_si256();
+#pragma GCC unroll 8
+          for (int c = 0; c < 8; ++c) {
+            const __m256i p = _mm256_maddubs_epi16(w[c], load256(reinterpret_cast<const uint8_t*>(xq + 32 * c)));
+            sum = add_madd16(sum, p, chunk_scales<F::kPer16>(k, c));
+          }
+#endif
+          acc[t][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(k.d * xd), acc[t][i]);
+          corr[t][i] = std::fma(k.dm * xd, float(k.mins), corr[t][i]);
+        }
       }
     }
   }
-  for (int i = 0; i < R; ++i) out[i] = hsum(acc[i]) - corr[i];
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < R; ++i) out[t * ldo + i] = hsum(acc[t][i]) - corr[t][i];
 }
 
-template <class F>
-inline float row_dot(const uint8_t* row, int64_t nb, const Acts& x) {
-  float y;
-  rows_dot<F, 1>(row, 0, nb, x, &y);
-  return y;
-}
-
-template <class F>
-void matvec_t(const uint8_t* W, uint64_t rb, const Acts& x, float* y, int64_t cols, int64_t r0,
+// Rows [r0, r1) of W against T inputs: y[t * ldy + r].
+template <class F, int T>
+void matvec_t(const uint8_t* W, uint64_t rb, const Acts* x, float* y, int64_t ldy, int64_t cols, int64_t r0,
               int64_t r1) {
   const int64_t nb = cols / F::kElems;
-  constexpr int R =
-      F::kElems == 32 ? 4 : kRowsK;  // rows side by side (the K-quants' bodies are larger)
+  constexpr int R = F::kElems == 32 ? 4 : kRowsK;  // rows side by side (the K-quants' bodies are larger)
   int64_t r = r0;
   for (; r + R <= r1; r += R) {
     const uint8_t* row = W + uint64_t(r) * rb;
@@ -467,9 +474,9 @@ void matvec_t(const uint8_t* W, uint64_t rb, const Acts& x, float* y, int64_t co
     // in-cache speed there (BM_matvec_blocks_cold).
     for (uint64_t o = 0; o < R * rb; o += 64)
       _mm_prefetch(reinterpret_cast<const char*>(row + kAhead * R * rb + o), kPrefetchHint);
-    rows_dot<F, R>(row, rb, nb, x, y + r);
+    rows_dot<F, R, T>(row, rb, nb, x, y + r, ldy);
   }
-  for (; r < r1; ++r) y[r] = row_dot<F>(W + uint64_t(r) * rb, nb, x);
+  for (; r < r1; ++r) rows_dot<F, 1, T>(W + uint64_t(r) * rb, 0, nb, x, y + r, ldy);
 }
 
 // clang-format off
@@ -524,7 +531,21 @@ void dequantize_row(DType t, const uint8_t* row, float* y, int64_t cols) {
 // y[r] for r in [r0, r1): rows of format t against the quantized input.
 void matvec(DType t, const uint8_t* W, uint64_t rb, const Acts& x, float* y, int64_t cols,
             int64_t r0, int64_t r1) {
-  dispatch(t, [&](auto f) { matvec_t<decltype(f)>(W, rb, x, y, cols, r0, r1); });
+  dispatch(t, [&](auto f) { matvec_t<decltype(f), 1>(W, rb, &x, y, 0, cols, r0, r1); });
+}
+
+// The same for n inputs, Y[k * ldy + r]: a few inputs at a time share each
+// row's unpacked weights (the 32-value formats' rows are cheaper to unpack,
+// so they take fewer inputs per pass and more rows).
+void matvec_n(DType t, const uint8_t* W, uint64_t rb, const Acts* x, int64_t n, float* Y, int64_t ldy,
+              int64_t cols, int64_t r0, int64_t r1) {
+  dispatch(t, [&](auto f) {
+    using F = decltype(f);
+    constexpr int T = F::kElems == 32 ? 2 : 4;
+    int64_t k = 0;
+    for (; k + T <= n; k += T) matvec_t<F, T>(W, rb, x + k, Y + k * ldy, ldy, cols, r0, r1);
+    for (; k < n; ++k) matvec_t<F, 1>(W, rb, x + k, Y + k * ldy, ldy, cols, r0, r1);
+  });
 }
 
 }  // namespace

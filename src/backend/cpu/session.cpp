@@ -44,7 +44,9 @@ void matmul(const Matrix& W, const float* X, int64_t ldx, float* Y, int64_t ldy,
 void matvec_rows(const Matrix& W, const float* X, int64_t ldx, float* Y, int64_t ldy, int64_t n,
                  int64_t r0, int64_t r1) {
   LR_ASSERT(r0 % 8 == 0);
-  // 64 rows of the widest model here (8960 Q4_K columns) are 315 KB: L2.
+  if (is_block_format(W.dtype))
+    return matvec_blocks_n(W.dtype, W.ptr(), W.row_bytes(), X, ldx, Y, ldy, n, W.cols, r0, r1);
+  // Blocks of 64 rows (in L2) against every x in turn.
   constexpr int64_t kBlockRows = 64;
   for (int64_t r = r0; r < r1; r += kBlockRows)
     for (int64_t t = 0; t < n; ++t)
