@@ -138,7 +138,7 @@ void matmul_shapes(benchmark::internal::Benchmark* b) {
 
 template <class T>
 using MatmulFn = void (*)(const T*, const float*, float*, int64_t, int64_t, int64_t, int64_t,
-                          int64_t, int64_t);
+                          int64_t, int64_t, cpu::MatmulPath);
 
 template <class T>
 void run_matmul(benchmark::State& st, const std::vector<T>& W, MatmulFn<T> kernel,
@@ -150,7 +150,7 @@ void run_matmul(benchmark::State& st, const std::vector<T>& W, MatmulFn<T> kerne
   for (auto _ : st) {
     pool.parallel_for(rows / 16, [&](int64_t b, int64_t e) {
       const int64_t r1 = e == rows / 16 ? rows : e * 16;
-      kernel(W.data(), X.data(), Y.data(), n, cols, cols, rows, b * 16, r1);
+      kernel(W.data(), X.data(), Y.data(), n, cols, cols, rows, b * 16, r1, cpu::MatmulPath::Any);
     });
     benchmark::DoNotOptimize(Y.data());
     benchmark::ClobberMemory();
@@ -328,6 +328,27 @@ void BM_matmul_blocks(benchmark::State& st) {
 BENCHMARK(BM_matmul_blocks)
     ->Args({3, 1536, 576})->Args({6, 4864, 896})->Args({12, 896, 4864})->Args({12, 8960, 1536})
     ->Args({14, 1536, 8960})
+    ->Unit(benchmark::kMillisecond);
+// The server's batch steps: n inputs (arg 3) each as the decode kernel
+// computes it, the rows unpacked once for a few inputs (multiply-adds/s, as BM_matmul_blocks).
+void BM_matvec_blocks_n(benchmark::State& st) {
+  const auto t = lr::DType(st.range(0));
+  const int64_t rows = st.range(1), cols = st.range(2), n = st.range(3);
+  const auto w = random_blocks(t, rows, cols);
+  const auto X = rand_f32(n * cols, 8);
+  std::vector<float> Y(static_cast<size_t>(n * rows));
+  const uint64_t rb = *lr::row_bytes(t, uint64_t(cols));
+  for (auto _ : st) {
+    lr::cpu::matvec_blocks_n(t, w.data(), rb, X.data(), cols, Y.data(), rows, n, cols, 0, rows);
+    benchmark::DoNotOptimize(Y.data());
+  }
+  st.SetItemsProcessed(int64_t(st.iterations()) * n * rows * cols);
+  st.SetLabel(std::string(lr::dtype_name(t)));
+}
+BENCHMARK(BM_matvec_blocks_n)
+    ->Args({3, 1536, 576, 1})->Args({3, 1536, 576, 8})->Args({3, 1536, 576, 64})
+    ->Args({12, 8960, 1536, 1})->Args({12, 8960, 1536, 8})->Args({12, 8960, 1536, 64})
+    ->Args({14, 1536, 8960, 8})->Args({14, 1536, 8960, 64})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -8,10 +8,11 @@
 //
 // Batch invariance: a chunk's logits, and the keys and values it caches,
 // are bit-identical whatever else the step holds and however a prompt is cut
-// into chunks, because every token is computed exactly as a one-token decode
-// step of the single-sequence backend computes it (backend/cpu/executor.h
-// Rows::AsDecode). So a slot fed its prompt in any chunks gives the same
-// bits as `make_cpu_backend` fed the same tokens one at a time.
+// into chunks. A generated token (fed back to continue its sequence) is
+// computed as a one-token decode step computes it; prompt tokens run
+// through matrix kernels whose every output's arithmetic is the same for
+// any number of tokens and any place among them; attention per token is
+// split the same way always (backend/cpu/executor.h Rows::AsDecode).
 #pragma once
 
 #include <cstdint>
@@ -25,12 +26,15 @@ namespace lr {
 class BatchBackend {
  public:
   // tokens[0, n) of slot `slot`, at its positions n_past(slot) ...; logits:
-  // whether the step writes the logits of the chunk's last token.
+  // whether the step writes the logits of the chunk's last token;
+  // generated: one token the model generated, fed back (computed as a
+  // decode step; such chunks come before the prompt chunks of a step).
   struct Chunk {
     int slot = 0;
     const int32_t* tokens = nullptr;
     int n = 0;
     bool logits = true;
+    bool generated = false;
   };
   // What the last step did: its tokens and the thread pool's dispatches and barriers.
   struct StepStats {
@@ -43,7 +47,8 @@ class BatchBackend {
   // all) and writes the logits of the chunks that ask for them, [those
   // chunks, vocab] in the order given. Throws lr::Error, before running
   // anything, on a bad slot, a repeated slot, an empty chunk, a token id
-  // outside the vocabulary, a slot's context overflow or too many tokens.
+  // outside the vocabulary, a slot's context overflow, too many tokens, or a
+  // generated chunk of more than one token or after a prompt chunk.
   virtual void step(const std::vector<Chunk>& chunks, float* logits) = 0;
   virtual StepStats last_step() const = 0;
 

@@ -195,7 +195,7 @@ void Engine::run_step() {
   for (size_t s = 0; s < slots_.size() && budget > 0; ++s) {  // decoding slots: one token each
     Slot& sl = slots_[s];
     if (!sl.req || sl.prefilling()) continue;
-    chunks.push_back({int(s), &sl.next, 1, true});
+    chunks.push_back({int(s), &sl.next, 1, true, /*generated=*/true});
     owner.push_back(int(s));
     --budget;
   }

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
@@ -168,6 +169,14 @@ TEST(Kernels, MatvecEmptyRangeWritesNothing) {
 
 // --- matmul ------------------------------------------------------------------
 
+// Every row range with each matmul path.
+std::vector<std::tuple<int64_t, int64_t, cpu::MatmulPath>> paths_of(const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+  std::vector<std::tuple<int64_t, int64_t, cpu::MatmulPath>> out;
+  for (auto [r0, r1] : ranges)
+    for (auto p : {cpu::MatmulPath::Any, cpu::MatmulPath::Tiles}) out.emplace_back(r0, r1, p);
+  return out;
+}
+
 template <class T, class Fast, class Ref>
 void check_matmul(const std::vector<T>& W, int64_t rows, int64_t cols, int64_t n, Fast fast,
                   Ref refk, uint32_t seed, float (*dec)(T)) {
@@ -175,9 +184,10 @@ void check_matmul(const std::vector<T>& W, int64_t rows, int64_t cols, int64_t n
   const int64_t ldx = cols + 3;
   const std::vector<float> X = rand_f32(n * ldx, seed);
   const int64_t ldy = rows + 5;
-  for (auto [r0, r1] : row_ranges(rows)) {
+  // Both paths: the fastest for n, and the register tiles for any n (a server's prompt rows).
+  for (auto [r0, r1, path] : paths_of(row_ranges(rows))) {
     std::vector<float> Y(size_t(n * ldy), kSentinel), Yr(size_t(n * ldy), kSentinel);
-    fast(W.data(), X.data(), Y.data(), n, cols, ldx, ldy, r0, r1);
+    fast(W.data(), X.data(), Y.data(), n, cols, ldx, ldy, r0, r1, path);
     refk(W.data(), X.data(), Yr.data(), n, cols, ldx, ldy, r0, r1);
     for (int64_t t = 0; t < n; ++t)
       for (int64_t r = 0; r < ldy; ++r) {
@@ -326,7 +336,7 @@ void check_matmul_matches_matvec(const std::vector<uint16_t>& W, Matmul mm, Matv
   for (int64_t n : {9, 13}) {
     const std::vector<float> X = rand_f32(n * cols, 22);
     std::vector<float> Y(size_t(n * rows)), y(static_cast<size_t>(rows));
-    mm(W.data(), X.data(), Y.data(), n, cols, cols, rows, 0, rows);
+    mm(W.data(), X.data(), Y.data(), n, cols, cols, rows, 0, rows, cpu::MatmulPath::Any);
     for (int64_t t = 0; t < n; ++t) {
       mv(W.data(), X.data() + t * cols, y.data(), cols, 0, rows);
       for (int64_t r = 0; r < rows; ++r)

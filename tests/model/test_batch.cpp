@@ -1,7 +1,8 @@
 // The batch of several sequences (backend/batch.h): every chunking of every
-// mix of sequences gives the bits the single-sequence fast backend gives
-// when fed the same tokens one at a time; the per-row decode kernel is
-// matvec's bits; a step is one dispatch; bad steps are refused.
+// mix of sequences gives the bits of each sequence alone, a token at a time,
+// and those are the single-sequence backend's logits within rounding; the
+// per-row decode kernel is matvec's bits; a step is one dispatch; bad steps
+// are refused.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -64,91 +65,113 @@ TEST(Batch, MatvecRowsIsMatvecPerRow) {
   }
 }
 
-struct Seqs {
-  std::vector<std::vector<int32_t>> tokens;
+// Sequences of a prompt and then tokens fed back as generated ones.
+struct Seq {
+  std::vector<int32_t> tokens;
+  int prompt = 0;  // tokens[0, prompt) are the prompt
 };
 
-Seqs random_seqs(int vocab, std::vector<int> lengths, uint64_t seed) {
+std::vector<Seq> random_seqs(int vocab, std::vector<std::pair<int, int>> lengths, uint64_t seed) {
   std::mt19937 rng(static_cast<uint32_t>(seed));
-  Seqs s;
-  for (int len : lengths) {
-    std::vector<int32_t> t(static_cast<size_t>(len));
-    for (auto& x : t) x = int32_t(rng() % uint32_t(vocab));
-    s.tokens.push_back(t);
+  std::vector<Seq> out;
+  for (auto [prompt, generated] : lengths) {
+    Seq s;
+    s.prompt = prompt;
+    s.tokens.resize(static_cast<size_t>(prompt + generated));
+    for (auto& x : s.tokens) x = int32_t(rng() % uint32_t(vocab));
+    out.push_back(s);
   }
-  return s;
+  return out;
 }
 
-// The single-sequence fast backend, one token at a time: the logits after every position.
-std::vector<std::vector<Logits>> one_at_a_time(const Model& m, const Seqs& s, int threads) {
+using AllLogits = std::vector<std::vector<Logits>>;  // [sequence][position]
+
+// Runs every sequence in one batch: each step takes, from every unfinished
+// sequence (together) or from one at a time, its next generated token or a
+// prompt chunk of up to `most` tokens (a random size). Returns the logits
+// after every position that ended a chunk (empty elsewhere).
+AllLogits run_batched(const Model& m, const std::vector<Seq>& seqs, int threads, bool together, int most,
+                      uint64_t seed) {
   BackendOptions o;
   o.ctx = 64;
   o.n_threads = threads;
-  std::vector<std::vector<Logits>> out;
-  for (const auto& seq : s.tokens) {
-    auto b = make_backend(m, ExecPath::Fast, o);
-    out.emplace_back();
-    for (int32_t tok : seq) {
-      Logits l(size_t(m.weights->cfg.vocab));
-      b->forward(&tok, 1, l.data(), false);
-      out.back().push_back(l);
+  const int vocab = m.weights->cfg.vocab, S = int(seqs.size());
+  auto batch = make_cpu_batch_backend(m.weights, o, S, 32);
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::vector<int> done(size_t(S), 0);
+  AllLogits out(static_cast<size_t>(S));
+  for (int i = 0; i < S; ++i) out[size_t(i)].resize(seqs[size_t(i)].tokens.size());
+  for (int cur = 0;;) {
+    std::vector<BatchBackend::Chunk> gen, prompt;
+    for (int k = 0; k < S; ++k) {
+      const int i = together ? k : cur;
+      const Seq& q = seqs[size_t(i)];
+      const int at = done[size_t(i)], left = int(q.tokens.size()) - at;
+      if (left == 0) continue;
+      if (at >= q.prompt)
+        gen.push_back({i, q.tokens.data() + at, 1, true, /*generated=*/true});
+      else
+        prompt.push_back({i, q.tokens.data() + at, std::min(q.prompt - at, 1 + int(rng() % uint32_t(most))), true});
+      if (!together) break;
+    }
+    gen.insert(gen.end(), prompt.begin(), prompt.end());
+    if (gen.empty()) {
+      if (together || ++cur == S) break;
+      continue;
+    }
+    std::vector<float> logits(gen.size() * size_t(vocab));
+    batch->step(gen, logits.data());
+    for (size_t c = 0; c < gen.size(); ++c) {
+      const int i = gen[c].slot;
+      done[size_t(i)] += gen[c].n;
+      EXPECT_EQ(batch->n_past(i), done[size_t(i)]);
+      out[size_t(i)][size_t(done[size_t(i)] - 1)].assign(&logits[c * size_t(vocab)],
+                                                         &logits[(c + 1) * size_t(vocab)]);
     }
   }
   return out;
 }
 
-// Runs every sequence in the batch, each step taking a chunk of up to
-// `most` tokens (a random size) from every unfinished sequence (together)
-// or from one at a time; each chunk's last logits must be the single
-// backend's at that position, bit for bit.
-void run_batched(const Model& m, const Seqs& s, const std::vector<std::vector<Logits>>& want,
-                 int threads, bool together, int most, uint64_t seed) {
-  BackendOptions o;
-  o.ctx = 64;
-  o.n_threads = threads;
-  const int vocab = m.weights->cfg.vocab, S = int(s.tokens.size());
-  auto batch = make_cpu_batch_backend(m.weights, o, S, 32);
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  std::vector<int> done(size_t(S), 0);
-  int checked = 0;
-  for (int cur = 0;;) {
-    std::vector<BatchBackend::Chunk> chunks;
-    for (int k = 0; k < S; ++k) {
-      const int i = together ? k : cur;
-      const int left = int(s.tokens[size_t(i)].size()) - done[size_t(i)];
-      if (left == 0) continue;
-      const int n = std::min(left, 1 + int(rng() % uint32_t(most)));
-      chunks.push_back({i, s.tokens[size_t(i)].data() + done[size_t(i)], n, true});
-      if (!together) break;
+// Every logit row `got` has is `want`'s, bit for bit.
+void expect_same_bits(const AllLogits& got, const AllLogits& want) {
+  int compared = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    for (size_t p = 0; p < got[i].size(); ++p) {
+      if (got[i][p].empty()) continue;
+      ASSERT_EQ(want[i][p].size(), got[i][p].size()) << "sequence " << i << " at position " << p;
+      ASSERT_EQ(std::memcmp(got[i][p].data(), want[i][p].data(), got[i][p].size() * 4), 0)
+          << "sequence " << i << " at position " << p;
+      ++compared;
     }
-    if (chunks.empty()) {
-      if (together || ++cur == S) break;
-      continue;
-    }
-    std::vector<float> logits(chunks.size() * size_t(vocab));
-    batch->step(chunks, logits.data());
-    for (size_t c = 0; c < chunks.size(); ++c) {
-      const int i = chunks[c].slot;
-      done[size_t(i)] += chunks[c].n;
-      EXPECT_EQ(batch->n_past(i), done[size_t(i)]);
-      const Logits& w = want[size_t(i)][size_t(done[size_t(i)] - 1)];
-      ASSERT_EQ(std::memcmp(&logits[c * size_t(vocab)], w.data(), w.size() * 4), 0)
-          << "sequence " << i << " at position " << done[size_t(i)] - 1;
-      ++checked;
-    }
-  }
-  EXPECT_GT(checked, S);
+  EXPECT_GT(compared, int(got.size()));
 }
 
 void expect_invariant(const Model& m) {
-  const Seqs s = random_seqs(m.weights->cfg.vocab, {11, 3, 17}, 5);
+  const int vocab = m.weights->cfg.vocab;
+  const auto seqs = random_seqs(vocab, {{11, 5}, {3, 4}, {17, 2}}, 5);
   for (int threads : {1, 2}) {
     SCOPED_TRACE(threads);
-    const auto want = one_at_a_time(m, s, threads);
-    run_batched(m, s, want, threads, /*together=*/true, 4, 1);
-    run_batched(m, s, want, threads, true, 9, 2);
-    run_batched(m, s, want, threads, /*together=*/false, 7, 3);
-    run_batched(m, s, want, threads, true, 1, 4);  // decode steps of three slots
+    // Alone, a prompt token per step: the logits after every position.
+    const AllLogits want = run_batched(m, seqs, threads, /*together=*/false, 1, 0);
+    expect_same_bits(run_batched(m, seqs, threads, /*together=*/true, 4, 1), want);
+    expect_same_bits(run_batched(m, seqs, threads, true, 9, 2), want);
+    expect_same_bits(run_batched(m, seqs, threads, /*together=*/false, 7, 3), want);
+    expect_same_bits(run_batched(m, seqs, threads, true, 32, 4), want);
+    // And they are the model's: the single-sequence backend (the prompt at once, then a token at a time).
+    BackendOptions o;
+    o.ctx = 64;
+    o.n_threads = threads;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      auto b = make_backend(m, ExecPath::Fast, o);
+      const Seq& q = seqs[i];
+      std::vector<float> l(size_t(q.prompt) * size_t(vocab));
+      b->forward(q.tokens.data(), q.prompt, l.data(), true);
+      for (int p = 0; p < int(q.tokens.size()); ++p) {
+        Logits one(l.begin() + std::min(p, q.prompt - 1) * vocab, l.begin() + std::min(p + 1, q.prompt) * vocab);
+        if (p >= q.prompt) b->forward(&q.tokens[size_t(p)], 1, one.data(), false);
+        EXPECT_LT(test::rel_err(want[i][size_t(p)], one), 2e-3) << "sequence " << i << " at position " << p;
+      }
+    }
   }
 }
 
@@ -223,6 +246,10 @@ TEST(Batch, BadStepsAreRefusedBeforeRunning) {
   EXPECT_EQ(err({{1, ok.data(), 0, true}}), "batch step: slot 1 has no tokens");
   EXPECT_EQ(err({{1, bad.data(), 2, true}}),
             "slot 1: token id 259 is out of range for a vocabulary of 259");
+  EXPECT_EQ(err({{1, ok.data(), 2, true, true}}),
+            "batch step: slot 1: a generated chunk holds one token and comes before the prompt chunks");
+  EXPECT_EQ(err({{0, ok.data(), 2, true}, {1, ok.data(), 1, true, true}}),
+            "batch step: slot 1: a generated chunk holds one token and comes before the prompt chunks");
   b->step({{0, ok.data(), 3, true}, {1, ok.data(), 3, true}}, logits.data());  // nothing ran before
   b->step({{0, ok.data(), 3, false}, {1, ok.data(), 3, false}}, logits.data());
   EXPECT_EQ(err({{0, ok.data(), 3, true}}),

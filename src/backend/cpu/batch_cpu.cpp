@@ -32,7 +32,11 @@ void BatchBackend::check_step(const std::vector<Chunk>& chunks) const {
   if (chunks.empty()) fail("batch step: no chunks to run");
   std::vector<bool> seen(size_t(slots()), false);
   int64_t total = 0;
+  bool prompt_seen = false;
   for (const Chunk& c : chunks) {
+    if (c.generated && (c.n != 1 || prompt_seen))
+      fail("batch step: slot {}: a generated chunk holds one token and comes before the prompt chunks", c.slot);
+    prompt_seen |= !c.generated;
     if (c.slot < 0 || c.slot >= slots())
       fail("batch step: slot {} does not exist (the batch has {})", c.slot, slots());
     if (seen[size_t(c.slot)]) fail("batch step: slot {} appears twice", c.slot);
@@ -72,7 +76,7 @@ class CpuBatch final : public BatchBackend {
 
   void step(const std::vector<Chunk>& chunks, float* logits) override {
     check_step(chunks);
-    int n = 0;
+    int n = 0, generated = 0;
     head_.clear();
     for (const Chunk& c : chunks) {
       for (int t = 0; t < c.n; ++t, ++n) {
@@ -81,10 +85,11 @@ class CpuBatch final : public BatchBackend {
         rows_[size_t(n)] = &caches_[size_t(c.slot)];
       }
       if (c.logits) head_.push_back(n - 1);
+      generated += c.generated ? c.n : 0;
     }
     const uint64_t d0 = s_.pool.dispatches(), b0 = s_.pool.barriers();
-    exec_.run_rows(tokens_.data(), pos_.data(), rows_.data(), n, head_.data(), int(head_.size()),
-                   logits);
+    exec_.run_rows(tokens_.data(), pos_.data(), rows_.data(), n, generated, head_.data(),
+                   int(head_.size()), logits);
     for (const Chunk& c : chunks) n_past_[size_t(c.slot)] += c.n;
     last_ = {n, s_.pool.dispatches() - d0, s_.pool.barriers() - b0};
   }

@@ -78,10 +78,14 @@ Executor::Fn Executor::linear(const Step& s) {
     auto product = [&](const Job& j, int64_t r0, int64_t r1) {
       input(j);
       const Buf to = j.accumulate ? Buf::Y : j.out;  // a residual is summed from Y
-      if (rows_ == Rows::AsDecode)
-        matvec_rows(*j.m, x, ldx, row(to, t0) + j.out_off, width(to), n, r0, r1);
-      else
-        matmul(*j.m, x, ldx, row(to, t0) + j.out_off, width(to), n, r0, r1);
+      float* y0 = row(to, t0) + j.out_off;
+      if (rows_ == Rows::AsDecode) {  // generated rows as decode steps, then prompt rows in tiles
+        const int nd = decoded(s);
+        matvec_rows(*j.m, x, ldx, y0, width(to), nd, r0, r1);
+        matmul(*j.m, x + nd * ldx, ldx, y0 + nd * width(to), width(to), n - nd, r0, r1, MatmulPath::Tiles);
+      } else {
+        matmul(*j.m, x, ldx, y0, width(to), n, r0, r1);
+      }
       for (int t = 0; t < n; ++t) {
         float* y = row(to, t0 + t) + j.out_off;
         if (j.bias) cpu::add(j.bias->f32() + r0, y + r0, r1 - r0);

@@ -77,6 +77,7 @@ void Executor::run(const int32_t* tokens, int n, Head head, float* logits) {
   head_first_ = head == Head::Last ? n - 1 : 0;
   head_count_ = head == Head::Last ? 1 : n;
   head_rows_.clear();
+  generated_ = head_generated_ = rows_ == Rows::AsDecode ? n : 0;
   for (int t = 0; t < n; ++t) {
     pos_[size_t(t)] = s_.pos + t;
     cache_[size_t(t)] = s_.dense ? &*s_.dense : nullptr;
@@ -87,8 +88,9 @@ void Executor::run(const int32_t* tokens, int n, Head head, float* logits) {
 }
 
 void Executor::run_rows(const int32_t* tokens, const int* pos, kv::DenseCache* const* caches,
-                        int n, const int* head_rows, int n_head, float* logits) {
+                        int n, int n_generated, const int* head_rows, int n_head, float* logits) {
   LR_ASSERT(n >= 1 && n <= max_tokens_ && n_head >= 0 && n_head <= n);
+  LR_ASSERT(rows_ == Rows::AsDecode && n_generated >= 0 && n_generated <= n);
   LR_ASSERT(plan_.kv == KvMode::Dense && !plan_.streamed_keys && !s_.streams);
   LR_ASSERT(!plan_.steps.empty() && plan_.steps[0].op == Op::Embed);
   n_ = n;
@@ -96,6 +98,8 @@ void Executor::run_rows(const int32_t* tokens, const int* pos, kv::DenseCache* c
   head_first_ = 0;
   head_count_ = n_head;
   head_rows_.assign(head_rows, head_rows + n_head);
+  generated_ = n_generated;
+  head_generated_ = int(std::lower_bound(head_rows, head_rows + n_head, n_generated) - head_rows);
   for (int t = 0; t < n; ++t) {
     pos_[size_t(t)] = pos[t];
     cache_[size_t(t)] = caches[t];

@@ -41,8 +41,11 @@ namespace lr::cpu {
 enum class Head { All, Last, None };
 
 // How the rows of a call are computed. Matrix: prompts, the matrix-matrix
-// kernels (f32 inputs) and one attention chunk per token. AsDecode: every
-// row as a one-token decode step computes it (batch invariance).
+// kernels (f32 inputs) and one attention chunk per token. AsDecode (batch
+// invariance): the first rows of a call, generated tokens fed back, as a
+// one-token decode step computes them; the rest, prompt tokens, through the
+// register tiles for any number of tokens (kernels.h MatmulPath::Tiles);
+// attention in the decode split for all.
 enum class Rows { Matrix, AsDecode };
 
 class Executor {
@@ -59,11 +62,12 @@ class Executor {
   // Logits [n, vocab] (Head::All) or the last token's [vocab] (Head::Last).
   void run(const int32_t* tokens, int n, Head head, float* logits);
   // Rows of several sequences: tokens[t] at position pos[t] of the dense
-  // cache caches[t] (each sequence's rows consecutive, in position order).
-  // The output head runs on rows head_rows[0, n_head) (ascending) and writes
+  // cache caches[t] (each sequence's rows consecutive, in position order);
+  // the first n_generated rows are generated tokens (Rows::AsDecode). The
+  // output head runs on rows head_rows[0, n_head) (ascending) and writes
   // their logits [n_head, vocab]. A dense-KV plan without key streams.
   void run_rows(const int32_t* tokens, const int* pos, kv::DenseCache* const* caches, int n,
-                const int* head_rows, int n_head, float* logits);
+                int n_generated, const int* head_rows, int n_head, float* logits);
   const Plan& plan() const { return plan_; }
 
  private:
@@ -89,6 +93,8 @@ class Executor {
   void execute(Head head);
   // Rows head_rows_ of X moved to the first rows (calling thread; before the head).
   void gather_head_rows();
+  // Rows of step s computed as decode steps (run_rows' generated rows).
+  int decoded(const Step& s) const { return is_head(s) ? head_generated_ : generated_; }
   // Position and dense cache of row t of the call.
   int pos(int t) const { return pos_[size_t(t)]; }
   kv::DenseCache& cache(int t) const { return *cache_[size_t(t)]; }
@@ -135,6 +141,7 @@ class Executor {
   std::vector<int> pos_;                 // [max_tokens]
   std::vector<kv::DenseCache*> cache_;   // [max_tokens]
   std::vector<int> head_rows_;           // run_rows: the rows the head runs on (else empty)
+  int generated_ = 0, head_generated_ = 0;  // run_rows: generated rows first, of the call and of the head's
 
   std::vector<float> buf_[size_t(Buf::Logits) + 1];  // [max_tokens, width] each
   int64_t width_[size_t(Buf::Logits) + 1] = {};

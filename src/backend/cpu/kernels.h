@@ -20,14 +20,21 @@ void matvec_bf16(const uint16_t* W, const float* x, float* y, int64_t cols, int6
 void matvec_f16(const uint16_t* W, const float* x, float* y, int64_t cols, int64_t r0,
                 int64_t r1);
 
+// Which kernels a matrix-matrix product may use. Any: the fastest for n
+// (inner products below 12 tokens). Tiles: the register tiles for every n,
+// where each output's multiply-adds run in one order whatever n and the
+// token's place among them, so a token's results do not depend on the
+// others in the call (a server's prompt rows: batch invariance).
+enum class MatmulPath : uint8_t { Any, Tiles };
+
 // Y[t, r] = sum_c W[r, c] * X[t, c]   for t in [0, n), r in [r0, r1)
 // X is [n, cols] with row stride ldx >= cols; Y is [n, ldy] (ldy >= rows of W).
 void matmul_f32(const float* W, const float* X, float* Y, int64_t n, int64_t cols, int64_t ldx,
-                int64_t ldy, int64_t r0, int64_t r1);
+                int64_t ldy, int64_t r0, int64_t r1, MatmulPath path = MatmulPath::Any);
 void matmul_bf16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
-                 int64_t ldx, int64_t ldy, int64_t r0, int64_t r1);
+                 int64_t ldx, int64_t ldy, int64_t r0, int64_t r1, MatmulPath path = MatmulPath::Any);
 void matmul_f16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
-                int64_t ldx, int64_t ldy, int64_t r0, int64_t r1);
+                int64_t ldx, int64_t ldy, int64_t r0, int64_t r1, MatmulPath path = MatmulPath::Any);
 
 // Q8_0 weights (model/weights.h: int8 W [rows, cols], f32 scales [rows,
 // ceil(cols/32)], one per block of 32 along a row). x is quantized the same
@@ -38,7 +45,8 @@ void matvec_q8_0(const int8_t* W, const float* scales, const float* x, float* y,
 // Prompt path: rows dequantized to f32 16 at a time, then matmul_f32 (x is
 // not quantized). Same arguments as matmul_f32 plus the scales.
 void matmul_q8_0(const int8_t* W, const float* scales, const float* X, float* Y, int64_t n,
-                 int64_t cols, int64_t ldx, int64_t ldy, int64_t r0, int64_t r1);
+                 int64_t cols, int64_t ldx, int64_t ldy, int64_t r0, int64_t r1,
+                 MatmulPath path = MatmulPath::Any);
 // xq[c] = round(x[c] / sx[b]) with sx[b] = max |x[c in b]| / 127 (0 for an
 // all-zero block), for blocks of 32 (the last may be shorter).
 void quantize_q8_row(const float* x, int8_t* xq, float* sx, int64_t n);
@@ -61,7 +69,7 @@ void dequantize_blocks(DType t, const uint8_t* row, float* y, int64_t cols);
 // prompt path: 32 rows at a time (kernels_simd.h kDecodedRows) decoded to
 // f32, then matmul_f32 (x is not quantized), as matmul_q8_0.
 void matmul_blocks(DType t, const uint8_t* W, uint64_t rb, const float* X, float* Y, int64_t n, int64_t cols,
-                   int64_t ldx, int64_t ldy, int64_t r0, int64_t r1);
+                   int64_t ldx, int64_t ldy, int64_t r0, int64_t r1, MatmulPath path = MatmulPath::Any);
 // An input quantized for the block kernels in blocks of `block` values (32
 // for Q4_0 .. Q5_1, 256 for the K-quants, so a super-block's integer sums
 // need one scale), as GGML's Q8_0 and Q8_K inputs: q[c] = round-to-even(x[c]

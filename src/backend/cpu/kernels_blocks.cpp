@@ -154,13 +154,13 @@ void dequantize_blocks(DType t, const uint8_t* row, float* y, int64_t cols) {
 // decoding is a small share of the work and the f32 kernel's register tiling
 // does the rest.
 void matmul_blocks(DType t, const uint8_t* W, uint64_t rb, const float* X, float* Y, int64_t n, int64_t cols,
-                   int64_t ldx, int64_t ldy, int64_t r0, int64_t r1) {
+                   int64_t ldx, int64_t ldy, int64_t r0, int64_t r1, MatmulPath path) {
   if (r1 <= r0 || n <= 0) return;
   float* panel = scratch(2, kDecodedRows * cols);  // matmul_f32 uses slots 0 and 1
   for (int64_t r = r0; r < r1; r += kDecodedRows) {
     const int64_t nr = std::min(kDecodedRows, r1 - r);
     for (int64_t i = 0; i < nr; ++i) dequantize_blocks(t, W + uint64_t(r + i) * rb, panel + i * cols, cols);
-    matmul_f32(panel, X, Y + r, n, cols, ldx, ldy, 0, nr);
+    matmul_f32(panel, X, Y + r, n, cols, ldx, ldy, 0, nr, path);
   }
 }
 

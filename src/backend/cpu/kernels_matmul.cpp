@@ -270,9 +270,9 @@ void matmul_small(const typename Fmt::T* W, const float* X, float* Y, int64_t n,
 
 template <class Fmt>
 void matmul_any(const typename Fmt::T* W, const float* X, float* Y, int64_t n, int64_t cols,
-                int64_t ldx, int64_t ldy, int64_t r0, int64_t r1) {
+                int64_t ldx, int64_t ldy, int64_t r0, int64_t r1, MatmulPath path) {
   if (n <= 0 || r1 <= r0) return;
-  if (n < kSmallN) {
+  if (n < kSmallN && path == MatmulPath::Any) {
     matmul_small<Fmt>(W, X, Y, n, cols, ldx, ldy, r0, r1);
   } else {
     matmul_packed<Fmt>(W, X, Y, n, cols, ldx, ldy, r0, r1);
@@ -282,18 +282,18 @@ void matmul_any(const typename Fmt::T* W, const float* X, float* Y, int64_t n, i
 }  // namespace
 
 void matmul_f32(const float* W, const float* X, float* Y, int64_t n, int64_t cols, int64_t ldx,
-                int64_t ldy, int64_t r0, int64_t r1) {
-  matmul_any<F32Weights>(W, X, Y, n, cols, ldx, ldy, r0, r1);
+                int64_t ldy, int64_t r0, int64_t r1, MatmulPath path) {
+  matmul_any<F32Weights>(W, X, Y, n, cols, ldx, ldy, r0, r1, path);
 }
 
 void matmul_bf16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
-                 int64_t ldx, int64_t ldy, int64_t r0, int64_t r1) {
-  matmul_any<Bf16Weights>(W, X, Y, n, cols, ldx, ldy, r0, r1);
+                 int64_t ldx, int64_t ldy, int64_t r0, int64_t r1, MatmulPath path) {
+  matmul_any<Bf16Weights>(W, X, Y, n, cols, ldx, ldy, r0, r1, path);
 }
 
 void matmul_f16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
-                int64_t ldx, int64_t ldy, int64_t r0, int64_t r1) {
-  matmul_any<F16Weights>(W, X, Y, n, cols, ldx, ldy, r0, r1);
+                int64_t ldx, int64_t ldy, int64_t r0, int64_t r1, MatmulPath path) {
+  matmul_any<F16Weights>(W, X, Y, n, cols, ldx, ldy, r0, r1, path);
 }
 
 }  // namespace lr::cpu

@@ -81,7 +81,7 @@ void matvec_q8_0(const int8_t* W, const float* scales, const float* x, float* y,
 }
 
 void matmul_q8_0(const int8_t* W, const float* scales, const float* X, float* Y, int64_t n,
-                 int64_t cols, int64_t ldx, int64_t ldy, int64_t r0, int64_t r1) {
+                 int64_t cols, int64_t ldx, int64_t ldy, int64_t r0, int64_t r1, MatmulPath path) {
   const int64_t nb = q8_blocks_of(cols);
   float* panel = scratch(2, kDecodedRows * cols);  // matmul_f32 uses slots 0 and 1
   for (int64_t r = r0; r < r1; r += kDecodedRows) {
@@ -92,7 +92,7 @@ void matmul_q8_0(const int8_t* W, const float* scales, const float* X, float* Y,
       for (int64_t c = 0; c < cols; ++c) panel[i * cols + c] = s[c / 32] * float(q[c]);
     }
     // Y[t, r + i] = panel[i] . X[t]: the panel is a [nr, cols] f32 matrix.
-    matmul_f32(panel, X, Y + r, n, cols, ldx, ldy, 0, nr);
+    matmul_f32(panel, X, Y + r, n, cols, ldx, ldy, 0, nr, path);
   }
 }
 

@@ -25,19 +25,19 @@ void matvec(const Matrix& W, const float* x, float* y, int64_t r0, int64_t r1) {
 }
 
 void matmul(const Matrix& W, const float* X, int64_t ldx, float* Y, int64_t ldy, int64_t n,
-            int64_t r0, int64_t r1) {
-  if (n == 1) return matvec(W, X, Y, r0, r1);
+            int64_t r0, int64_t r1, MatmulPath path) {
+  if (n == 1 && path == MatmulPath::Any) return matvec(W, X, Y, r0, r1);
   switch (W.dtype) {
     case DType::BF16:
-      return matmul_bf16(W.half(), X, Y, n, W.cols, ldx, ldy, r0, r1);
+      return matmul_bf16(W.half(), X, Y, n, W.cols, ldx, ldy, r0, r1, path);
     case DType::F16:
-      return matmul_f16(W.half(), X, Y, n, W.cols, ldx, ldy, r0, r1);
+      return matmul_f16(W.half(), X, Y, n, W.cols, ldx, ldy, r0, r1, path);
     case DType::Q8_0:
-      return matmul_q8_0(W.q8(), W.scales.get(), X, Y, n, W.cols, ldx, ldy, r0, r1);
+      return matmul_q8_0(W.q8(), W.scales.get(), X, Y, n, W.cols, ldx, ldy, r0, r1, path);
     case DType::F32:
-      return matmul_f32(W.f32(), X, Y, n, W.cols, ldx, ldy, r0, r1);
+      return matmul_f32(W.f32(), X, Y, n, W.cols, ldx, ldy, r0, r1, path);
     default:
-      return matmul_blocks(W.dtype, W.ptr(), W.row_bytes(), X, Y, n, W.cols, ldx, ldy, r0, r1);
+      return matmul_blocks(W.dtype, W.ptr(), W.row_bytes(), X, Y, n, W.cols, ldx, ldy, r0, r1, path);
   }
 }
 
