@@ -84,15 +84,27 @@ def test_stream_and_plain_give_the_same_text(server):
                                   stream_options={"include_usage": True}))
     text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
     assert text == full.choices[0].message.content
-    assert any(ord(ch) > 127 for ch in text) and "\ufffd" not in text  # "L'Étoile": whole characters
     assert len({ch.id for ch in chunks}) == 1 and chunks[0].id.startswith("chatcmpl-")
     assert chunks[0].choices[0].delta.role == "assistant"
-    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason] == ["length"]
-    assert full.choices[0].finish_reason == "length"
-    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 24
-    assert full.usage.completion_tokens == 24
+    finish = full.choices[0].finish_reason
+    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason] == [finish]
+    assert "Paris" in text and finish in ("stop", "length")
+    n = full.usage.completion_tokens
+    assert (n == 24) == (finish == "length") and 1 <= n <= 24
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == n
     assert full.usage.prompt_tokens == chunks[-1].usage.prompt_tokens
-    assert full.usage.total_tokens == full.usage.prompt_tokens + 24
+    assert full.usage.total_tokens == full.usage.prompt_tokens + n
+
+
+def test_stream_never_splits_a_character(server):
+    # The model continues in Japanese; several of its tokens are parts of one character's bytes.
+    body = dict(model="m", prompt="日本語の文章を書きます。日本語", max_tokens=12, temperature=0)
+    full = client(server).completions.create(**body)
+    chunks = [ch.choices[0].text for ch in client(server).completions.create(stream=True, **body) if ch.choices]
+    text = full.choices[0].text
+    assert "".join(chunks) == text and full.usage.completion_tokens == 12
+    assert sum(ord(ch) > 0x3000 for ch in text) >= 4 and "\ufffd" not in text
+    assert all("\ufffd" not in c for c in chunks)
 
 
 def test_completion_usage_counts_the_prompt_tokens(server):
@@ -356,7 +368,8 @@ def test_sigterm_finishes_running_requests_then_exits_0():
     out = {}
 
     def one():
-        out["r"] = client(s).chat.completions.create(model="m", messages=CHAT, max_tokens=40, temperature=0)
+        out["r"] = client(s).completions.create(model="m", prompt="Once upon a time", max_tokens=40, temperature=0,
+                                                extra_body={"ignore_eos": True})
 
     t = threading.Thread(target=one)
     t.start()
