@@ -4,10 +4,10 @@
 # turns level by level (one server runs at a time). Not run in CI.
 #
 #   scripts/serve-peer.sh [--threads 2] [--slots 8] [--concurrency 1,2,4,8,16]
-#                         [--prompt-tokens 256] [--gen 64] [--native] MODEL.gguf [LOWRANK_MODEL.gguf]
+#                         [--prompt-tokens 256] [--gen 64] [--native] [--no-peer] MODEL.gguf [LOWRANK_MODEL.gguf]
 #
 # A second file runs on lowrank only, as a third column (a compressed model
-# beside its dense source). llama-server comes from the llama-cpp-python
+# beside its dense source); --no-peer leaves llama-server out. llama-server comes from the llama-cpp-python
 # source package (pinned as in scripts/peer-bench.sh), built once into
 # ${XDG_CACHE_HOME:-~/.cache}/lowrank/peer/<version>-<flavour>.
 # Output: markdown tables on stdout; raw rows in $OUT_DIR (default /tmp/lowrank-serve-peer).
@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PEER_VERSION=0.3.36
-threads=2 slots=8 levels=1,2,4,8,16 ptok=256 gen=64 flavour=avx2
+threads=2 slots=8 levels=1,2,4,8,16 ptok=256 gen=64 flavour=avx2 peer=1
 files=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -25,6 +25,7 @@ while [[ $# -gt 0 ]]; do
     --prompt-tokens) ptok=$2; shift 2 ;;
     --gen) gen=$2; shift 2 ;;
     --native) flavour=native; shift ;;
+    --no-peer) peer=0; shift ;;
     -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "serve-peer: unknown option $1" >&2; exit 2 ;;
     *) files+=("$1"); shift ;;
@@ -36,7 +37,7 @@ model=${files[0]}
 
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/lowrank/peer/$PEER_VERSION-$flavour"
 server="$cache/llama.cpp/build/bin/llama-server"
-if [[ ! -x "$server" ]]; then
+if [[ $peer == 1 && ! -x "$server" ]]; then
   [[ -d "$cache/llama.cpp" ]] || { echo "serve-peer: run scripts/peer-bench.sh once (it fetches llama.cpp into $cache)" >&2; exit 2; }
   echo "serve-peer: building llama-server in $cache" >&2
   cmake -S "$cache/llama.cpp" -B "$cache/llama.cpp/build" -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_EXAMPLES=ON >"$cache/cmake-server.log"
@@ -71,8 +72,10 @@ cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 echo "CPU: $cpu; $threads threads, $slots slots, prompts ~$ptok tokens, $gen out; llama-server from llama-cpp-python $PEER_VERSION ($flavour)"
 for level in ${levels//,/ }; do
   echo "## concurrency $level"
-  run llama "$level" "$server" -m "$model" -t "$threads" -np "$slots" -c $((slots * (ptok + gen + 64))) \
-    --host 127.0.0.1 --port
+  if [[ $peer == 1 ]]; then
+    run llama "$level" "$server" -m "$model" -t "$threads" -np "$slots" -c $((slots * (ptok + gen + 64))) \
+      --host 127.0.0.1 --port
+  fi
   run lowrank "$level" build/lowrank serve -m "$model" -t "$threads" -np "$slots" -c $((ptok + gen + 64)) --port
   if [[ ${#files[@]} -ge 2 ]]; then
     run lowrank-second "$level" build/lowrank serve -m "${files[1]}" -t "$threads" -np "$slots" -c $((ptok + gen + 64)) --port

@@ -81,8 +81,8 @@ Executor::Fn Executor::linear(const Step& s) {
       float* y0 = row(to, t0) + j.out_off;
       if (rows_ == Rows::AsDecode) {  // generated rows as decode steps, then prompt rows in tiles
         const int nd = decoded(s);
-        matvec_rows(*j.m, x, ldx, y0, width(to), nd, r0, r1);
-        matmul(*j.m, x + nd * ldx, ldx, y0 + nd * width(to), width(to), n - nd, r0, r1, MatmulPath::Tiles);
+        if (nd > 0) matvec_rows(*j.m, x, ldx, y0, width(to), nd, r0, r1);
+        if (nd < n) matmul(*j.m, x + nd * ldx, ldx, y0 + nd * width(to), width(to), n - nd, r0, r1, MatmulPath::Tiles);
       } else {
         matmul(*j.m, x, ldx, y0, width(to), n, r0, r1);
       }

@@ -82,6 +82,7 @@ void matvec_q8_0(const int8_t* W, const float* scales, const float* x, float* y,
 
 void matmul_q8_0(const int8_t* W, const float* scales, const float* X, float* Y, int64_t n,
                  int64_t cols, int64_t ldx, int64_t ldy, int64_t r0, int64_t r1, MatmulPath path) {
+  if (r1 <= r0 || n <= 0) return;
   const int64_t nb = q8_blocks_of(cols);
   float* panel = scratch(2, kDecodedRows * cols);  // matmul_f32 uses slots 0 and 1
   for (int64_t r = r0; r < r1; r += kDecodedRows) {
