@@ -39,10 +39,14 @@ enum class Finish { None, Stop, Length, Cancelled };
 // "stop", "length", "cancelled"
 inline const char* finish_name(Finish f) {
   switch (f) {
-    case Finish::Stop: return "stop";
-    case Finish::Length: return "length";
-    case Finish::Cancelled: return "cancelled";
-    case Finish::None: break;
+    case Finish::Stop:
+      return "stop";
+    case Finish::Length:
+      return "length";
+    case Finish::Cancelled:
+      return "cancelled";
+    case Finish::None:
+      break;
   }
   return "";
 }

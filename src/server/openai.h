@@ -39,7 +39,8 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;
-  bool ignore_eos = false;  // llama-server's and vLLM's extension: generate max_tokens whatever the model ends
+  bool ignore_eos =
+      false;  // llama-server's and vLLM's extension: generate max_tokens whatever the model ends
 };
 
 // Parses and checks a body of POST /v1/chat/completions or /v1/completions

@@ -90,8 +90,8 @@ using AllLogits = std::vector<std::vector<Logits>>;  // [sequence][position]
 // sequence (together) or from one at a time, its next generated token or a
 // prompt chunk of up to `most` tokens (a random size). Returns the logits
 // after every position that ended a chunk (empty elsewhere).
-AllLogits run_batched(const Model& m, const std::vector<Seq>& seqs, int threads, bool together, int most,
-                      uint64_t seed) {
+AllLogits run_batched(const Model& m, const std::vector<Seq>& seqs, int threads, bool together,
+                      int most, uint64_t seed) {
   BackendOptions o;
   o.ctx = 64;
   o.n_threads = threads;
@@ -111,7 +111,8 @@ AllLogits run_batched(const Model& m, const std::vector<Seq>& seqs, int threads,
       if (at >= q.prompt)
         gen.push_back({i, q.tokens.data() + at, 1, true, /*generated=*/true});
       else
-        prompt.push_back({i, q.tokens.data() + at, std::min(q.prompt - at, 1 + int(rng() % uint32_t(most))), true});
+        prompt.push_back({i, q.tokens.data() + at,
+                          std::min(q.prompt - at, 1 + int(rng() % uint32_t(most))), true});
       if (!together) break;
     }
     gen.insert(gen.end(), prompt.begin(), prompt.end());
@@ -157,7 +158,8 @@ void expect_invariant(const Model& m) {
     expect_same_bits(run_batched(m, seqs, threads, true, 9, 2), want);
     expect_same_bits(run_batched(m, seqs, threads, /*together=*/false, 7, 3), want);
     expect_same_bits(run_batched(m, seqs, threads, true, 32, 4), want);
-    // And they are the model's: the single-sequence backend (the prompt at once, then a token at a time).
+    // And they are the model's: the single-sequence backend (the prompt at once, then a token at a
+    // time).
     BackendOptions o;
     o.ctx = 64;
     o.n_threads = threads;
@@ -167,9 +169,11 @@ void expect_invariant(const Model& m) {
       std::vector<float> l(size_t(q.prompt) * size_t(vocab));
       b->forward(q.tokens.data(), q.prompt, l.data(), true);
       for (int p = 0; p < int(q.tokens.size()); ++p) {
-        Logits one(l.begin() + std::min(p, q.prompt - 1) * vocab, l.begin() + std::min(p + 1, q.prompt) * vocab);
+        Logits one(l.begin() + std::min(p, q.prompt - 1) * vocab,
+                   l.begin() + std::min(p + 1, q.prompt) * vocab);
         if (p >= q.prompt) b->forward(&q.tokens[size_t(p)], 1, one.data(), false);
-        EXPECT_LT(test::rel_err(want[i][size_t(p)], one), 2e-3) << "sequence " << i << " at position " << p;
+        EXPECT_LT(test::rel_err(want[i][size_t(p)], one), 2e-3)
+            << "sequence " << i << " at position " << p;
       }
     }
   }
@@ -246,10 +250,12 @@ TEST(Batch, BadStepsAreRefusedBeforeRunning) {
   EXPECT_EQ(err({{1, ok.data(), 0, true}}), "batch step: slot 1 has no tokens");
   EXPECT_EQ(err({{1, bad.data(), 2, true}}),
             "slot 1: token id 259 is out of range for a vocabulary of 259");
-  EXPECT_EQ(err({{1, ok.data(), 2, true, true}}),
-            "batch step: slot 1: a generated chunk holds one token and comes before the prompt chunks");
-  EXPECT_EQ(err({{0, ok.data(), 2, true}, {1, ok.data(), 1, true, true}}),
-            "batch step: slot 1: a generated chunk holds one token and comes before the prompt chunks");
+  EXPECT_EQ(
+      err({{1, ok.data(), 2, true, true}}),
+      "batch step: slot 1: a generated chunk holds one token and comes before the prompt chunks");
+  EXPECT_EQ(
+      err({{0, ok.data(), 2, true}, {1, ok.data(), 1, true, true}}),
+      "batch step: slot 1: a generated chunk holds one token and comes before the prompt chunks");
   b->step({{0, ok.data(), 3, true}, {1, ok.data(), 3, true}}, logits.data());  // nothing ran before
   b->step({{0, ok.data(), 3, false}, {1, ok.data(), 3, false}}, logits.data());
   EXPECT_EQ(err({{0, ok.data(), 3, true}}),

@@ -35,7 +35,10 @@ void BatchBackend::check_step(const std::vector<Chunk>& chunks) const {
   bool prompt_seen = false;
   for (const Chunk& c : chunks) {
     if (c.generated && (c.n != 1 || prompt_seen))
-      fail("batch step: slot {}: a generated chunk holds one token and comes before the prompt chunks", c.slot);
+      fail(
+          "batch step: slot {}: a generated chunk holds one token and comes before the prompt "
+          "chunks",
+          c.slot);
     prompt_seen |= !c.generated;
     if (c.slot < 0 || c.slot >= slots())
       fail("batch step: slot {} does not exist (the batch has {})", c.slot, slots());
