@@ -219,5 +219,37 @@ TEST(Sampler, GreedyAndFilters) {
   for (int i = 0; i < 20; ++i) EXPECT_EQ(a.sample(l.data(), 5, {}), b.sample(l.data(), 5, {}));
 }
 
+// No filter at all (OpenAI's defaults): tokens drawn in proportion to softmax(l / T).
+TEST(Sampler, UnfilteredFollowsTheSoftmax) {
+  const std::vector<float> l = {0.f, std::log(2.f), std::log(4.f), -50.f};
+  SamplerParams p;
+  p.top_k = 0;
+  p.top_p = 1.f;
+  p.min_p = 0.f;
+  p.temperature = 1.f;
+  p.seed = 7;
+  Sampler s(p);
+  int count[4] = {};
+  for (int i = 0; i < 7000; ++i) ++count[s.sample(l.data(), 4, {})];
+  EXPECT_NEAR(count[0], 1000, 120);
+  EXPECT_NEAR(count[1], 2000, 150);
+  EXPECT_NEAR(count[2], 4000, 150);
+  EXPECT_EQ(count[3], 0);
+  // Presence and frequency penalties (OpenAI's): token 2 seen twice loses 1 + 2 * 1.5 = 4.
+  SamplerParams g;
+  g.temperature = 0;
+  g.presence_penalty = 1.f;
+  g.frequency_penalty = 1.5f;
+  Sampler greedy(g);
+  EXPECT_EQ(greedy.sample(l.data(), 4, {2, 2}), 1);
+  // log-probabilities: log(4/7) for token 2, and the top two in order.
+  std::vector<TokenLogprob> top;
+  EXPECT_NEAR(token_logprob(l.data(), 4, 2, 2, &top), std::log(4.0 / 7.0), 1e-6);
+  ASSERT_EQ(top.size(), 2u);
+  EXPECT_EQ(top[0].id, 2);
+  EXPECT_EQ(top[1].id, 1);
+  EXPECT_NEAR(top[1].logprob, std::log(2.0 / 7.0), 1e-6);
+}
+
 }  // namespace
 }  // namespace lr
