@@ -37,6 +37,7 @@ struct ServeOptions {
   int timeout_s = 600;
 };
 
+#ifdef LOWRANK_HAVE_HTTP
 std::vector<std::string> split_keys(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -45,6 +46,7 @@ std::vector<std::string> split_keys(const std::string& s) {
   if (!s.empty() && out.empty()) fail("--api-key: no key given");
   return out;
 }
+#endif
 
 int serve(const ServeOptions& o) {
 #ifndef LOWRANK_HAVE_HTTP

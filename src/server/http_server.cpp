@@ -308,6 +308,12 @@ HttpServer::~HttpServer() {
 void HttpServer::start() {
   Impl& m = *impl_;
   m.routes();
+  // httplib's default adds SO_REUSEPORT, with which a second server on a port in use
+  // would share it silently; SO_REUSEADDR alone lets a restart bind at once.
+  m.svr.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   m.svr.set_payload_max_length(m.opt.max_body);
   m.svr.set_read_timeout(m.opt.timeout_s, 0);
   m.svr.set_write_timeout(m.opt.timeout_s, 0);

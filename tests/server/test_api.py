@@ -377,3 +377,10 @@ def test_sigterm_finishes_running_requests_then_exits_0():
     assert s.stop(timeout=60) == 0
     t.join(timeout=60)
     assert out["r"].usage.completion_tokens == 40 and out["r"].choices[0].finish_reason == "length"
+
+
+def test_a_port_in_use_is_refused(server):
+    r = subprocess.run([BIN, "serve", "-m", MODEL, "--port", str(server.port)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{server.port}" in r.stderr
+    assert raw(server, "GET", "/health")[0] == 200  # the first server carries on
