@@ -178,7 +178,7 @@ def hold_streams(s, n, max_tokens=400):
         try:
             with client(s).chat.completions.create(
                     model="m", messages=[{"role": "user", "content": f"Tell me a long story number {i}."}],
-                    max_tokens=max_tokens, temperature=0, stream=True) as stream:
+                    max_tokens=max_tokens, temperature=0, stream=True, extra_body={"ignore_eos": True}) as stream:
                 for _ in stream:
                     if release.is_set():
                         break
@@ -225,7 +225,8 @@ def test_full_queue_is_503_with_retry_after():
 
 def test_disconnect_frees_the_slot(server):
     before = parse_metrics(server.metrics())['lowrank_requests_finished_total{finish_reason="cancelled"}']
-    with client(server).chat.completions.create(model="m", messages=CHAT, max_tokens=1000, stream=True) as stream:
+    with client(server).chat.completions.create(model="m", messages=CHAT, max_tokens=1000, stream=True,
+                                                extra_body={"ignore_eos": True}) as stream:
         for i, _ in enumerate(stream):
             if i == 3:
                 break  # leaving the block closes the connection
