@@ -181,6 +181,17 @@ TEST(Load, QuantizedWeightsDequantizeLikeTheFile) {
   }
 }
 
+// Temperature 1, no top-k or top-p: min-p (0: off) is the only filter.
+SamplerParams only_min_p(float min_p, uint64_t seed) {
+  SamplerParams p;
+  p.top_k = 0;
+  p.top_p = 1.f;
+  p.min_p = min_p;
+  p.temperature = 1.f;
+  p.seed = seed;
+  return p;
+}
+
 TEST(Sampler, GreedyAndFilters) {
   std::vector<float> l = {0.f, 3.f, 1.f, 3.f, -2.f};
   EXPECT_EQ(argmax(l.data(), 5), 1);
@@ -199,12 +210,7 @@ TEST(Sampler, GreedyAndFilters) {
   Sampler topk(k1);
   for (int i = 0; i < 20; ++i) EXPECT_EQ(topk.sample(l.data(), 5, {}), 1);
   // min-p 0.5: only tokens within half the best probability survive (1 and 3).
-  SamplerParams mp;
-  mp.top_k = 0;
-  mp.top_p = 1.f;
-  mp.min_p = 0.5f;
-  mp.temperature = 1.f;
-  mp.seed = 42;
+  const SamplerParams mp = only_min_p(0.5f, 42);
   Sampler minp(mp);
   int seen1 = 0, seen3 = 0;
   for (int i = 0; i < 200; ++i) {
@@ -222,13 +228,7 @@ TEST(Sampler, GreedyAndFilters) {
 // No filter at all (OpenAI's defaults): tokens drawn in proportion to softmax(l / T).
 TEST(Sampler, UnfilteredFollowsTheSoftmax) {
   const std::vector<float> l = {0.f, std::log(2.f), std::log(4.f), -50.f};
-  SamplerParams p;
-  p.top_k = 0;
-  p.top_p = 1.f;
-  p.min_p = 0.f;
-  p.temperature = 1.f;
-  p.seed = 7;
-  Sampler s(p);
+  Sampler s(only_min_p(0.f, 7));
   int count[4] = {};
   for (int i = 0; i < 7000; ++i) ++count[s.sample(l.data(), 4, {})];
   EXPECT_NEAR(count[0], 1000, 120);
