@@ -84,8 +84,8 @@ int32_t Sampler::sample(const float* logits, int n, const std::vector<int32_t>& 
   };
   if (keep == cand_.size() && p_.top_p >= 1.f) {
     // Neither top-k nor top-p (OpenAI's defaults): no order is needed, and
-    // min-p is a threshold on the logits (p >= min_p p_max at temperature 1).
-    // Sorting a 150k vocabulary would cost a server ~10 ms per token.
+    // min-p is a threshold on the logits (p >= min_p p_max at temperature 1),
+    // so a server does not sort a 150k vocabulary for every token.
     if (p_.min_p > 0.f) {
       const float cut = std::min_element(cand_.begin(), cand_.end(), by_logit)->first + std::log(p_.min_p);
       cand_.erase(std::remove_if(cand_.begin(), cand_.end(), [&](const auto& c) { return c.first < cut; }),

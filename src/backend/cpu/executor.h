@@ -21,10 +21,8 @@
 // A server's step (backend/batch.h) runs one executor over the rows of
 // several sequences at once (run_rows): row t is a token of the sequence
 // whose cache is caches[t], at position pos[t]. Such an executor is made
-// with Rows::AsDecode, so every row is computed exactly as a one-token
-// decode step computes it (the decode kernels per row, the weights read once
-// per block of rows for all of them; attention in the decode split): a row's
-// bits do not depend on what else the call holds.
+// with Rows::AsDecode (below), so a row's bits do not depend on what else
+// the call holds.
 #pragma once
 
 #include <cstdint>
