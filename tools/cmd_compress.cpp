@@ -22,10 +22,15 @@ struct CompressCli {
   std::string keep = "0.6";
   double remove = -1;
   std::string method = "whiten";
+  std::string whitening = "auto";
+  std::string budget;
+  std::string allocate;  // empty: each matrix keeps its own share
+  std::string allocate_loss = "relative";
   int basis_sharing = 0;
   std::vector<std::string> ranks;
   std::string matrices;
-  std::string factor_type = "f16";
+  std::string factor_type = "auto";
+  std::string residual;
   std::string calib;
   int calib_samples = 64, calib_len = 512;
   int64_t calib_memory_mb = 0;
@@ -58,6 +63,20 @@ int run(const CompressCli& o) {
   if (o.method == "svd") opt.method = CompressMethod::Svd;
   else if (o.method == "whiten") opt.method = CompressMethod::Whiten;
   else fail("unknown method '{}' (expected svd or whiten)", o.method);
+  if (o.whitening == "auto") opt.whitening = compress::Whitening::Auto;
+  else if (o.whitening == "eigen") opt.whitening = compress::Whitening::Eigen;
+  else if (o.whitening == "cholesky") opt.whitening = compress::Whitening::Cholesky;
+  else fail("unknown --whitening '{}' (expected auto, eigen or cholesky)", o.whitening);
+  if (!o.budget.empty() && o.remove >= 0) fail("--budget is a byte budget; --remove goes with --keep");
+  if (!o.budget.empty()) opt.budget = RankBudget::Bytes;
+  else if (!o.allocate.empty()) opt.budget = RankBudget::Parameters;
+  if (o.allocate.empty() || o.allocate == "matrix") opt.allocate_scope = AllocateScope::Matrix;
+  else if (o.allocate == "type") opt.allocate_scope = AllocateScope::Type;
+  else if (o.allocate == "all") opt.allocate_scope = AllocateScope::All;
+  else fail("unknown --allocate '{}' (expected matrix, type or all)", o.allocate);
+  if (o.allocate_loss != "relative" && o.allocate_loss != "absolute")
+    fail("unknown --allocate-loss '{}' (expected relative or absolute)", o.allocate_loss);
+  opt.relative_loss = o.allocate_loss == "relative";
   opt.basis_sharing = o.basis_sharing;
   if (o.basis_sharing >= 2 && opt.method != CompressMethod::Whiten)
     fail("--basis-sharing is whitened: use it with --method whiten");
@@ -65,7 +84,9 @@ int run(const CompressCli& o) {
   opt.calib_samples = o.calib_samples;
   opt.calib_len = o.calib_len;
   opt.calib_memory = uint64_t(o.calib_memory_mb) << 20;
-  opt.factor_type = parse_factor_type(o.factor_type);
+  opt.factor_type = parse_factor_type(o.factor_type == "auto" ? (o.residual.empty() ? "f16" : "q8_0")
+                                                             : o.factor_type);
+  if (!o.residual.empty()) opt.residual = parse_quant_type(o.residual, "--residual");
   opt.n_threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   if (!o.matrices.empty()) opt.kinds = split(o.matrices, ',');
   for (const std::string& r : o.ranks) {
@@ -76,18 +97,24 @@ int run(const CompressCli& o) {
   }
 
   std::vector<double> keeps;
+  const bool bytes = !o.budget.empty();
+  const char* flag = bytes ? "--budget" : "--keep";
   if (o.remove >= 0) {
     keeps.push_back(1.0 - o.remove);
   } else {
-    for (const std::string& k : split(o.keep, ',')) keeps.push_back(parse_number(k, "--keep"));
+    for (const std::string& k : split(bytes ? o.budget : o.keep, ','))
+      keeps.push_back(parse_number(k, flag));
   }
-  if (keeps.empty()) fail("--keep: no value");
+  if (keeps.empty()) fail("{}: no value", flag);
+  for (double k : keeps)
+    if (!(k > 0 && k <= 1)) fail("{} must be in (0, 1], got {}", flag, k);
   std::vector<CompressJob> jobs;
+  const std::string mark = bytes ? "{budget}" : "{keep}";
   for (double k : keeps) {
     std::string path = o.out;
-    auto at = path.find("{keep}");
-    if (at != std::string::npos) path.replace(at, 6, fmt::format("{}", k));
-    else if (keeps.size() > 1) fail("several --keep values need '{{keep}}' in the -o path");
+    auto at = path.find(mark);
+    if (at != std::string::npos) path.replace(at, mark.size(), fmt::format("{}", k));
+    else if (keeps.size() > 1) fail("several {} values need '{}' in the -o path", flag, mark);
     jobs.push_back({k, path});
   }
   std::string in = o.model.empty() ? default_model_path() : o.model;
@@ -98,7 +125,11 @@ int run(const CompressCli& o) {
   });
   for (size_t i = 0; i < jobs.size(); ++i) {
     const CompressResult& r = results[i];
-    std::printf("%s (keep %.2f):\n", jobs[i].out_path.c_str(), jobs[i].keep);
+    std::printf("%s (%s %.2f%s):\n", jobs[i].out_path.c_str(), bytes ? "budget" : "keep",
+                jobs[i].keep,
+                opt.allocate_scope == AllocateScope::Matrix ? ""
+                : opt.allocate_scope == AllocateScope::Type ? ", ranks moved between layers"
+                                                            : ", ranks moved between all matrices");
     // Ranks per matrix type (first layer; differing ranks are listed in full).
     std::map<std::string, std::vector<int64_t>> by_kind;
     std::string notes;
@@ -106,12 +137,25 @@ int run(const CompressCli& o) {
       by_kind[m.name.substr(m.name.find('.', 4) + 1)].push_back(m.rank);
       if (!m.note.empty()) notes += "  " + m.name + ": " + m.note + "\n";
     }
+    auto rank_str = [](int64_t r) { return r == 0 ? std::string("dense") : std::to_string(r); };
     for (const auto& [kind, ranks] : by_kind) {
       const int64_t first = ranks[0];
       bool same = std::all_of(ranks.begin(), ranks.end(), [first](int64_t x) { return x == first; });
+      std::string list;
+      for (int64_t x : ranks) {
+        if (!list.empty()) list += ' ';
+        list += rank_str(x);
+      }
       std::printf("  %-12s rank %s\n", kind.c_str(),
-                  same ? (first == 0 ? "dense" : std::to_string(first).c_str())
-                       : "varies per layer");
+                  same ? rank_str(first).c_str()
+                       : (opt.budget == RankBudget::PerMatrix ? std::string("varies per layer")
+                                                             : "by layer: " + list)
+                             .c_str());
+    }
+    if (opt.budget != RankBudget::PerMatrix) {
+      double loss = 0;
+      for (const MatrixReport& m : r.matrices) loss += m.loss;
+      std::printf("  whitened truncation loss, summed over matrices: %.4f\n", loss);
     }
     struct stat st {};
     stat(jobs[i].out_path.c_str(), &st);
@@ -138,10 +182,15 @@ Runner add_compress_command(CLI::App& app) {
   sub->add_option("--keep", o->keep, "fraction of each matrix's parameters kept, rank = floor(keep*m*n/(m+n)); a comma list compresses several")->capture_default_str();
   sub->add_option("--remove", o->remove, "1 - keep (SVD-LLM's 'compression ratio')");
   sub->add_option("--method", o->method, "svd | whiten (SVD-LLM closed form)")->capture_default_str();
+  sub->add_option("--whitening", o->whitening, "how whiten factors the calibration Gram: auto (Cholesky where it holds without a ridge, else eigen) | eigen (SVD-LLM v2; never fails, ~10x the time) | cholesky (v1, with a ridge when needed)")->capture_default_str();
+  sub->add_option("--budget", o->budget, "byte budget: the fraction of each compressed matrix's bytes in the source file its factors may take as written (with --allocate: of all of them); a comma list compresses several ('{budget}' in -o)");
+  sub->add_option("--allocate", o->allocate, "move ranks between matrices by their whitened truncation loss, spending --keep of the parameters (or --budget of the bytes) over each matrix type's layers (type) or over every matrix (all); matrix = each its own share. Measured worse than the uniform keep on SmolLM2 (docs/results/compression.md)");
+  sub->add_option("--allocate-loss", o->allocate_loss, "with --allocate: relative (each matrix's truncated energy over its own) or absolute (the activation error as is)")->capture_default_str();
+  sub->add_option("--residual", o->residual, "the residual form W ~ Q(W) + U V: quantize W to this block format (q2_k, q3_k, q4_k, ...; activation-weighted when calibrated), then fit the factors to its error; --keep sizes the correction");
   sub->add_option("--basis-sharing", o->basis_sharing, "groups of g consecutive layers share one input basis for q, k, v, gate, up");
   sub->add_option("--rank", o->ranks, "explicit rank per matrix type, KIND=R (attn_q=64, all=max)");
   sub->add_option("--matrices", o->matrices, "comma list of matrix types to compress (default: all seven per block)");
-  sub->add_option("--factor-type", o->factor_type, "storage type of the factors: f16, bf16, f32, q8_0, q6_k, q5_k, q4_k (quantized: ranks rounded down to a multiple of 32; a row a K-quant's 256 does not divide is stored as q8_0)")->capture_default_str();
+  sub->add_option("--factor-type", o->factor_type, "storage type of the factors: auto (f16; q8_0 with --residual), f16, bf16, f32, q8_0, q6_k, q5_k, q4_k (quantized: ranks rounded down to a multiple of 32; a row a K-quant's 256 does not divide is stored as q8_0)")->capture_default_str();
   sub->add_option("--calib", o->calib, "calibration text (whiten, basis sharing)");
   sub->add_option("--calib-samples", o->calib_samples, "calibration windows")->capture_default_str();
   sub->add_option("--calib-len", o->calib_len, "tokens per calibration window")->capture_default_str();

@@ -58,5 +58,8 @@ Runner add_import_command(CLI::App& app);
 Runner add_calibrate_kv_command(CLI::App& app);
 Runner add_synth_command(CLI::App& app);
 Runner add_serve_command(CLI::App& app);
+Runner add_quantize_command(CLI::App& app);
+// "q8_0" .. "q2_k" (any case) -> the block format lowrank quantizes to; lr::Error otherwise.
+DType parse_quant_type(const std::string& name, const char* flag);
 
 }  // namespace lr::cli

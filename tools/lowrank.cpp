@@ -108,6 +108,7 @@ int main(int argc, char** argv) {
   reg(lr::cli::add_perplexity_command);
   reg(lr::cli::add_inspect_command);
   reg(lr::cli::add_compress_command);
+  reg(lr::cli::add_quantize_command);
   reg(lr::cli::add_bench_command);
   reg(lr::cli::add_import_command);
   reg(lr::cli::add_calibrate_kv_command);

@@ -8,8 +8,12 @@
 #include <memory>
 #include <sstream>
 
+#include "compress/allocate.h"
+#include "compress/calibration.h"
 #include "compress/factorize.h"
 #include "compress/gram.h"
+#include "compress/quantize.h"
+#include "compress/quantize_model.h"
 #include "core/error.h"
 #include "format/gguf_source.h"
 #include "model/load.h"
@@ -23,18 +27,6 @@ using compress::GramAccumulator;
 using compress::MatD;
 using compress::MatF;
 
-// Which Gram a linear map's input belongs to.
-Site site_of(Slot s) {
-  switch (s) {
-    case Slot::Q:
-    case Slot::K:
-    case Slot::V: return Site::AttnIn;
-    case Slot::O: return Site::AttnOut;
-    case Slot::Gate:
-    case Slot::Up: return Site::MlpIn;
-    default: return Site::MlpMid;
-  }
-}
 
 // Accumulates the Grams of the inputs of layers [l0, l1), every site, during
 // one calibration pass; other layers' activations are ignored.
@@ -98,44 +90,16 @@ int layers_per_pass(const Config& c, const CompressOptions& opt) {
   return std::min(c.n_layers, std::max(g, int(fit) / g * g));
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open calibration text", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // One calibration pass over the dense model, keeping the Grams of layers [l0, l1).
 std::unique_ptr<GramObserver> calibrate(const Model& m, const CompressOptions& opt, int l0, int l1,
                                         int64_t* tokens_used, const CompressProgress& progress) {
-  if (opt.calib_path.empty())
-    fail("this method needs calibration text: pass --calib FILE");
-  if (opt.calib_samples <= 0 || opt.calib_len <= 1)
-    fail("--calib-samples must be >= 1 and --calib-len >= 2 (got {} and {})", opt.calib_samples,
-         opt.calib_len);
-  std::string text = read_file(opt.calib_path);
-  std::vector<int32_t> toks = m.tokenizer->encode(text, m.tokenizer->add_bos());
-  int64_t need = int64_t(opt.calib_samples) * opt.calib_len;
-  if (int64_t(toks.size()) < need)
-    fail("{}: calibration text has {} tokens, fewer than --calib-samples x --calib-len = {} x {} = {}",
-         opt.calib_path, toks.size(), opt.calib_samples, opt.calib_len, need);
   auto obs = std::make_unique<GramObserver>(m.weights->cfg, l0, l1);
   const std::string phase = l1 - l0 == m.weights->cfg.n_layers
                                 ? std::string("calibrating")
                                 : fmt::format("calibrating layers {}-{}", l0, l1 - 1);
-  BackendOptions bo;
-  bo.ctx = opt.calib_len;
-  bo.n_threads = opt.n_threads;
-  bo.observer = obs.get();
-  auto backend = make_cpu_backend(m.weights, bo);
-  std::vector<float> logits(static_cast<size_t>(m.weights->cfg.vocab));
-  for (int s = 0; s < opt.calib_samples; ++s) {
-    backend->rewind(0);
-    backend->forward(&toks[size_t(s) * size_t(opt.calib_len)], opt.calib_len, logits.data(), false);
-    if (progress) progress(s + 1, opt.calib_samples, phase.c_str());
-  }
-  *tokens_used = need;
+  *tokens_used = compress::run_calibration(
+      m, {opt.calib_path, opt.calib_samples, opt.calib_len, opt.n_threads}, obs.get(), phase,
+      progress);
   return obs;
 }
 
@@ -160,6 +124,85 @@ Matrix leading_cols(const MatF& f, int64_t r) {
   for (int64_t i = 0; i < f.rows; ++i)
     std::copy_n(f.a.begin() + i * f.cols, r, m.f32_mut() + i * r);
   return m;
+}
+
+// One matrix (or basis-sharing group) decomposed at the largest rank any job
+// needs; each job takes leading rows / columns of it.
+struct Decomposition {
+  const WeightSpec* spec = nullptr;
+  int g0 = 0, g1 = 0;             // layers [g0, g1) (a group shares `in`)
+  int64_t rows = 0, cols = 0;
+  MatF in;                        // [r_max, cols]
+  std::vector<MatF> outs;         // per layer of the group: [rows, r_max]
+  std::vector<double> sigma;      // whitened spectrum (empty: not decomposed)
+  std::string note;               // regularisation / fallback account
+  compress::RankCandidate cand;   // costs for a global budget
+  Matrix quantized;               // residual form: Q(W), the factors fit W - Q(W)
+};
+
+// sum_{j >= r} sigma_j^2 / sum_j sigma_j^2.
+double truncation_loss(const std::vector<double>& sigma, int64_t r) {
+  double all = 0, tail = 0;
+  for (size_t j = 0; j < sigma.size(); ++j) {
+    all += sigma[j] * sigma[j];
+    if (int64_t(j) >= r) tail += sigma[j] * sigma[j];
+  }
+  return all > 0 ? tail / all : 0.0;
+}
+
+// The costs a global budget weighs for dense matrix w (sigma filled later
+// with zeros of its length, so useful_rank can be asked first): parameters,
+// or bytes as written (the source's bytes dense; a row of V and a column of
+// U in the factor type; a quantized U column counted at Q8_0's 34/32 bytes
+// per value, what a rank that is not a multiple of 256 is written in).
+compress::RankCandidate rank_candidate(const CompressOptions& opt, const Matrix& w,
+                                       int64_t granularity) {
+  compress::RankCandidate c;
+  c.sigma.assign(size_t(std::min(w.rows, w.cols)), 0.0);
+  c.granularity = granularity;
+  c.relative = opt.relative_loss;
+  if (opt.budget == RankBudget::Bytes) {
+    const DType vt = factor_storage_type(opt.factor_type, w.cols);
+    const double u_elem = granularity > 1 ? 34.0 / 32.0 : opt.factor_type == DType::F32 ? 4.0 : 2.0;
+    c.dense_cost = double(w.bytes());
+    c.rank_cost = double(*row_bytes(vt, uint64_t(w.cols))) + double(w.rows) * u_elem;
+  } else {
+    c.dense_cost = double(w.rows) * double(w.cols);
+    c.rank_cost = double(w.rows + w.cols);
+  }
+  return c;
+}
+
+// W [rows, cols] quantized row by row to `type` (or the type llama.cpp
+// substitutes when its blocks do not fit a row; `note` says so), weighted by
+// `importance` [cols] when it is not empty.
+Matrix quantize_matrix(DType type, const float* W, int64_t rows, int64_t cols,
+                       const std::vector<float>& importance, std::string& note) {
+  if (!row_bytes(type, uint64_t(cols))) {
+    const DType fb = fallback_type(type);
+    if (!row_bytes(fb, uint64_t(cols)))
+      fail("rows of {} values fit neither {} nor {}", cols, dtype_name(type), dtype_name(fb));
+    note = fmt::format("rows of {} are not whole {} blocks: quantized as {}", cols,
+                       dtype_name(type), dtype_name(fb));
+    type = fb;
+  }
+  Matrix q = Matrix::allocate(type, rows, cols);
+  for (int64_t r = 0; r < rows; ++r)
+    compress::quantize_row(type, W + r * cols, importance.empty() ? nullptr : importance.data(),
+                           q.data.get() + uint64_t(r) * q.row_bytes(), cols);
+  return q;
+}
+
+// W - Q(W) into buf (which may hold W itself): what the correction fits.
+const float* quantization_error(const Matrix& q, const float* W, std::vector<float>& buf) {
+  std::vector<float> row(static_cast<size_t>(q.cols));
+  std::vector<float> e(static_cast<size_t>(q.rows * q.cols));
+  for (int64_t r = 0; r < q.rows; ++r) {
+    q.row_to_f32(r, row.data());
+    for (int64_t c = 0; c < q.cols; ++c) e[size_t(r * q.cols + c)] = W[r * q.cols + c] - row[size_t(c)];
+  }
+  buf = std::move(e);
+  return buf.data();
 }
 
 int64_t rank_of(const CompressOptions& opt, const std::string& kind, int64_t m, int64_t n) {
@@ -188,15 +231,30 @@ SaveOptions save_options(const CompressOptions& opt, bool calibrated) {
   keep.f = opt.keep;
   SaveOptions so;
   so.factor_type = opt.factor_type;
+  const std::string method = opt.basis_sharing >= 2
+                                 ? fmt::format("whiten+basis-sharing(g={})", opt.basis_sharing)
+                                 : (opt.method == CompressMethod::Svd ? "svd" : "whiten");
   so.metadata.emplace_back(
-      "lowrank.method", str(opt.basis_sharing >= 2
-                                ? fmt::format("whiten+basis-sharing(g={})", opt.basis_sharing)
-                                : (opt.method == CompressMethod::Svd ? "svd" : "whiten")));
+      "lowrank.method", str(opt.residual ? fmt::format("residual({})+{}", dtype_name(*opt.residual), method)
+                                         : method));
   so.metadata.emplace_back("lowrank.keep", keep);
   so.metadata.emplace_back(
       "lowrank.keep_meaning",
-      str("fraction of each compressed matrix's parameters kept: rank = floor(keep*m*n/(m+n)) "
-          "(basis sharing: floor(keep*g*m*n/(n+g*m))); keep 1 leaves matrices dense"));
+      str(opt.budget == RankBudget::PerMatrix
+              ? "fraction of each compressed matrix's parameters kept: rank = floor(keep*m*n/(m+n)) "
+                "(basis sharing: floor(keep*g*m*n/(n+g*m))); keep 1 leaves matrices dense"
+              : opt.budget == RankBudget::Parameters
+                    ? "fraction of the compressed matrices' parameters kept in all, ranks "
+                      "allocated per matrix from the whitened spectra"
+                    : "fraction of the compressed matrices' bytes in the source file kept in all "
+                      "(factors as written), ranks allocated per matrix from the whitened spectra"));
+  so.metadata.emplace_back(
+      "lowrank.whitening",
+      str(opt.method == CompressMethod::Svd
+              ? "none"
+              : opt.whitening == compress::Whitening::Eigen      ? "eigen"
+                : opt.whitening == compress::Whitening::Cholesky ? "cholesky"
+                                                                 : "auto (cholesky, eigen where it fails)"));
   so.metadata.emplace_back(
       "lowrank.calibration",
       str(calibrated ? fmt::format("{}: {} samples x {} tokens", opt.calib_path, opt.calib_samples,
@@ -233,7 +291,19 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
   });
 
   const bool need_calib = opt_in.method == CompressMethod::Whiten || opt_in.basis_sharing >= 2;
+  const bool allocating = opt_in.budget != RankBudget::PerMatrix;
+  if (allocating && opt_in.basis_sharing >= 2)
+    fail("a global budget (--budget, --allocate) does not combine with --basis-sharing");
+  if (allocating && !opt_in.ranks.empty())
+    fail("--rank and a global budget (--budget, --allocate) both choose ranks: pass one");
+  if (opt_in.residual && (opt_in.basis_sharing >= 2 || allocating))
+    fail("the residual form (--residual) takes --keep or --rank, without --basis-sharing or a "
+         "global budget");
+  if (opt_in.residual && !compress::can_quantize(*opt_in.residual))
+    fail("--residual quantizes to a block format (q2_k, q3_k, q4_k, ...), not {}",
+         dtype_name(*opt_in.residual));
   int64_t calib_tokens = 0;
+  const int64_t granularity = quantized_factors ? 32 : 1;
 
   // Every job's factors are prefixes of one decomposition at the largest rank
   // any job asks for (U_r sqrt(S_r) and sqrt(S_r) Vt_r S^-1 are leading
@@ -249,6 +319,23 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
   auto selected = [&](const WeightSpec& s) {
     return std::find(opt_in.kinds.begin(), opt_in.kinds.end(), s.kind) != opt_in.kinds.end();
   };
+  // Writes job j's rank-r choice of d into its model (r = 0: left dense).
+  auto assign = [&](size_t j, const Decomposition& d, int64_t r) {
+    Matrix basis;
+    if (r > 0) basis = leading_rows(d.in, r);
+    for (int i = d.g0; i < d.g1; ++i) {
+      MatrixReport rep{fmt::format("blk.{}.{}", i, d.spec->kind), d.rows, d.cols, r,
+                       d.g1 - d.g0 > 1, d.note};
+      if (r > 0) rep.loss = truncation_loss(d.sigma, r);
+      results[j].matrices.push_back(rep);
+      Linear& dst = slot_linear(*outs[j], d.spec->slot, i);
+      if (d.quantized.rows > 0) dst.w = d.quantized;
+      if (r == 0) continue;
+      if (d.quantized.rows == 0) dst.w = Matrix();
+      dst.v = d.g1 - d.g0 > 1 ? basis : leading_rows(d.in, r);
+      dst.u = leading_cols(d.outs[size_t(i - d.g0)], r);
+    }
+  };
   // Calibration keeps the Grams of all the layers one pass holds (a whole
   // model's, for the 1.5B's 8960-wide ffn_down inputs, would be 20 GB): each
   // pass runs the dense model over the calibration text again, so a model
@@ -256,6 +343,7 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
   const int per_pass = need_calib ? layers_per_pass(c, opt_in) : c.n_layers;
   std::unique_ptr<GramObserver> grams;
   std::vector<std::vector<float>> wide;  // f32 copies of the matrices being factorized
+  std::vector<Decomposition> pending;    // allocating: every matrix, until the ranks are chosen
   for (int l = 0; l < c.n_layers; ++l) {
     if (need_calib && l % per_pass == 0) {
       grams.reset();
@@ -263,67 +351,114 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
     }
     for (const WeightSpec& spec : kWeightTable) {
       if (!spec.is_linear() || !spec.per_layer || !selected(spec)) continue;
-      const Site site = site_of(spec.slot);
+      const Site site = compress::input_site(spec.slot);
       const bool share = opt_in.basis_sharing >= 2 && site != Site::AttnOut && site != Site::MlpMid;
       const Linear& src = slot_linear(*m.weights, spec.slot, l);
       const int64_t rows = src.w.rows, cols = src.w.cols;
       if (share && l % opt_in.basis_sharing != 0) continue;  // done with the group's first layer
-      const int g0 = l, g1 = share ? std::min(c.n_layers, l + opt_in.basis_sharing) : l + 1;
+      Decomposition d;
+      d.spec = &spec;
+      d.g0 = l;
+      d.g1 = share ? std::min(c.n_layers, l + opt_in.basis_sharing) : l + 1;
+      d.rows = rows;
+      d.cols = cols;
+      d.cand = rank_candidate(opt_in, src.w, granularity);
       std::vector<int64_t> rank(jobs.size());
       for (size_t j = 0; j < jobs.size(); ++j) {
         bool explicit_rank = opts[j].ranks.count(spec.kind) || opts[j].ranks.count("all");
-        rank[j] = share && !explicit_rank
-                      ? (opts[j].keep >= 1.0 ? 0
-                                             : compress::shared_rank_for_keep(opts[j].keep, rows, cols, g1 - g0))
-                      : rank_of(opts[j], spec.kind, rows, cols);
+        if (allocating)
+          rank[j] = compress::useful_rank(d.cand);  // the most an allocation may give it
+        else
+          rank[j] = share && !explicit_rank
+                        ? (opts[j].keep >= 1.0 ? 0
+                                               : compress::shared_rank_for_keep(opts[j].keep, rows, cols, d.g1 - d.g0))
+                        : rank_of(opts[j], spec.kind, rows, cols);
         if (quantized_factors && !explicit_rank && rank[j] >= 32) rank[j] = rank[j] / 32 * 32;
       }
       const int64_t r_max = *std::max_element(rank.begin(), rank.end());
+      std::string residual_note;
+      if (opt_in.residual) {
+        std::vector<float> buf;
+        const float* W = as_f32(src.w, buf);
+        std::vector<float> imp;  // the Gram's diagonal: each input feature's energy
+        if (need_calib) {
+          const MatD& g = grams->gram(l, site);
+          for (int64_t i = 0; i < cols; ++i) imp.push_back(float(g(i, i)));
+        }
+        d.quantized = quantize_matrix(*opt_in.residual, W, rows, cols, imp, residual_note);
+      }
       compress::WhitenReport wr;
-      MatF in_full;                  // [r_max, cols]
-      std::vector<MatF> out_full;    // per layer of the group: [rows, r_max]
       if (r_max > 0) {
         if (share) {
           std::vector<const float*> Ws;
           MatD gram(cols, cols);
-          wide.resize(size_t(g1 - g0));
-          for (int i = g0; i < g1; ++i) {
-            Ws.push_back(as_f32(slot_linear(*m.weights, spec.slot, i).w, wide[size_t(i - g0)]));
+          wide.resize(size_t(d.g1 - d.g0));
+          for (int i = d.g0; i < d.g1; ++i) {
+            Ws.push_back(as_f32(slot_linear(*m.weights, spec.slot, i).w, wide[size_t(i - d.g0)]));
             const MatD& gi = grams->gram(i, site);
             for (size_t e = 0; e < gram.a.size(); ++e) gram.a[e] += gi.a[e];
           }
           compress::SharedFactors f = compress::shared_factorize(
-              Ws, std::vector<int64_t>(Ws.size(), rows), cols, gram, r_max, &wr);
-          in_full = std::move(f.basis);
-          out_full = std::move(f.outs);
+              Ws, std::vector<int64_t>(Ws.size(), rows), cols, gram, r_max, &wr, opt_in.whitening);
+          d.in = std::move(f.basis);
+          d.outs = std::move(f.outs);
+          d.sigma = std::move(f.sigma);
         } else {
           wide.resize(1);
           const float* W = as_f32(src.w, wide[0]);
+          if (d.quantized.rows > 0) W = quantization_error(d.quantized, W, wide[0]);
           compress::Factors f =
               opt_in.method == CompressMethod::Svd
                   ? compress::svd_factorize(W, rows, cols, r_max)
-                  : compress::whiten_factorize(W, rows, cols, grams->gram(l, site), r_max, &wr);
-          in_full = std::move(f.in);
-          out_full.push_back(std::move(f.out));
+                  : compress::whiten_factorize(W, rows, cols, grams->gram(l, site), r_max, &wr,
+                                               opt_in.whitening);
+          d.in = std::move(f.in);
+          d.outs.push_back(std::move(f.out));
+          d.sigma = std::move(f.sigma);
         }
       }
-      for (size_t j = 0; j < jobs.size(); ++j) {
-        const int64_t r = rank[j];
-        Matrix basis;
-        if (r > 0) basis = leading_rows(in_full, r);
-        for (int i = g0; i < g1; ++i) {
-          MatrixReport rep{fmt::format("blk.{}.{}", i, spec.kind), rows, cols, r, share && g1 - g0 > 1, wr.note};
-          results[j].matrices.push_back(rep);
-          if (r == 0) continue;
-          Linear& dst = slot_linear(*outs[j], spec.slot, i);
-          dst.w = Matrix();
-          dst.v = g1 - g0 > 1 ? basis : leading_rows(in_full, r);
-          dst.u = leading_cols(out_full[size_t(i - g0)], r);
-        }
+      d.note = wr.note.empty() ? residual_note
+                               : residual_note.empty() ? wr.note : residual_note + "; " + wr.note;
+      if (allocating) {
+        pending.push_back(std::move(d));
+      } else {
+        for (size_t j = 0; j < jobs.size(); ++j) assign(j, d, rank[j]);
       }
     }
     if (progress) progress(l + 1, c.n_layers, "factorizing");
   }
+  for (size_t j = 0; allocating && j < jobs.size(); ++j) {
+    // One budget per matrix type (ranks move between layers), or one for
+    // all of them. Matrices no rank makes smaller stay dense and spend their
+    // share first.
+    std::map<std::string, std::vector<const Decomposition*>> groups;
+    for (const Decomposition& d : pending)
+      groups[opt_in.allocate_scope == AllocateScope::All    ? std::string()
+             : opt_in.allocate_scope == AllocateScope::Type ? std::string(d.spec->kind)
+                                                            : fmt::format("{}.{}", d.g0, d.spec->kind)]
+          .push_back(&d);
+    for (const auto& [kind, members] : groups) {
+      std::vector<compress::RankCandidate> cands;
+      std::vector<const Decomposition*> which;
+      double total = 0, fixed = 0;
+      for (const Decomposition* d : members) {
+        total += d->cand.dense_cost;
+        if (d->sigma.empty()) {
+          fixed += d->cand.dense_cost;
+          assign(j, *d, 0);
+          continue;
+        }
+        compress::RankCandidate rc = d->cand;
+        rc.sigma = d->sigma;
+        cands.push_back(std::move(rc));
+        which.push_back(d);
+      }
+      if (cands.empty()) continue;
+      const compress::Allocation a = compress::allocate_ranks(cands, jobs[j].keep * total - fixed);
+      for (size_t i = 0; i < which.size(); ++i) assign(j, *which[i], a.ranks[i]);
+    }
+  }
+  pending.clear();
 
   grams.reset();
   wide.clear();

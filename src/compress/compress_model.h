@@ -5,19 +5,37 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "compress/factorize.h"
 #include "runtime/model.h"
 
 namespace lr {
 
 enum class CompressMethod { Svd, Whiten };
 
+// How ranks are chosen: every matrix keeps the same fraction of its
+// parameters (--keep), or one global budget is spread over the matrices by
+// compress/allocate.h, in parameters (--keep with --allocate) or in bytes
+// as written against the source file's bytes of those matrices (--budget).
+enum class RankBudget { PerMatrix, Parameters, Bytes };
+enum class AllocateScope { Matrix, Type, All };
+
 struct CompressOptions {
   double keep = 0.6;               // fraction of each matrix's parameters kept; 1.0 = leave dense
   std::map<std::string, int64_t> ranks;  // explicit rank per kind ("attn_q", ...; -1 = min(m, n))
   CompressMethod method = CompressMethod::Whiten;
+  compress::Whitening whitening = compress::Whitening::Auto;
+  RankBudget budget = RankBudget::PerMatrix;  // what a job's keep is a fraction of
+  // Where a budget may move ranks: nowhere (each matrix spends its own share,
+  // the same fraction of its cost: what --keep does), between the layers of
+  // each matrix type, or between all the matrices.
+  AllocateScope allocate_scope = AllocateScope::Matrix;
+  // The loss a budget minimises: each matrix's truncated energy relative to
+  // its own (true), or as is (false).
+  bool relative_loss = true;
   int basis_sharing = 0;           // group size g >= 2: q, k, v, gate, up share an input basis
   std::vector<std::string> kinds = {"attn_q", "attn_k", "attn_v", "attn_output",
                                     "ffn_gate", "ffn_up", "ffn_down"};
@@ -33,6 +51,11 @@ struct CompressOptions {
   // factor_storage_type); with a quantized type the ranks --keep gives are
   // rounded down to a multiple of 32, so output factors are whole Q8_0 rows.
   DType factor_type = DType::F16;
+  // The residual form W ~ Q(W) + U V: W quantized to this block format
+  // (compress/quantize.h; activation-weighted by the Gram's diagonal when
+  // calibrated), then the factors fitted to W - Q(W); keep sizes the
+  // correction. Unset: plain low rank.
+  std::optional<DType> residual;
 };
 
 struct MatrixReport {
@@ -40,6 +63,7 @@ struct MatrixReport {
   int64_t m = 0, n = 0, rank = 0;  // rank 0 = kept dense
   bool shared = false;
   std::string note;   // regularisation / fallback account
+  double loss = 0;    // whitened truncation loss at this rank / the matrix's energy (0 when dense)
 };
 
 struct CompressResult {
@@ -53,7 +77,7 @@ struct CompressResult {
 using CompressProgress = std::function<void(int, int, const char*)>;
 
 struct CompressJob {
-  double keep;
+  double keep;  // the fraction kept: of each matrix (PerMatrix) or of all of them (a budget)
   std::string out_path;
 };
 

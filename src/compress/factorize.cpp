@@ -61,10 +61,101 @@ MatF to_float(std::string_view fn, std::string_view name, const MatD& D, int64_t
   return F;
 }
 
-// Chooses the whitening factor S (lower, S S^T = gram + ridge) for gram [n, n].
-// Returns an empty matrix when no whitening is to be applied (empty gram, or
-// fallback); rep says which.
-MatD whitening_factor(std::string_view fn, const MatD& gram, int64_t n, WhitenReport& rep) {
+// The whitening factor S of a Gram (S S^T = gram, or gram + ridge): lower
+// triangular (Cholesky), or Q diag(sqrt(lambda)) from the eigendecomposition.
+// Empty when no whitening is applied (empty gram, or fallback).
+struct Whitener {
+  MatD lower;                 // Cholesky: S
+  MatD q;                     // eigen: S = q diag(root)
+  std::vector<double> root;   // eigen: sqrt of the (floored) eigenvalues
+  bool empty() const { return lower.empty() && q.empty(); }
+  // D := D S
+  void apply(MatD& D) const {
+    if (!lower.empty()) return trmm(Side::Right, Uplo::Lower, false, lower, D);
+    if (q.empty()) return;
+    D = matmul(D, q);
+    for (int64_t i = 0; i < D.rows; ++i)
+      for (int64_t j = 0; j < D.cols; ++j) D(i, j) *= root[size_t(j)];
+  }
+  // B := B S^{-1}
+  void unapply(MatD& B) const {
+    if (!lower.empty()) return trsm(Side::Right, Uplo::Lower, false, lower, B);
+    if (q.empty()) return;
+    for (int64_t i = 0; i < B.rows; ++i)
+      for (int64_t j = 0; j < B.cols; ++j) B(i, j) /= root[size_t(j)];
+    B = matmul(B, q, false, true);
+  }
+};
+
+// Eigenvalues of the Gram below this fraction of the largest are raised to
+// it: S = Q diag(sqrt(lambda)) then has a condition number of at most 1e5,
+// and directions the calibration never excited keep a small weight instead
+// of an unbounded one in S^{-1}.
+constexpr double kEigenFloor = 1e-10;
+
+Whitener eigen_whitener(const MatD& gram, int64_t n, WhitenReport& rep) {
+  Eigh e = eigh(gram);
+  const double top = e.values.empty() ? 0.0 : e.values[0];
+  Whitener w;
+  if (!(top > 0.0)) {
+    rep.fell_back = true;
+    rep.note = fmt::format("gram has no positive eigenvalue (largest {}): fell back to plain SVD", top);
+    return w;
+  }
+  const double floor = kEigenFloor * top;
+  int raised = 0;
+  w.root.resize(size_t(n));
+  for (int64_t i = 0; i < n; ++i) {
+    double v = e.values[size_t(i)];
+    if (v < floor) v = floor, ++raised;
+    w.root[size_t(i)] = std::sqrt(v);
+  }
+  if (raised > 0)
+    rep.note = fmt::format("{} of {} gram eigenvalues below {:g} x the largest were raised to it",
+                           raised, n, kEigenFloor);
+  w.q = std::move(e.vectors);
+  return w;
+}
+
+Whitener cholesky_whitener(const MatD& gram, int64_t n, double mean_diag, WhitenReport& rep,
+                           bool ridge = true) {
+  std::string why_not;  // why the unregularised gram was rejected
+  MatD G, L;
+  for (double lambda : kLambdas) {
+    if (lambda > 0 && !ridge) break;
+    G = gram;
+    for (int64_t i = 0; i < n; ++i) G(i, i) += lambda * mean_diag;
+    const int info = try_cholesky(G, L);
+    std::string reason;
+    if (info != 0) {
+      reason = fmt::format("dpotrf info={}", info);
+    } else {
+      const double rcond = cholesky_rcond(L, norm1(G));
+      if (rcond >= kMinRcond) {
+        rep.lambda = lambda;
+        if (lambda > 0.0)
+          rep.note = fmt::format(
+              "gram not numerically positive definite ({}); added {:g} * mean(diag) * I", why_not,
+              lambda);
+        Whitener w;
+        w.lower = std::move(L);
+        return w;
+      }
+      reason = fmt::format("rcond={:.3g} < {:g}", rcond, kMinRcond);
+    }
+    if (lambda == 0.0) why_not = reason;
+  }
+  rep.fell_back = true;
+  rep.note = fmt::format(
+      "gram not positive definite ({}) even with {:g} * mean(diag) * I added: fell back to plain "
+      "SVD",
+      why_not, kLambdas.back());
+  return {};
+}
+
+// Chooses the whitening factor for gram [n, n]; rep says what was done.
+Whitener whitening_factor(std::string_view fn, const MatD& gram, int64_t n, Whitening how,
+                          WhitenReport& rep) {
   rep = WhitenReport{};
   if (gram.rows == 0 && gram.cols == 0) {
     rep.note = "no gram given: plain (unwhitened) SVD";
@@ -95,52 +186,42 @@ MatD whitening_factor(std::string_view fn, const MatD& gram, int64_t n, WhitenRe
                               mean_diag);
     return {};
   }
-
-  std::string why_not;  // why the unregularised gram was rejected
-  MatD G, L;
-  for (double lambda : kLambdas) {
-    G = gram;
-    for (int64_t i = 0; i < n; ++i) G(i, i) += lambda * mean_diag;
-    const int info = try_cholesky(G, L);
-    std::string reason;
-    if (info != 0) {
-      reason = fmt::format("dpotrf info={}", info);
-    } else {
-      const double rcond = cholesky_rcond(L, norm1(G));
-      if (rcond >= kMinRcond) {
-        rep.lambda = lambda;
-        if (lambda > 0.0)
-          rep.note = fmt::format(
-              "gram not numerically positive definite ({}); added {:g} * mean(diag) * I", why_not,
-              lambda);
-        return L;
-      }
-      reason = fmt::format("rcond={:.3g} < {:g}", rcond, kMinRcond);
-    }
-    if (lambda == 0.0) why_not = reason;
+  if (how == Whitening::Auto) {  // Cholesky where it holds without a ridge, else eigen
+    Whitener w = cholesky_whitener(gram, n, mean_diag, rep, false);
+    if (!w.empty()) return w;
+    const std::string why = rep.note.substr(0, rep.note.find(')') + 1);
+    rep = WhitenReport{};
+    w = eigen_whitener(gram, n, rep);
+    rep.note = "Cholesky " + why.substr(why.find('(')) + ": eigen whitening" +
+               (rep.note.empty() ? "" : "; " + rep.note);
+    return w;
   }
-  rep.fell_back = true;
-  rep.note = fmt::format(
-      "gram not positive definite ({}) even with {:g} * mean(diag) * I added: fell back to plain "
-      "SVD",
-      why_not, kLambdas.back());
-  return {};
+  return how == Whitening::Eigen ? eigen_whitener(gram, n, rep)
+                                 : cholesky_whitener(gram, n, mean_diag, rep);
 }
 
 // Rank-k whitened factorization of D [M, n] (overwritten). S empty = plain SVD.
-// out_d [M, k] = U_k sqrt(Sigma_k); in_d [k, n] = sqrt(Sigma_k) Vt_k S^{-1}.
-void lowrank(MatD& D, const MatD& S, int64_t k, MatD& out_d, MatD& in_d) {
-  if (!S.empty()) trmm(Side::Right, Uplo::Lower, false, S, D);  // D := W S
-  Svd sv = svd(D, k);
+// out_d [M, k] = U_k sqrt(Sigma_k); in_d [k, n] = sqrt(Sigma_k) Vt_k S^{-1};
+// sigma = every singular value of D S.
+void lowrank(MatD& D, const Whitener& S, int64_t k, MatD& out_d, MatD& in_d,
+             std::vector<double>& sigma) {
+  S.apply(D);  // D := W S
+  Svd sv = svd(D);
   D = MatD();  // release before the factors are formed
-  out_d = std::move(sv.u);
-  in_d = std::move(sv.vt);
+  sigma = sv.s;
+  out_d = MatD(sv.u.rows, k);
+  for (int64_t i = 0; i < sv.u.rows; ++i)
+    std::copy_n(&sv.u(i, 0), k, &out_d(i, 0));
+  sv.u = MatD();
+  in_d = MatD(k, sv.vt.cols);
+  std::copy_n(sv.vt.a.begin(), k * sv.vt.cols, in_d.a.begin());
+  sv.vt = MatD();
   for (int64_t j = 0; j < k; ++j) {
     const double r = std::sqrt(sv.s[static_cast<size_t>(j)]);
     for (int64_t i = 0; i < out_d.rows; ++i) out_d(i, j) *= r;
     for (int64_t c = 0; c < in_d.cols; ++c) in_d(j, c) *= r;
   }
-  if (!S.empty()) trsm(Side::Right, Uplo::Lower, false, S, in_d);  // in := in S^{-1}
+  S.unapply(in_d);  // in := in S^{-1}
 }
 
 void check_rank(std::string_view fn, int64_t r, int64_t limit, int64_t rows, int64_t n) {
@@ -149,20 +230,20 @@ void check_rank(std::string_view fn, int64_t r, int64_t limit, int64_t rows, int
 }
 
 Factors factorize_one(std::string_view fn, const float* W, int64_t m, int64_t n, const MatD* gram,
-                      int64_t r, WhitenReport* rep) {
+                      int64_t r, Whitening how, WhitenReport* rep) {
   check_dims(fn, m, n);
   check_rank(fn, r, std::min(m, n), m, n);
   MatD D(m, n);
   load_rows(fn, "W", W, m, n, D, 0);
-  MatD S;
+  Whitener S;
   if (gram != nullptr) {
     WhitenReport local;
-    S = whitening_factor(fn, *gram, n, local);
+    S = whitening_factor(fn, *gram, n, how, local);
     if (rep != nullptr) *rep = std::move(local);
   }
   MatD out_d, in_d;
-  lowrank(D, S, r, out_d, in_d);
   Factors f;
+  lowrank(D, S, r, out_d, in_d, f.sigma);
   f.out = to_float(fn, "out", out_d, 0, m);
   f.in = to_float(fn, "in", in_d, 0, r);
   return f;
@@ -188,16 +269,17 @@ int64_t shared_rank_for_keep(double keep, int64_t m, int64_t n, int g) {
 }
 
 Factors svd_factorize(const float* W, int64_t m, int64_t n, int64_t r) {
-  return factorize_one("svd_factorize", W, m, n, nullptr, r, nullptr);
+  return factorize_one("svd_factorize", W, m, n, nullptr, r, Whitening::Cholesky, nullptr);
 }
 
 Factors whiten_factorize(const float* W, int64_t m, int64_t n, const MatD& gram, int64_t r,
-                         WhitenReport* rep) {
-  return factorize_one("whiten_factorize", W, m, n, &gram, r, rep);
+                         WhitenReport* rep, Whitening how) {
+  return factorize_one("whiten_factorize", W, m, n, &gram, r, how, rep);
 }
 
 SharedFactors shared_factorize(const std::vector<const float*>& Ws, const std::vector<int64_t>& ms,
-                               int64_t n, const MatD& gram, int64_t k, WhitenReport* rep) {
+                               int64_t n, const MatD& gram, int64_t k, WhitenReport* rep,
+                               Whitening how) {
   constexpr std::string_view fn = "shared_factorize";
   if (Ws.empty()) lr::fail("{}: empty group", fn);
   if (Ws.size() != ms.size())
@@ -217,12 +299,12 @@ SharedFactors shared_factorize(const std::vector<const float*>& Ws, const std::v
     row += ms[i];
   }
   WhitenReport local;
-  const MatD S = whitening_factor(fn, gram, n, local);
+  const Whitener S = whitening_factor(fn, gram, n, how, local);
   if (rep != nullptr) *rep = std::move(local);
 
   MatD out_d, in_d;
-  lowrank(D, S, k, out_d, in_d);
   SharedFactors sf;
+  lowrank(D, S, k, out_d, in_d, sf.sigma);
   sf.basis = to_float(fn, "basis", in_d, 0, k);
   sf.outs.reserve(Ws.size());
   row = 0;

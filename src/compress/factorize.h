@@ -39,7 +39,19 @@ int64_t shared_rank_for_keep(double keep, int64_t m, int64_t n, int g);
 struct Factors {
   MatF out;  // [m, r] = U_r sqrt(S_r)
   MatF in;   // [r, n] = sqrt(S_r) Vt_r (times S^{-1} when whitened)
+  std::vector<double> sigma;  // [min(m, n)] every singular value of W S (W when plain), descending
 };
+
+// How whiten_factorize obtains S with S S^T = gram:
+//  * Eigen     gram = Q diag(lambda) Q^T (dsyevd, double), S = Q diag(sqrt(lambda))
+//              (SVD-LLM v2). Never fails on a positive semi-definite gram:
+//              eigenvalues below 1e-10 x the largest are raised to it (noted).
+//  * Cholesky  S = chol(gram) (SVD-LLM v1), with the ridge retries below.
+//  * Auto      Cholesky where it holds without a ridge (its 1-norm condition
+//              estimate at least 1e-12), else Eigen: the eigendecomposition
+//              costs ~10x a Cholesky (minutes for an 8960-wide Gram).
+// All give the same optimum on a well-conditioned gram.
+enum class Whitening { Eigen, Cholesky, Auto };
 
 // How the whitening matrix was obtained.
 struct WhitenReport {
@@ -65,11 +77,12 @@ Factors svd_factorize(const float* W, int64_t m, int64_t n, int64_t r);
 // An empty (0 x 0) gram means "no calibration data": plain SVD, not a fallback.
 // gram of the wrong shape or with a non-finite entry -> lr::Error.
 Factors whiten_factorize(const float* W, int64_t m, int64_t n, const MatD& gram, int64_t r,
-                         WhitenReport* rep = nullptr);
+                         WhitenReport* rep = nullptr, Whitening how = Whitening::Cholesky);
 
 struct SharedFactors {
   MatF basis;              // [k, n], shared by every matrix of the group
   std::vector<MatF> outs;  // outs[i] = [ms[i], k]; W_i ~= outs[i] * basis
+  std::vector<double> sigma;  // every singular value of the whitened stack
 };
 
 // Basis Sharing joint decomposition of g = Ws.size() matrices W_i [ms[i], n]
@@ -80,7 +93,8 @@ struct SharedFactors {
 // k in [1, min(n, sum m_i)]. Regularisation, fallback and the empty-gram case
 // are as in whiten_factorize (empty gram = plain joint SVD).
 SharedFactors shared_factorize(const std::vector<const float*>& Ws, const std::vector<int64_t>& ms,
-                               int64_t n, const MatD& gram, int64_t k, WhitenReport* rep = nullptr);
+                               int64_t n, const MatD& gram, int64_t k, WhitenReport* rep = nullptr,
+                               Whitening how = Whitening::Cholesky);
 
 // ||(W - f.out * f.in) X^T||_F for W [m, n] (m = f.out.rows, n = f.in.cols)
 // and X [tokens, n] row-major, computed in double. Factor shapes that do not

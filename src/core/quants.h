@@ -73,6 +73,24 @@ inline void k3_scales(const uint8_t* s, int8_t sc[16]) {
 // Decodes n elements (whole blocks) of block format t (or Q8_0 as GGUF stores it).
 void dequantize_blocks(DType t, const uint8_t* src, float* dst, int64_t n);
 
+// The integers one block stores, before they are packed into its bytes.
+// Per format (e = element, x = the decoded value):
+//   Q8_0  x = d q, q in [-127, 127]      Q4_0 / Q5_0  x = d q, q in [-8, 7] / [-16, 15]
+//   Q4_1 / Q5_1  x = d q + m, q in [0, 15] / [0, 31]
+//   Q2_K  x = d sc[e/16] q - m mn[e/16], q in [0, 3], sc, mn in [0, 15]
+//   Q3_K  x = d sc[e/16] q, q in [-4, 3], sc in [-32, 31]
+//   Q4_K / Q5_K  x = d sc[e/32] q - m mn[e/32], q in [0, 15] / [0, 31], sc, mn in [0, 63]
+//   Q6_K  x = d sc[e/16] q, q in [-32, 31], sc in [-128, 127]
+// d and m are stored as f16 (pack_block rounds them).
+struct BlockCodes {
+  float d = 0, m = 0;
+  int16_t sc[16] = {}, mn[16] = {};
+  int16_t q[kQKK] = {};
+};
+// Writes one block of format t (any of the above) from its codes; codes out
+// of their format's range are a broken invariant (assert).
+void pack_block(DType t, const BlockCodes& c, uint8_t* blk);
+
 // Encodes n elements (whole super-blocks) as Q4_K, Q5_K or Q6_K
 // (quantize_k.cpp): round to nearest, every value within half a step of its
 // stored sub-block scale.

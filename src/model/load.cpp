@@ -187,11 +187,12 @@ std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& 
     }
     bool has_dense = src.find(name).has_value();
     bool has_lowrank = naming == Naming::Gguf && src.find(lowrank_out_name(spec, layer));
-    if (has_dense || !has_lowrank) {
+    if (has_dense) {
       lin.w = read_matrix(require_matrix(src, name, rows, cols, "[out, in]"), wtype, permute,
                           cfg.head_dim);
-      return;
+      if (!has_lowrank) return;  // with factors too: the residual form W + U V
     }
+    if (!has_lowrank) fail("{}: missing tensor '{}'", src.path(), name);
     // Low-rank: U [out, r] and V [r, in] (private or a shared basis).
     std::string out_name = lowrank_out_name(spec, layer);
     std::optional<TensorView> ut = src.find(out_name);

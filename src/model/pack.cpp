@@ -18,6 +18,7 @@ bool packable(const std::vector<Linear*>& parts) {
   const Matrix& first = input_matrix(*parts[0]);
   if (!parts[0]->low_rank() && is_block_format(first.dtype)) return false;
   for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i]->residual()) return false;  // two products on the input: not stacked
     const Matrix& m = input_matrix(*parts[i]);
     if (parts[i]->low_rank() != parts[0]->low_rank() || m.dtype != first.dtype ||
         m.cols != first.cols || m.rows == 0)

@@ -180,6 +180,13 @@ class Planner {
       Job j;
       j.in = in;
       j.map = mp.name;
+      if (m.residual()) {  // W x now, and V x to P; U P added to it in the second step
+        all_lowrank = false;
+        Job w = j;
+        w.m = &m.w;
+        w.out = mp.out;
+        first.push_back(w);
+      }
       if (m.low_rank()) {
         any_lowrank = true;
         j.m = &m.v;
@@ -195,6 +202,7 @@ class Planner {
         u.side = Side::Out;
         u.rope = mp.rope;
         u.append = mp.append;
+        u.sum = m.residual();
         if (m.b.rows) u.bias = &m.b;
         second.push_back(u);
         p_ += m.rank();

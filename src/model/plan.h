@@ -107,6 +107,8 @@ struct Job {
   Buf in2 = Buf::None;           // x = silu(in) * in2 (GPU)
   bool merge_in = false;         // x = the attention partials merged (att is not written)
   bool accumulate = false;       // out += M x (a residual folded into the product)
+  bool sum = false;              // out += M x: a residual form's correction U (V x) added to
+                                 // the quantized product of the step before
   const Matrix* bias = nullptr;  // out += bias (f32 [1, rows]) before what follows; the map's output side
   // CPU: the rows are heads of q, k or v; the thread that computes a head
   // ropes it (q, k) and appends it to the cache (k, v).

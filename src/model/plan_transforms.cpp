@@ -74,6 +74,9 @@ Plan fuse(Plan p) {
         return;
       case Op::Add:  // the product before it accumulates into x
         LR_ASSERT(s.a == Buf::Y && !out.empty() && out.back().op == Op::Linear);
+        if (std::any_of(out.back().jobs.begin(), out.back().jobs.end(),
+                        [](const Job& j) { return j.sum; }))
+          break;  // a residual form's y is summed over two steps: the add stays a step
         for (Job& j : out.back().jobs)
           if (j.out == Buf::Y) {
             j.out = Buf::X;

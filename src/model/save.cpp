@@ -22,6 +22,20 @@ void add_matrix(gguf::Writer& out, const std::string& name, const Matrix& m, DTy
                  bytes.data(), bytes.size());
 }
 
+// A residual form's quantized W [rows, cols] as stored (its blocks copied),
+// rows back in the file's order when the loader reorders them (`permute`).
+void add_blocks(gguf::Writer& out, const std::string& name, const Matrix& m, bool permute,
+                int head_dim) {
+  LR_ASSERT(is_block_format(m.dtype));
+  const uint64_t rb = m.row_bytes();
+  std::vector<uint8_t> bytes(rb * uint64_t(m.rows));
+  for (int64_t r = 0; r < m.rows; ++r) {
+    const int64_t to = permute ? hf_row_for_gguf_row(r, head_dim) : r;
+    std::copy_n(m.ptr() + uint64_t(r) * rb, rb, bytes.data() + uint64_t(to) * rb);
+  }
+  out.add_tensor(name, m.dtype, {uint64_t(m.cols), uint64_t(m.rows)}, bytes.data(), bytes.size());
+}
+
 void copy_tensor(gguf::Writer& out, const TensorSource& src, const std::string& name) {
   std::optional<TensorView> t = src.find(name);
   LR_ASSERT(t.has_value());
@@ -90,6 +104,14 @@ SaveReport save_gguf(const Weights& w, const gguf::File& meta, const TensorSourc
       else
         add_factor(name, lin.w);
       return;
+    }
+    if (lin.residual()) {
+      if (!is_block_format(lin.w.dtype))
+        fail("{}: the residual form stores its W in a block format, not {}", name,
+             dtype_name(lin.w.dtype));
+      const bool permute = c.rope_neox && (spec.slot == Slot::Q || spec.slot == Slot::K);
+      add_blocks(out, name, lin.w, permute, c.head_dim);
+      ++report.written_types[lin.w.dtype];
     }
     k.ranks[size_t(l)] = int32_t(lin.rank());
     add_factor(lowrank_out_name(spec, l), lin.u);

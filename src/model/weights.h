@@ -59,16 +59,18 @@ struct Matrix {
 };
 
 // A linear map y = W x, W [out, in], stored either dense or as low-rank
-// factors W ~ U V with V [rank, in] applied first and U [out, rank]. Ranks may
-// differ per matrix; V may be the same object in several layers (a shared
-// input-side basis), loaded and counted once.
+// factors W ~ U V with V [rank, in] applied first and U [out, rank], or in the
+// residual form W ~ Q(W) + U V: a quantized W plus a low-rank correction of
+// its error (both present). Ranks may differ per matrix; V may be the same
+// object in several layers (a shared input-side basis), loaded and counted once.
 struct Linear {
-  Matrix w;  // dense [out, in]; empty when low-rank
+  Matrix w;  // dense [out, in]; empty when low-rank (not residual)
   Matrix v;  // low-rank input factor [rank, in]
   Matrix u;  // low-rank output factor [out, rank]
   Matrix b;  // bias [1, out] f32 (y = W x + b), empty when none; dense either way
 
-  bool low_rank() const { return v.rows > 0; }
+  bool low_rank() const { return v.rows > 0; }        // has factors (pure or residual)
+  bool residual() const { return v.rows > 0 && w.rows > 0; }
   int64_t rank() const { return v.rows; }
   int64_t out_dim() const { return low_rank() ? u.rows : w.rows; }
   int64_t in_dim() const { return low_rank() ? v.cols : w.cols; }

@@ -249,7 +249,7 @@ TEST(WhitenFactorize, RankDeficientInputsAreRegularised) {
         activation_error(W.data(), svd_factorize(W.data(), m, n, r), X.data(), Xd.rows);
     const double white = activation_error(W.data(), f, X.data(), Xd.rows);
     const double total =
-        activation_error(W.data(), Factors{MatF(m, 1), MatF(1, n)}, X.data(), Xd.rows);
+        activation_error(W.data(), Factors{MatF(m, 1), MatF(1, n), {}}, X.data(), Xd.rows);
     EXPECT_LT(white, 1e-2 * total) << white << " vs " << total;
     EXPECT_LT(white, plain);
   }
@@ -353,7 +353,7 @@ TEST(ActivationError, KnownValue) {
   // W = I, W' = e1 e1^T: residual diag(0, 1). X rows (1, 2), (3, 4): (W - W') X^T = [[0, 0], [2,
   // 4]].
   const float W[] = {1, 0, 0, 1};
-  Factors f{MatF(2, 1), MatF(1, 2)};
+  Factors f{MatF(2, 1), MatF(1, 2), {}};
   f.out(0, 0) = 1;
   f.in(0, 0) = 1;
   const float X[] = {1, 2, 3, 4};
@@ -374,7 +374,7 @@ TEST(ActivationError, ManyTokensSpanChunks) {
 
 TEST(ActivationError, MismatchedFactors) {
   const float W[] = {1, 0, 0, 1};
-  const Factors f{MatF(2, 2), MatF(3, 2)};
+  const Factors f{MatF(2, 2), MatF(3, 2), {}};
   LR_EXPECT_CONTAINS(error_of([&] { activation_error(W, f, W, 2); }), "do not chain");
 }
 

@@ -81,8 +81,8 @@ TEST(SharedFactorize, JointErrorIsTheStackedWhitenedTail) {
       matmul(testing::to_double(X, tokens, n), testing::to_double(X, tokens, n), true, false);
 
   const SharedFactors sf = shared_factorize({w1.data(), w2.data()}, {m1, m2}, n, G, k);
-  const double e1 = activation_error(w1.data(), Factors{sf.outs[0], sf.basis}, X.data(), tokens);
-  const double e2 = activation_error(w2.data(), Factors{sf.outs[1], sf.basis}, X.data(), tokens);
+  const double e1 = activation_error(w1.data(), Factors{sf.outs[0], sf.basis, {}}, X.data(), tokens);
+  const double e2 = activation_error(w2.data(), Factors{sf.outs[1], sf.basis, {}}, X.data(), tokens);
 
   MatD stacked(m1 + m2, n);
   for (int64_t i = 0; i < m1; ++i)

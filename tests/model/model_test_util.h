@@ -60,6 +60,16 @@ struct Synth {
       : path(write_synth(t, keep, shape, seed)) {}
 };
 
+// A tiny model whose rows are 256 or 512 values (dim 256, ffn 512), so every
+// K-quant block fits them, with a byte-fallback tokenizer.
+inline TinySpec k_quant_spec() {
+  TinySpec s;
+  s.tokenizer = true;
+  s.dim = 256;
+  s.ffn_dim = 512;
+  return s;
+}
+
 inline std::string write_calib(const TempDir& t) {
   std::string path = t.file("calib.txt");
   std::ofstream out(path);

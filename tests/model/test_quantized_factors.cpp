@@ -32,15 +32,7 @@ std::vector<float> logits_of(const std::string& path, ExecPath p, std::optional<
 }
 
 // Rows of 256 (dim 256, ffn 512): the input factors take K-quant blocks.
-test::TinySpec wide() {
-  test::TinySpec s;
-  s.tokenizer = true;
-  s.dim = 256;
-  s.ffn_dim = 512;
-  s.n_heads = 4;
-  s.n_kv_heads = 2;
-  return s;
-}
+test::TinySpec wide() { return test::k_quant_spec(); }
 
 TEST(QuantizedFactors, StorageRule) {
   EXPECT_EQ(factor_storage_type(DType::Q4_K, 512), DType::Q4_K);

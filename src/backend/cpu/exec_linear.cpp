@@ -74,17 +74,30 @@ Executor::Fn Executor::linear(const Step& s) {
         }
       }
     };
+    // y [n, ldy] rows [r0, r1) = M x for the call's tokens.
+    auto compute = [&](const Matrix& m, float* y0, int64_t ldy, int64_t r0, int64_t r1) {
+      if (rows_ == Rows::AsDecode) {  // generated rows as decode steps, then prompt rows in tiles
+        const int nd = decoded(s);
+        if (nd > 0) matvec_rows(m, x, ldx, y0, ldy, nd, r0, r1);
+        if (nd < n) matmul(m, x + nd * ldx, ldx, y0 + nd * ldy, ldy, n - nd, r0, r1, MatmulPath::Tiles);
+      } else {
+        matmul(m, x, ldx, y0, ldy, n, r0, r1);
+      }
+    };
     // Rows [r0, r1) of job j for the call's tokens, then what the job finishes on them.
     auto product = [&](const Job& j, int64_t r0, int64_t r1) {
       input(j);
       const Buf to = j.accumulate ? Buf::Y : j.out;  // a residual is summed from Y
       float* y0 = row(to, t0) + j.out_off;
-      if (rows_ == Rows::AsDecode) {  // generated rows as decode steps, then prompt rows in tiles
-        const int nd = decoded(s);
-        if (nd > 0) matvec_rows(*j.m, x, ldx, y0, width(to), nd, r0, r1);
-        if (nd < n) matmul(*j.m, x + nd * ldx, ldx, y0 + nd * width(to), width(to), n - nd, r0, r1, MatmulPath::Tiles);
-      } else {
-        matmul(*j.m, x, ldx, y0, width(to), n, r0, r1);
+      if (!j.sum) {
+        compute(*j.m, y0, width(to), r0, r1);
+      } else {  // out += M x, in slices of rows through this thread's scratch
+        float* part = sum_scratch(tid);
+        for (int64_t a = r0; a < r1; a += kSumRows) {
+          const int64_t b = std::min(r1, a + kSumRows);
+          compute(j.m->rows_view(a, b - a), part, kSumRows, 0, b - a);
+          for (int t = 0; t < n; ++t) cpu::add(part + int64_t(t) * kSumRows, y0 + int64_t(t) * width(to) + a, b - a);
+        }
       }
       for (int t = 0; t < n; ++t) {
         float* y = row(to, t0 + t) + j.out_off;

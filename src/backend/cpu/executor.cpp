@@ -43,6 +43,9 @@ Executor::Executor(Session& s, Plan plan, int max_tokens, ActivationObserver* ob
   }
   local_.assign(size_t(s.pool.size()) * size_t(max_tokens) * size_t(local_floats_), 0.f);
   for (const Step& st : plan_.steps)
+    for (const Job& j : st.jobs)
+      if (j.sum) sum_.assign(size_t(s.pool.size()) * size_t(max_tokens) * size_t(kSumRows), 0.f);
+  for (const Step& st : plan_.steps)
     if (st.op != Op::Embed) steps_.push_back({&st, compile(st), is_head(st)});
   first_head_ = size_t(std::find_if(steps_.begin(), steps_.end(), [](const Compiled& c) { return c.head; }) -
                        steps_.begin());

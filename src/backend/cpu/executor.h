@@ -111,6 +111,9 @@ class Executor {
   float* local(int tid) {
     return &local_[size_t(tid) * size_t(local_floats_) * size_t(max_tokens_)];
   }
+  // This thread's scratch for a summed product's slice, [max_tokens, kSumRows].
+  static constexpr int64_t kSumRows = 64;
+  float* sum_scratch(int tid) { return &sum_[size_t(tid) * size_t(kSumRows) * size_t(max_tokens_)]; }
   // Attention partials of token t, chunk c, query head h (m, l; acc [head_dim]).
   size_t part(int t, int c, int h) const {
     return (size_t(t) * size_t(chunks_) + size_t(c)) * size_t(s_.c.n_heads) + size_t(h);
@@ -148,6 +151,7 @@ class Executor {
       part_acc_;               // [max_tokens, chunks, n_heads] (acc: x head_dim)
   int64_t local_floats_ = 0;   // per token of a thread's folded-input scratch
   std::vector<float> local_;   // [nth, max_tokens, local_floats_]
+  std::vector<float> sum_;     // [nth, max_tokens, kSumRows] when a job sums, else empty
   std::vector<float> scores_;  // static KV: [n_heads, ctx]
 };
 

@@ -427,7 +427,7 @@ class CudaBackend final : public Backend {
             g.out_off = j.out_off;
             g.norm = j.norm ? dw_->vector(*j.norm) : nullptr;
             g.merge = j.merge_in;
-            g.accumulate = j.accumulate;
+            g.accumulate = j.accumulate || j.sum;  // out += M x either way
             g.bias = j.bias ? dw_->vector(*j.bias) : nullptr;
           }
           a.merge = {part_m_, part_l_, part_acc_, attend_chunks(ctx_), c.head_dim, pos0};

@@ -30,14 +30,18 @@ void matmul(const Matrix& W, const float* X, float* Y, int n) {
   }
 }
 
-// Y = W X + b for a dense W, or Y = U (V X) + b for low-rank factors.
+// Y = W X + b for a dense W, Y = U (V X) + b for low-rank factors, and
+// Y = W X + U (V X) + b for the residual form.
 void linear(const Linear& L, const float* X, float* Y, int n) {
   if (!L.low_rank()) {
     matmul(L.w, X, Y, n);
   } else {
     std::vector<float> t(static_cast<size_t>(n) * size_t(L.rank()));
     matmul(L.v, X, t.data(), n);
-    matmul(L.u, t.data(), Y, n);
+    std::vector<float> c(static_cast<size_t>(n) * size_t(L.out_dim()));
+    matmul(L.u, t.data(), c.data(), n);
+    if (L.residual()) matmul(L.w, X, Y, n);
+    for (size_t i = 0; i < c.size(); ++i) Y[i] = L.residual() ? Y[i] + c[i] : c[i];
   }
   if (L.b.rows == 0) return;
   const int64_t out = L.out_dim();

@@ -158,7 +158,7 @@ class ScalarPlan final : public Backend {
       double acc = 0;
       for (int64_t i = 0; i < M.cols; ++i) acc += double(w[size_t(i)]) * x[size_t(i)];
       if (j.bias) acc += double(j.bias->f32()[r]);
-      out[r] = j.accumulate ? out[r] + float(acc) : float(acc);
+      out[r] = j.accumulate || j.sum ? out[r] + float(acc) : float(acc);
     }
     const int hd = c.head_dim;
     for (int64_t h = 0; h < M.rows / hd && (j.rope || j.append); ++h) {
