@@ -170,8 +170,10 @@ def gauges(s):
     return int(m["lowrank_slots_busy"]), int(m["lowrank_requests_waiting"]), m
 
 
-def hold_streams(s, n, max_tokens=400):
-    """n streamed requests held open until `release` is set; returns (release, threads)."""
+def hold_streams(s, n, max_tokens=400, one_by_one=False):
+    """n streamed requests held open until `release` is set; returns (release, threads).
+    one_by_one: each request is sent only after the server has counted the previous
+    one, so requests that would arrive together cannot race for a short queue."""
     release = threading.Event()
 
     def one(i):
@@ -186,8 +188,10 @@ def hold_streams(s, n, max_tokens=400):
             pass
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in threads:
+    for i, t in enumerate(threads):
         t.start()
+        if one_by_one:
+            wait_for(lambda: sum(gauges(s)[:2]) == i + 1)
     return release, threads
 
 
@@ -210,7 +214,9 @@ def test_slots_busy_and_waiting(slots, requests):
 def test_full_queue_is_503_with_retry_after():
     s = Server("-np", "1", "--queue", "1")
     try:
-        release, threads = hold_streams(s, 2)
+        # The second is sent once the first holds the slot: sent together, both could
+        # be queued before the scheduler admits the first, and the second refused.
+        release, threads = hold_streams(s, 2, one_by_one=True)
         assert wait_for(lambda: gauges(s)[:2] == (1, 1))
         status, headers, body = raw(s, "POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 2})
         release.set()
