@@ -22,3 +22,6 @@ std::string error_of(F&& f) {
 }
 
 }  // namespace lr::test
+
+// EXPECT that the message `text` contains `part`, printing the message otherwise.
+#define LR_EXPECT_ERROR_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)

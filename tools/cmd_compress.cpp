@@ -36,6 +36,8 @@ struct CompressCli {
   int64_t calib_memory_mb = 0;
   int threads = 0;
   bool sequential = false;
+  bool pivoted = false;
+  bool refit = false;
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -57,8 +59,6 @@ double parse_number(const std::string& s, const char* flag) {
 }
 
 int run(const CompressCli& o) {
-  if (o.sequential)
-    fail("--sequential is not supported yet: calibration inputs come from the dense model");
   CompressOptions opt;
   if (o.method == "svd") opt.method = CompressMethod::Svd;
   else if (o.method == "whiten") opt.method = CompressMethod::Whiten;
@@ -87,6 +87,9 @@ int run(const CompressCli& o) {
   opt.factor_type = parse_factor_type(o.factor_type == "auto" ? (o.residual.empty() ? "f16" : "q8_0")
                                                              : o.factor_type);
   if (!o.residual.empty()) opt.residual = parse_quant_type(o.residual, "--residual");
+  opt.pivoted = o.pivoted;
+  opt.sequential = o.sequential;
+  opt.refit = o.refit;
   opt.n_threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   if (!o.matrices.empty()) opt.kinds = split(o.matrices, ',');
   for (const std::string& r : o.ranks) {
@@ -196,7 +199,9 @@ Runner add_compress_command(CLI::App& app) {
   sub->add_option("--calib-len", o->calib_len, "tokens per calibration window")->capture_default_str();
   sub->add_option("--calib-memory", o->calib_memory_mb, "MiB for the calibration statistics of the layers one pass collects; more layers than fit take several passes (default: half the available memory)")->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   sub->add_option("-t,--threads", o->threads, "threads for the calibration pass");
-  sub->add_flag("--sequential", o->sequential, "calibrate each layer on the already-compressed earlier layers (not supported yet)");
+  sub->add_flag("--pivoted", o->pivoted, "pivoted storage (PIFA): each matrix's factors stored as r of its rows plus coefficients for the others, r*(m+n-r) values, so --keep buys a higher rank; CPU only");
+  sub->add_flag("--sequential", o->sequential, "calibrate layer by layer: each layer whitened with the inputs the already-compressed layers before it produce (about three calibration passes; one --keep, --method whiten)");
+  sub->add_flag("--refit", o->refit, "with --sequential: refit each output factor by least squares to the dense layer's outputs from its dense inputs (measured worse on SmolLM2: docs/results/compression.md)");
   return [o] { return run(*o); };
 }
 

@@ -86,6 +86,20 @@ std::unique_ptr<Backend> make_scalar_plan_backend(std::shared_ptr<const Weights>
 // The fast CPU path: AVX2 kernels, bf16 (or f32) weights, multithreaded.
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const Weights> w,
                                           const BackendOptions& opt);
+// Hidden states through the decoder layers of `w` alone: no embedding, no
+// output head. Calibration that goes layer by layer (compress --sequential)
+// runs a model of one layer at a time on the states it keeps. opt.observer
+// sees each layer's linear inputs as in a prompt.
+class LayerRunner {
+ public:
+  virtual ~LayerRunner() = default;
+  // x [n, dim], replaced by the last layer's output; positions 0 .. n-1 of
+  // the runner's cache (n <= opt.ctx), whatever earlier calls held.
+  virtual void run(float* x, int n) = 0;
+};
+std::unique_ptr<LayerRunner> make_cpu_layer_runner(std::shared_ptr<const Weights> w,
+                                                   const BackendOptions& opt);
+
 // The CUDA path (src/backend/cuda): bf16 weights on the device, f32
 // accumulation, f16 KV cache; opt.exec picks the ablation rung, with
 // per-layer and per-token units as captured CUDA graphs. Throws lr::Error in a

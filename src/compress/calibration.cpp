@@ -36,8 +36,7 @@ Site input_site(Slot s) {
   }
 }
 
-int64_t run_calibration(const Model& m, const CalibrationText& text, ActivationObserver* obs,
-                        const std::string& phase, const CalibrationProgress& progress) {
+std::vector<int32_t> calibration_tokens(const Model& m, const CalibrationText& text) {
   if (text.path.empty()) fail("this method needs calibration text: pass --calib FILE");
   if (text.samples <= 0 || text.len <= 1)
     fail("--calib-samples must be >= 1 and --calib-len >= 2 (got {} and {})", text.samples,
@@ -50,6 +49,13 @@ int64_t run_calibration(const Model& m, const CalibrationText& text, ActivationO
         "{}: calibration text has {} tokens, fewer than --calib-samples x --calib-len = {} x {} = "
         "{}",
         text.path, toks.size(), text.samples, text.len, need);
+  return toks;
+}
+
+int64_t run_calibration(const Model& m, const CalibrationText& text, ActivationObserver* obs,
+                        const std::string& phase, const CalibrationProgress& progress) {
+  const std::vector<int32_t> toks = calibration_tokens(m, text);
+  const int64_t need = int64_t(text.samples) * text.len;
   BackendOptions bo;
   bo.ctx = text.len;
   bo.n_threads = text.n_threads;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "runtime/model.h"
@@ -25,6 +26,9 @@ using CalibrationProgress = std::function<void(int, int, const char*)>;
 // The activation a linear map of `slot` reads: q, k, v the attention input,
 // o the attention output, gate and up the MLP input, down its middle.
 Site input_site(Slot slot);
+
+// The first samples x len tokens of the text, checked as run_calibration says.
+std::vector<int32_t> calibration_tokens(const Model& m, const CalibrationText& text);
 
 // Runs `m` over the first samples x len tokens of the text, with `obs`
 // watching. Returns the tokens used. lr::Error when no path is given, the

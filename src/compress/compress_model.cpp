@@ -12,8 +12,10 @@
 #include "compress/calibration.h"
 #include "compress/factorize.h"
 #include "compress/gram.h"
+#include "compress/pivot.h"
 #include "compress/quantize.h"
 #include "compress/quantize_model.h"
+#include "compress/sequential.h"
 #include "core/error.h"
 #include "format/gguf_source.h"
 #include "model/load.h"
@@ -215,7 +217,8 @@ int64_t rank_of(const CompressOptions& opt, const std::string& kind, int64_t m, 
     return r;
   }
   if (opt.keep >= 1.0) return 0;  // nothing to remove: keep the matrix dense
-  return compress::rank_for_keep(opt.keep, m, n);
+  return opt.pivoted ? compress::pivoted_rank_for_keep(opt.keep, m, n)
+                     : compress::rank_for_keep(opt.keep, m, n);
 }
 
 // The lowrank.* metadata a compressed file records about how it was made.
@@ -234,15 +237,20 @@ SaveOptions save_options(const CompressOptions& opt, bool calibrated) {
   const std::string method = opt.basis_sharing >= 2
                                  ? fmt::format("whiten+basis-sharing(g={})", opt.basis_sharing)
                                  : (opt.method == CompressMethod::Svd ? "svd" : "whiten");
+  const std::string stored = method + (opt.pivoted ? "+pivoted" : "");
   so.metadata.emplace_back(
-      "lowrank.method", str(opt.residual ? fmt::format("residual({})+{}", dtype_name(*opt.residual), method)
-                                         : method));
+      "lowrank.method", str(opt.residual ? fmt::format("residual({})+{}", dtype_name(*opt.residual), stored)
+                                         : stored));
   so.metadata.emplace_back("lowrank.keep", keep);
   so.metadata.emplace_back(
       "lowrank.keep_meaning",
       str(opt.budget == RankBudget::PerMatrix
-              ? "fraction of each compressed matrix's parameters kept: rank = floor(keep*m*n/(m+n)) "
-                "(basis sharing: floor(keep*g*m*n/(n+g*m))); keep 1 leaves matrices dense"
+              ? (opt.pivoted ? "fraction of each compressed matrix's parameters kept: pivoted storage, "
+                               "the largest rank r < min(m, n) with r*(m+n-r) <= keep*m*n; keep 1 leaves "
+                               "matrices dense"
+                             : "fraction of each compressed matrix's parameters kept: rank = "
+                               "floor(keep*m*n/(m+n)) (basis sharing: floor(keep*g*m*n/(n+g*m))); keep 1 "
+                               "leaves matrices dense")
               : opt.budget == RankBudget::Parameters
                     ? "fraction of the compressed matrices' parameters kept in all, ranks "
                       "allocated per matrix from the whitened spectra"
@@ -274,6 +282,14 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
     if (!(j.keep > 0 && j.keep <= 1)) fail("--keep must be in (0, 1], got {}", j.keep);
   if (opt_in.basis_sharing == 1 || opt_in.basis_sharing < 0)
     fail("--basis-sharing takes a group size of at least 2 (got {})", opt_in.basis_sharing);
+  if (opt_in.sequential && (opt_in.method != CompressMethod::Whiten || opt_in.basis_sharing >= 2 ||
+                            opt_in.budget != RankBudget::PerMatrix || jobs.size() != 1))
+    fail("sequential calibration (--sequential) compresses one --keep with --method whiten, without "
+         "--basis-sharing or a global budget");
+  if (opt_in.refit && !opt_in.sequential) fail("--refit refits against sequential calibration: add --sequential");
+  if (opt_in.pivoted && (opt_in.basis_sharing >= 2 || opt_in.budget != RankBudget::PerMatrix))
+    fail("pivoted storage (--pivoted) takes --keep or --rank, without --basis-sharing (a shared "
+         "basis is not rows of each layer's matrix) or a global budget");
   for (const std::string& k : opt_in.kinds) {
     bool known = false;
     for (const WeightSpec& s : kWeightTable) known |= s.is_linear() && s.per_layer && k == s.kind;
@@ -332,6 +348,16 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
       if (d.quantized.rows > 0) dst.w = d.quantized;
       if (r == 0) continue;
       if (d.quantized.rows == 0) dst.w = Matrix();
+      if (opt_in.pivoted) {
+        if (r >= d.rows)
+          fail("{}: pivoted storage needs a rank below the {} rows (got {})", rep.name, d.rows, r);
+        compress::PivotedFactors p = compress::pivot_factors(d.outs[0], d.in, r);
+        dst.v = leading_rows(p.pivots, r);
+        dst.u = leading_rows(p.coef, p.coef.rows);
+        dst.pivots = std::make_shared<const Pivots>(Pivots::make(std::move(p.rows), d.rows, rep.name));
+        continue;
+      }
+      dst.pivots = nullptr;
       dst.v = d.g1 - d.g0 > 1 ? basis : leading_rows(d.in, r);
       dst.u = leading_cols(d.outs[size_t(i - d.g0)], r);
     }
@@ -342,10 +368,23 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
   // compressed in several passes is the same as one compressed in one.
   const int per_pass = need_calib ? layers_per_pass(c, opt_in) : c.n_layers;
   std::unique_ptr<GramObserver> grams;
+  std::unique_ptr<compress::SequentialCalibration> seq;
+  if (opt_in.sequential) {
+    seq = std::make_unique<compress::SequentialCalibration>(
+        m, compress::CalibrationText{opt_in.calib_path, opt_in.calib_samples, opt_in.calib_len,
+                                     opt_in.n_threads});
+    calib_tokens = seq->tokens();
+  }
+  // The calibration Gram of layer l's input at `site`.
+  auto gram_of = [&](int l, Site site) -> const MatD& {
+    return seq ? seq->gram(site) : grams->gram(l, site);
+  };
   std::vector<std::vector<float>> wide;  // f32 copies of the matrices being factorized
   std::vector<Decomposition> pending;    // allocating: every matrix, until the ranks are chosen
   for (int l = 0; l < c.n_layers; ++l) {
-    if (need_calib && l % per_pass == 0) {
+    if (seq) {
+      seq->observe(l, progress);
+    } else if (need_calib && l % per_pass == 0) {
       grams.reset();
       grams = calibrate(m, opt_in, l, std::min(c.n_layers, l + per_pass), &calib_tokens, progress);
     }
@@ -382,7 +421,7 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
         const float* W = as_f32(src.w, buf);
         std::vector<float> imp;  // the Gram's diagonal: each input feature's energy
         if (need_calib) {
-          const MatD& g = grams->gram(l, site);
+          const MatD& g = gram_of(l, site);
           for (int64_t i = 0; i < cols; ++i) imp.push_back(float(g(i, i)));
         }
         d.quantized = quantize_matrix(*opt_in.residual, W, rows, cols, imp, residual_note);
@@ -410,9 +449,15 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
           compress::Factors f =
               opt_in.method == CompressMethod::Svd
                   ? compress::svd_factorize(W, rows, cols, r_max)
-                  : compress::whiten_factorize(W, rows, cols, grams->gram(l, site), r_max, &wr,
+                  : compress::whiten_factorize(W, rows, cols, gram_of(l, site), r_max, &wr,
                                                opt_in.whitening);
           d.in = std::move(f.in);
+          if (seq && opt_in.refit) {  // U: the compressed stream's inputs onto the dense layer's outputs
+            std::vector<float> dense_w, q;
+            const float* Wd = as_f32(src.w, dense_w);
+            const float* Qf = d.quantized.rows > 0 ? as_f32(d.quantized, q) : nullptr;
+            f.out = compress::refit_out(Wd, Qf, rows, cols, d.in, r_max, seq->gram(site), seq->cross(site));
+          }
           d.outs.push_back(std::move(f.out));
           d.sigma = std::move(f.sigma);
         }
@@ -425,6 +470,7 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
         for (size_t j = 0; j < jobs.size(); ++j) assign(j, d, rank[j]);
       }
     }
+    if (seq) seq->advance(*outs[0], l);
     if (progress) progress(l + 1, c.n_layers, "factorizing");
   }
   for (size_t j = 0; allocating && j < jobs.size(); ++j) {

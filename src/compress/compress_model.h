@@ -56,6 +56,19 @@ struct CompressOptions {
   // calibrated), then the factors fitted to W - Q(W); keep sizes the
   // correction. Unset: plain low rank.
   std::optional<DType> residual;
+  // Pivoted storage (compress/pivot.h): each matrix's factors written as r of
+  // its rows plus coefficients for the others, at the rank r (m + n - r)
+  // <= keep m n affords (higher than r (m + n) <= keep m n). Not with basis
+  // sharing or a global budget.
+  bool pivoted = false;
+  // Sequential calibration (compress/sequential.h): layer l is whitened with
+  // the inputs the compressed layers before it produce. Whitened, one job,
+  // not with basis sharing or a global budget.
+  bool sequential = false;
+  // With sequential: each output factor refitted by least squares to the
+  // dense layer's outputs from its dense inputs (measured worse on SmolLM2,
+  // docs/results/compression.md).
+  bool refit = false;
 };
 
 struct MatrixReport {

@@ -114,6 +114,10 @@ std::string lowrank_out_name(const WeightSpec& spec, int layer) {
 std::string shared_basis_name(const WeightSpec& spec, int group) {
   return fmt::format("shared.{}.{}.lr_in", group, spec.kind);
 }
+std::string pivots_key(const WeightSpec& spec, int layer) {
+  return spec.per_layer ? fmt::format("lowrank.pivots.blk.{}.{}", layer, spec.kind)
+                        : fmt::format("lowrank.pivots.{}", spec.kind);
+}
 std::string shared_map_key(const WeightSpec& spec) {
   return fmt::format("lowrank.shared.{}", spec.kind);
 }
@@ -193,13 +197,33 @@ std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& 
       if (!has_lowrank) return;  // with factors too: the residual form W + U V
     }
     if (!has_lowrank) fail("{}: missing tensor '{}'", src.path(), name);
-    // Low-rank: U [out, r] and V [r, in] (private or a shared basis).
+    // Low-rank: U [out, r] and V [r, in] (private or a shared basis); pivoted,
+    // U holds the out - r rows that are not pivots (lowrank.pivots.<name>).
     std::string out_name = lowrank_out_name(spec, layer);
+    const std::vector<int64_t> pivot_rows = src.int_array(pivots_key(spec, layer));
+    const int64_t u_rows = rows - int64_t(pivot_rows.size());
     std::optional<TensorView> ut = src.find(out_name);
-    if (!ut || ut->shape.size() != 2 || int64_t(ut->shape[1]) != rows || ut->shape[0] == 0)
-      fail("{}: tensor '{}' has shape {}, expected [{}, rank] (low-rank output factor)",
-           src.path(), out_name, ut ? shape_str(ut->shape) : "none", rows);
+    if (!ut || ut->shape.size() != 2 || int64_t(ut->shape[1]) != u_rows || ut->shape[0] == 0)
+      fail("{}: tensor '{}' has shape {}, expected [{}, rank] (low-rank output factor{})",
+           src.path(), out_name, ut ? shape_str(ut->shape) : "none", u_rows,
+           pivot_rows.empty() ? "" : fmt::format(", {} rows less {} pivots", rows, pivot_rows.size()));
     int64_t rank = int64_t(ut->shape[0]);
+    if (!pivot_rows.empty()) {
+      if (int64_t(pivot_rows.size()) != rank)
+        fail("{}: '{}' lists {} pivot rows for rank {} (one per rank expected)", src.path(),
+             pivots_key(spec, layer), pivot_rows.size(), rank);
+      if (!groups.empty() && groups[size_t(layer)] >= 0)
+        fail("{}: '{}': a pivoted map keeps its own input factor, not a shared basis", src.path(),
+             pivots_key(spec, layer));
+      std::vector<int32_t> r32;
+      for (int64_t r : pivot_rows) {
+        if (r < 0 || r >= rows)
+          fail("{}: '{}': pivot row {} is outside [0, {})", src.path(), pivots_key(spec, layer), r, rows);
+        r32.push_back(int32_t(r));
+      }
+      lin.pivots = std::make_shared<const Pivots>(
+          Pivots::make(std::move(r32), rows, fmt::format("{}: '{}'", src.path(), pivots_key(spec, layer))));
+    }
     std::string in_name = lowrank_in_name(spec, layer);
     bool is_shared = !groups.empty() && groups[size_t(layer)] >= 0;
     // A private pair never needs more than min(out, in); a basis shared by g

@@ -42,6 +42,9 @@ std::string lowrank_in_name(const WeightSpec& spec, int layer);
 std::string lowrank_out_name(const WeightSpec& spec, int layer);
 std::string shared_basis_name(const WeightSpec& spec, int group);
 std::string shared_map_key(const WeightSpec& spec);
+// Pivoted factors (model/weights.h Pivots): metadata lowrank.pivots.blk.N.<kind>,
+// the output row of each row of lr_in; lr_out then holds the other rows.
+std::string pivots_key(const WeightSpec& spec, int layer);
 
 // Where scripts/fetch-model.sh caches models: ${XDG_CACHE_HOME:-~/.cache}/lowrank/models.
 std::string model_cache_dir();

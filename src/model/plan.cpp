@@ -203,6 +203,7 @@ class Planner {
         u.rope = mp.rope;
         u.append = mp.append;
         u.sum = m.residual();
+        u.pivots = m.pivots.get();
         if (m.b.rows) u.bias = &m.b;
         second.push_back(u);
         p_ += m.rank();

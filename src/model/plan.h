@@ -115,6 +115,12 @@ struct Job {
   bool rope = false, append = false;
   const char* map = "";  // the linear map ("q", "gate", "output", ...) for step names
   Side side = Side::Whole;
+  // Pivoted storage (model/weights.h Pivots), an output side only: M holds
+  // the non-pivot rows; output row i is M[source[i]] . x, or x[k] itself for
+  // the pivot row of latent k (the input is the latents).
+  const Pivots* pivots = nullptr;
+
+  int64_t rows() const { return pivots ? pivots->out() : m->rows; }  // output rows
 };
 
 struct Step {

@@ -190,6 +190,11 @@ Plan latent_kv(Plan p) {
                 "--kv legacy rebuilds k and v from their latents without a bias, but layer {}'s {} "
                 "projection has one (use --kv dense)",
                 s.layer, j.map);
+          if (j.pivots)
+            fail(
+                "--kv legacy rebuilds k and v with their full output factors, but layer {}'s {} "
+                "projection is stored pivoted (use --kv dense)",
+                s.layer, j.map);
           (j.map == std::string("k") ? lat.uk : lat.uv) = j.m;  // the output side is dropped
         }
         if (keep.empty()) return;

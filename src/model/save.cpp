@@ -115,6 +115,7 @@ SaveReport save_gguf(const Weights& w, const gguf::File& meta, const TensorSourc
     }
     k.ranks[size_t(l)] = int32_t(lin.rank());
     add_factor(lowrank_out_name(spec, l), lin.u);
+    if (lin.pivoted()) out.set_i32s(pivots_key(spec, l), lin.pivots->rows);
     const uint8_t* key = lin.v.data.get();
     if (uses[key] == 1) return add_factor(lowrank_in_name(spec, l), lin.v);
     auto it = k.group_of.find(key);

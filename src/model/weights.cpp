@@ -177,6 +177,28 @@ const Linear& slot_linear(const Weights& w, Slot s, int layer) {
   return linear_ref<const Weights, const Linear>(w, s, layer);
 }
 
+Pivots Pivots::make(std::vector<int32_t> rows, int64_t out, const std::string& what) {
+  Pivots p;
+  if (rows.empty() || int64_t(rows.size()) >= out)
+    fail("{}: {} pivot rows for an output of {} (expected 1 to {})", what, rows.size(), out, out - 1);
+  p.source.assign(size_t(out), 0);
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const int32_t r = rows[k];
+    if (r < 0 || r >= out) fail("{}: pivot row {} is outside [0, {})", what, r, out);
+    if (p.source[size_t(r)] < 0) fail("{}: pivot row {} appears twice", what, r);
+    p.source[size_t(r)] = -1 - int32_t(k);
+  }
+  p.before.assign(size_t(out) + 1, 0);
+  int32_t u = 0;
+  for (int64_t i = 0; i < out; ++i) {
+    p.before[size_t(i)] = u;
+    if (p.source[size_t(i)] >= 0) p.source[size_t(i)] = u++;
+  }
+  p.before[size_t(out)] = u;
+  p.rows = std::move(rows);
+  return p;
+}
+
 const WeightSpec& weight_spec(Slot s) {
   for (const WeightSpec& spec : kWeightTable)
     if (spec.slot == s) return spec;

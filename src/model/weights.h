@@ -58,21 +58,40 @@ struct Matrix {
   void set_row(int64_t r, const float* x);
 };
 
+// Pivoted storage of rank-r factors (PIFA, arXiv 2501.19090): V holds r of
+// the map's output rows exactly, U the other out - r rows as combinations of
+// them, so y = U V x becomes t = V x; y[rows[k]] = t[k]; every other row
+// y[i] = U[source[i]] . t. r (out + in - r) values instead of r (out + in).
+struct Pivots {
+  std::vector<int32_t> rows;    // [r] the output row latent k is (ascending or not)
+  std::vector<int32_t> source;  // [out] >= 0: the row of U; < 0: latent -1 - source[i]
+  std::vector<int32_t> before;  // [out + 1] rows of U that come before output row i
+
+  // The map of pivot rows `rows` in an output of `out` rows; U's rows are the
+  // others in ascending order. Bad input (a row out of range, a repeat) is an
+  // error naming `what`.
+  static Pivots make(std::vector<int32_t> rows, int64_t out, const std::string& what);
+  int64_t out() const { return int64_t(source.size()); }
+};
+
 // A linear map y = W x, W [out, in], stored either dense or as low-rank
-// factors W ~ U V with V [rank, in] applied first and U [out, rank], or in the
-// residual form W ~ Q(W) + U V: a quantized W plus a low-rank correction of
-// its error (both present). Ranks may differ per matrix; V may be the same
-// object in several layers (a shared input-side basis), loaded and counted once.
+// factors W ~ U V with V [rank, in] applied first and U [out, rank] (or,
+// pivoted, U [out - rank, rank]: see Pivots), or in the residual form
+// W ~ Q(W) + U V: a quantized W plus a low-rank correction of its error (both
+// present). Ranks may differ per matrix; V may be the same object in several
+// layers (a shared input-side basis), loaded and counted once.
 struct Linear {
   Matrix w;  // dense [out, in]; empty when low-rank (not residual)
   Matrix v;  // low-rank input factor [rank, in]
-  Matrix u;  // low-rank output factor [out, rank]
+  Matrix u;  // low-rank output factor [out, rank]; pivoted: [out - rank, rank]
   Matrix b;  // bias [1, out] f32 (y = W x + b), empty when none; dense either way
+  std::shared_ptr<const Pivots> pivots;  // pivoted storage of the factors, else null
 
   bool low_rank() const { return v.rows > 0; }        // has factors (pure or residual)
   bool residual() const { return v.rows > 0 && w.rows > 0; }
+  bool pivoted() const { return pivots != nullptr; }
   int64_t rank() const { return v.rows; }
-  int64_t out_dim() const { return low_rank() ? u.rows : w.rows; }
+  int64_t out_dim() const { return low_rank() ? (pivots ? pivots->out() : u.rows) : w.rows; }
   int64_t in_dim() const { return low_rank() ? v.cols : w.cols; }
 };
 

@@ -10,8 +10,10 @@
 #include <random>
 #include <string>
 
+#include "backend/backend.h"
 #include "compress/synth_model.h"
 #include "format/gguf.h"
+#include "runtime/model.h"
 #include "tiny_model.h"
 
 namespace lr::test {
@@ -77,6 +79,33 @@ inline std::string write_calib(const TempDir& t) {
     out << "The river runs past the mill and the old stone bridge, " << i * 7919
         << " times a day.\n";
   return path;
+}
+
+// Logits [toks, vocab] of `w` from the fast CPU backend (how 0) or the
+// scalar plan executor of the CPU (1) or GPU (2) target, 2 threads: the
+// prompt at once, or (one_by_one) a token per call.
+inline std::vector<float> plan_logits(std::shared_ptr<const Weights> w, const std::vector<int32_t>& toks,
+                                      int how, bool one_by_one = false) {
+  BackendOptions o{64, 2};
+  std::unique_ptr<Backend> b = how == 0 ? make_cpu_backend(w, o)
+                                        : make_scalar_plan_backend(w, o, how == 1 ? Target::Cpu : Target::Gpu);
+  const size_t V = size_t(w->cfg.vocab);
+  std::vector<float> out(toks.size() * V);
+  if (!one_by_one) {
+    b->forward(toks.data(), int(toks.size()), out.data(), true);
+  } else {
+    for (size_t i = 0; i < toks.size(); ++i) b->forward(&toks[i], 1, out.data() + i * V, false);
+  }
+  return out;
+}
+
+// Logits [toks, vocab] of the model at `path` from the reference forward (f32).
+inline std::vector<float> reference_logits(const std::string& path, const std::vector<int32_t>& toks) {
+  Model m = load_model(path, DType::F32);
+  auto b = make_backend(m, ExecPath::Reference, {64, 1});
+  std::vector<float> out(toks.size() * size_t(m.weights->cfg.vocab));
+  b->forward(toks.data(), int(toks.size()), out.data(), true);
+  return out;
 }
 
 // The synth model at `path` as a qwen2 GGUF with random q/k/v biases.

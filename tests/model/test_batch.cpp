@@ -14,6 +14,7 @@
 #include "../kernels/random_blocks.h"
 #include "backend/batch.h"
 #include "backend/cpu/session.h"
+#include "compress/compress_model.h"
 #include "model_test_util.h"
 #include "runtime/model.h"
 
@@ -204,6 +205,25 @@ TEST(Batch, EveryChunkingGivesTheOneTokenBitsLowRankWithBiases) {
   test::TempDir t;
   const std::string lr = test::write_synth(t, 0.5);
   expect_invariant(load_model(test::as_qwen2(t, lr, "qwen2-lr.gguf"), std::nullopt));
+}
+
+// Pivoted factors (an output side scattered among its latents, computed in
+// slices that start at any row of U), and the residual form pivoted.
+TEST(Batch, EveryChunkingGivesTheOneTokenBitsPivoted) {
+  test::TempDir t;
+  const std::string dense = test::write_tiny(t, spec(), "dense.gguf");
+  CompressOptions o;
+  o.method = CompressMethod::Svd;
+  o.pivoted = true;
+  for (DType factors : {DType::F16, DType::Q8_0}) {
+    SCOPED_TRACE(dtype_name(factors));
+    o.factor_type = factors;
+    compress_model(dense, {{0.4, t.file("piv.gguf")}}, o);
+    expect_invariant(load_model(t.file("piv.gguf"), std::nullopt));
+  }
+  o.residual = DType::Q4_0;
+  compress_model(dense, {{0.2, t.file("res.gguf")}}, o);
+  expect_invariant(load_model(t.file("res.gguf"), std::nullopt));
 }
 
 // A step is one dispatch of the fused per-token plan: its steps less one

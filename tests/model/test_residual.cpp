@@ -18,8 +18,6 @@
 namespace lr {
 namespace {
 
-#define LR_EXPECT_ERROR_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
-
 using test::error_of;
 using test::rel_err;
 using test::TempDir;
@@ -27,29 +25,12 @@ using test::write_tiny;
 
 const std::vector<int32_t> kToks = {1, 80, 120, 33, 201, 7, 99, 150, 3, 42, 250, 17};
 
-std::vector<float> run(std::shared_ptr<const Weights> w,
-                       int how /* 0 fast, 1 scalar cpu, 2 scalar gpu */, bool one_by_one = false) {
-  BackendOptions o{64, 2};
-  std::unique_ptr<Backend> b =
-      how == 0 ? make_cpu_backend(w, o)
-               : make_scalar_plan_backend(w, o, how == 1 ? Target::Cpu : Target::Gpu);
-  const size_t V = size_t(w->cfg.vocab);
-  std::vector<float> out(kToks.size() * V);
-  if (!one_by_one) {
-    b->forward(kToks.data(), int(kToks.size()), out.data(), true);
-  } else {
-    for (size_t i = 0; i < kToks.size(); ++i) b->forward(&kToks[i], 1, out.data() + i * V, false);
-  }
-  return out;
+std::vector<float> run(std::shared_ptr<const Weights> w, int how /* 0 fast, 1 scalar cpu, 2 scalar gpu */,
+                       bool one_by_one = false) {
+  return test::plan_logits(std::move(w), kToks, how, one_by_one);
 }
 
-std::vector<float> reference(const std::string& path) {
-  Model m = load_model(path, DType::F32);
-  auto b = make_backend(m, ExecPath::Reference, {64, 1});
-  std::vector<float> out(kToks.size() * size_t(m.weights->cfg.vocab));
-  b->forward(kToks.data(), int(kToks.size()), out.data(), true);
-  return out;
-}
+std::vector<float> reference(const std::string& path) { return test::reference_logits(path, kToks); }
 
 std::string residual_file(const TempDir& t, const std::string& dense, DType q, double keep,
                           const std::string& name) {

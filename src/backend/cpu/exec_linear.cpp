@@ -37,7 +37,8 @@ Executor::Fn Executor::linear(const Step& s) {
   for (const Job& j : jobs) {
     LR_ASSERT(!j.norm || (j.in_off == 0 && j.m->cols == width(j.in)));
     LR_ASSERT(!j.accumulate || j.out == Buf::X);
-    LR_ASSERT(!s.silu_mul || j.m->rows == jobs[0].m->rows);
+    LR_ASSERT(!s.silu_mul || j.rows() == jobs[0].rows());
+    LR_ASSERT(!j.pivots || (j.in == Buf::P && !j.norm));
   }
   const int hd = s_.c.head_dim;
   return [this, &s, jobs, hd](int tid, int nth) {
@@ -89,14 +90,33 @@ Executor::Fn Executor::linear(const Step& s) {
       input(j);
       const Buf to = j.accumulate ? Buf::Y : j.out;  // a residual is summed from Y
       float* y0 = row(to, t0) + j.out_off;
-      if (!j.sum) {
+      if (!j.sum && !j.pivots) {
         compute(*j.m, y0, width(to), r0, r1);
-      } else {  // out += M x, in slices of rows through this thread's scratch
+      } else {
+        // Through this thread's scratch, in slices of output rows: the sum
+        // out += M x, or pivoted rows: M's rows among them computed, the
+        // pivot rows' latents copied from x, scattered into their places.
         float* part = sum_scratch(tid);
-        for (int64_t a = r0; a < r1; a += kSumRows) {
-          const int64_t b = std::min(r1, a + kSumRows);
-          compute(j.m->rows_view(a, b - a), part, kSumRows, 0, b - a);
-          for (int t = 0; t < n; ++t) cpu::add(part + int64_t(t) * kSumRows, y0 + int64_t(t) * width(to) + a, b - a);
+        const Pivots* pv = j.pivots;
+        const int64_t h = sum_rows(n);
+        for (int64_t a = r0; a < r1; a += h) {
+          const int64_t b = std::min(r1, a + h);
+          const int64_t ma = pv ? pv->before[size_t(a)] : a, mb = pv ? pv->before[size_t(b)] : b;
+          if (mb > ma) compute(j.m->rows_view(ma, mb - ma), part, h, 0, mb - ma);
+          for (int t = 0; t < n; ++t) {
+            const float* pt = part + int64_t(t) * h;
+            float* y = y0 + int64_t(t) * width(to);
+            if (!pv) {
+              cpu::add(pt, y + a, b - a);
+              continue;
+            }
+            const float* xt = x + int64_t(t) * ldx;
+            for (int64_t i = a; i < b; ++i) {
+              const int32_t src = pv->source[size_t(i)];
+              const float v = src >= 0 ? pt[src - ma] : xt[-1 - src];
+              y[i] = j.sum ? y[i] + v : v;
+            }
+          }
         }
       }
       for (int t = 0; t < n; ++t) {
@@ -116,21 +136,36 @@ Executor::Fn Executor::linear(const Step& s) {
       }
     };
     if (s.silu_mul) {
-      const Span sp = split(jobs[0].m->rows, tid, nth, align);
+      const Span sp = split(jobs[0].rows(), tid, nth, align);
       if (sp.begin >= sp.end) return;
       for (const Job& j : jobs) product(j, sp.begin, sp.end);
       for (int t = 0; t < n; ++t)
         silu_mul(row(Buf::G, t0 + t) + sp.begin, row(Buf::U, t0 + t) + sp.begin, sp.end - sp.begin);
       return;
     }
+    // A job's units are `align` rows of its matrix; a pivoted job's unit
+    // boundaries map to the output row where that many of U's rows lie
+    // (rounded down to `align`), so its threads share U's rows, not the
+    // pivot rows' copies.
+    auto units_of = [&](const Job& j) { return (j.m->rows + align - 1) / align; };
+    auto out_row = [&](const Job& j, int64_t unit) -> int64_t {
+      if (unit >= units_of(j)) return j.rows();
+      if (!j.pivots) return unit * align;
+      const std::vector<int32_t>& before = j.pivots->before;
+      const int64_t i = std::lower_bound(before.begin(), before.end(), int32_t(unit * align)) - before.begin();
+      return i / align * align;
+    };
     int64_t units = 0;
-    for (const Job& j : jobs) units += (j.m->rows + align - 1) / align;
+    for (const Job& j : jobs) units += units_of(j);
     const Span sp = split(units, tid, nth);
     int64_t u0 = 0;  // first unit of the job
     for (const Job& j : jobs) {
-      const int64_t ju = (j.m->rows + align - 1) / align;
+      const int64_t ju = units_of(j);
       const int64_t b = std::max(sp.begin, u0), e = std::min(sp.end, u0 + ju);
-      if (b < e) product(j, (b - u0) * align, std::min(j.m->rows, (e - u0) * align));
+      if (b < e) {
+        const int64_t r0 = out_row(j, b - u0), r1 = out_row(j, e - u0);
+        if (r0 < r1) product(j, r0, r1);
+      }
       u0 += ju;
     }
   };

@@ -44,7 +44,9 @@ Executor::Executor(Session& s, Plan plan, int max_tokens, ActivationObserver* ob
   local_.assign(size_t(s.pool.size()) * size_t(max_tokens) * size_t(local_floats_), 0.f);
   for (const Step& st : plan_.steps)
     for (const Job& j : st.jobs)
-      if (j.sum) sum_.assign(size_t(s.pool.size()) * size_t(max_tokens) * size_t(kSumRows), 0.f);
+      if (j.sum || j.pivots)
+        sum_floats_ = std::max({sum_floats_, kSumRows * max_tokens, j.rows()});
+  sum_.assign(size_t(s.pool.size()) * size_t(sum_floats_), 0.f);
   for (const Step& st : plan_.steps)
     if (st.op != Op::Embed) steps_.push_back({&st, compile(st), is_head(st)});
   first_head_ = size_t(std::find_if(steps_.begin(), steps_.end(), [](const Compiled& c) { return c.head; }) -
@@ -88,6 +90,23 @@ void Executor::run(const int32_t* tokens, int n, Head head, float* logits) {
   if (!plan_.steps.empty() && plan_.steps[0].op == Op::Embed)  // on the calling thread
     for (int t = 0; t < n; ++t) s_.w.tok_embd.row_to_f32(tokens[t], row(Buf::X, t));
   execute(head);
+}
+
+void Executor::run_hidden(float* x, int n) {
+  LR_ASSERT(n >= 1 && n <= max_tokens_ && rows_ == Rows::Matrix);
+  n_ = n;
+  logits_ = nullptr;
+  head_first_ = head_count_ = 0;
+  head_rows_.clear();
+  generated_ = head_generated_ = 0;
+  for (int t = 0; t < n; ++t) {
+    pos_[size_t(t)] = s_.pos + t;
+    cache_[size_t(t)] = s_.dense ? &*s_.dense : nullptr;
+  }
+  const int64_t dim = width(Buf::X);
+  std::copy_n(x, size_t(n) * size_t(dim), row(Buf::X, 0));
+  execute(Head::None);
+  std::copy_n(row(Buf::X, 0), size_t(n) * size_t(dim), x);
 }
 
 void Executor::run_rows(const int32_t* tokens, const int* pos, kv::DenseCache* const* caches,

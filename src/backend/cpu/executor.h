@@ -66,6 +66,9 @@ class Executor {
   // their logits [n_head, vocab]. A dense-KV plan without key streams.
   void run_rows(const int32_t* tokens, const int* pos, kv::DenseCache* const* caches, int n,
                 int n_generated, const int* head_rows, int n_head, float* logits);
+  // Hidden states x [n, dim] (in and out) through the plan's layers alone: no
+  // embedding, no head, positions s.pos .. s.pos + n - 1 (calibration).
+  void run_hidden(float* x, int n);
   const Plan& plan() const { return plan_; }
 
  private:
@@ -111,9 +114,13 @@ class Executor {
   float* local(int tid) {
     return &local_[size_t(tid) * size_t(local_floats_) * size_t(max_tokens_)];
   }
-  // This thread's scratch for a summed product's slice, [max_tokens, kSumRows].
+  // This thread's scratch for a slice of a summed or pivoted product:
+  // sum_floats_ floats, at least kSumRows rows of max_tokens tokens and at
+  // least the widest such product's rows (a decode step's share in one slice).
   static constexpr int64_t kSumRows = 64;
-  float* sum_scratch(int tid) { return &sum_[size_t(tid) * size_t(kSumRows) * size_t(max_tokens_)]; }
+  float* sum_scratch(int tid) { return &sum_[size_t(tid) * size_t(sum_floats_)]; }
+  // Rows of a slice for n tokens: as many as the scratch holds.
+  int64_t sum_rows(int n) const { return sum_floats_ / n; }
   // Attention partials of token t, chunk c, query head h (m, l; acc [head_dim]).
   size_t part(int t, int c, int h) const {
     return (size_t(t) * size_t(chunks_) + size_t(c)) * size_t(s_.c.n_heads) + size_t(h);
@@ -151,7 +158,8 @@ class Executor {
       part_acc_;               // [max_tokens, chunks, n_heads] (acc: x head_dim)
   int64_t local_floats_ = 0;   // per token of a thread's folded-input scratch
   std::vector<float> local_;   // [nth, max_tokens, local_floats_]
-  std::vector<float> sum_;     // [nth, max_tokens, kSumRows] when a job sums, else empty
+  std::vector<float> sum_;     // [nth, sum_floats_] when a job sums or is pivoted, else empty
+  int64_t sum_floats_ = 0;
   std::vector<float> scores_;  // static KV: [n_heads, ctx]
 };
 

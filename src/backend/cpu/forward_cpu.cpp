@@ -87,7 +87,39 @@ class CpuBackend final : public Backend {
   bool observed_;
 };
 
+class CpuLayerRunner final : public LayerRunner {
+ public:
+  CpuLayerRunner(std::shared_ptr<const Weights> w, const BackendOptions& opt)
+      : w_(std::move(w)),
+        ctx_(opt.ctx),
+        s_(*w_, opt, KvMode::Dense),
+        ex_(s_, derive(*w_, {Target::Cpu}, prefill_options({})), std::min(kMaxBatch, opt.ctx),
+            opt.observer) {}
+
+  void run(float* x, int n) override {
+    if (n < 1 || n > ctx_) fail("layer runner: {} tokens for a cache of {}", n, ctx_);
+    const int64_t dim = w_->cfg.dim;
+    for (int done = 0; done < n;) {
+      const int m = std::min(kMaxBatch, n - done);
+      s_.pos = done;
+      ex_.run_hidden(x + int64_t(done) * dim, m);
+      done += m;
+    }
+  }
+
+ private:
+  std::shared_ptr<const Weights> w_;
+  int ctx_;
+  cpu::Session s_;
+  cpu::Executor ex_;
+};
+
 }  // namespace
+
+std::unique_ptr<LayerRunner> make_cpu_layer_runner(std::shared_ptr<const Weights> w,
+                                                   const BackendOptions& opt) {
+  return std::make_unique<CpuLayerRunner>(std::move(w), opt);
+}
 
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const Weights> w,
                                           const BackendOptions& opt) {

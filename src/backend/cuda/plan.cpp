@@ -12,6 +12,12 @@ Plan plan_forward(const Weights& w, const ExecOptions& e) {
   if (w.cfg.n_heads / w.cfg.n_kv_heads > 8)
     fail("the CUDA backend runs up to 8 query heads per KV head (the model has {})",
          w.cfg.n_heads / w.cfg.n_kv_heads);
+  for_each_linear(w, [](const WeightSpec& spec, int l, const Linear& lin) {
+    if (lin.pivoted())
+      fail("the CUDA backend has no pivoted product yet: {} of layer {} is stored pivoted "
+           "(run it with --device cpu, or compress without --pivoted)",
+           spec.kind, l);
+  });
   return derive(w, {Target::Gpu}, e);
 }
 

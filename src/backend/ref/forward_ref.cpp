@@ -30,6 +30,23 @@ void matmul(const Matrix& W, const float* X, float* Y, int n) {
   }
 }
 
+// Pivoted factors' output side (model/weights.h Pivots): C [n, out] from the
+// latents T [n, rank]; the pivot rows are the latents, the others U's rows.
+void pivoted_out(const Linear& L, const float* T, float* C, int n) {
+  const Pivots& p = *L.pivots;
+  const int64_t r = L.rank(), out = p.out();
+  std::vector<float> others(static_cast<size_t>(n) * size_t(L.u.rows));
+  matmul(L.u, T, others.data(), n);
+  for (int t = 0; t < n; ++t) {
+    size_t next = 0;  // U's rows come in output order
+    for (int64_t i = 0; i < out; ++i) {
+      const auto k = std::find(p.rows.begin(), p.rows.end(), int32_t(i));
+      C[int64_t(t) * out + i] = k != p.rows.end() ? T[int64_t(t) * r + (k - p.rows.begin())]
+                                                  : others[size_t(t) * size_t(L.u.rows) + next++];
+    }
+  }
+}
+
 // Y = W X + b for a dense W, Y = U (V X) + b for low-rank factors, and
 // Y = W X + U (V X) + b for the residual form.
 void linear(const Linear& L, const float* X, float* Y, int n) {
@@ -39,7 +56,10 @@ void linear(const Linear& L, const float* X, float* Y, int n) {
     std::vector<float> t(static_cast<size_t>(n) * size_t(L.rank()));
     matmul(L.v, X, t.data(), n);
     std::vector<float> c(static_cast<size_t>(n) * size_t(L.out_dim()));
-    matmul(L.u, t.data(), c.data(), n);
+    if (L.pivoted())
+      pivoted_out(L, t.data(), c.data(), n);
+    else
+      matmul(L.u, t.data(), c.data(), n);
     if (L.residual()) matmul(L.w, X, Y, n);
     for (size_t i = 0; i < c.size(); ++i) Y[i] = L.residual() ? Y[i] + c[i] : c[i];
   }

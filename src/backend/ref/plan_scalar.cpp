@@ -153,15 +153,21 @@ class ScalarPlan final : public Backend {
     if (j.in2 != Buf::None) scalar::silu_mul(x.data(), row(j.in2, t) + j.in_off, M.cols);
     std::vector<float> w(size_t(M.cols));
     float* out = row(j.out, t) + j.out_off;
-    for (int64_t r = 0; r < M.rows; ++r) {
-      M.row_to_f32(r, w.data());
+    for (int64_t r = 0; r < j.rows(); ++r) {
+      // Output row r: row r of M, or (pivoted) a row of M or a latent itself.
+      const int32_t src = j.pivots ? j.pivots->source[size_t(r)] : int32_t(r);
       double acc = 0;
-      for (int64_t i = 0; i < M.cols; ++i) acc += double(w[size_t(i)]) * x[size_t(i)];
+      if (src >= 0) {
+        M.row_to_f32(src, w.data());
+        for (int64_t i = 0; i < M.cols; ++i) acc += double(w[size_t(i)]) * x[size_t(i)];
+      } else {
+        acc = x[size_t(-1 - src)];
+      }
       if (j.bias) acc += double(j.bias->f32()[r]);
       out[r] = j.accumulate || j.sum ? out[r] + float(acc) : float(acc);
     }
     const int hd = c.head_dim;
-    for (int64_t h = 0; h < M.rows / hd && (j.rope || j.append); ++h) {
+    for (int64_t h = 0; h < j.rows() / hd && (j.rope || j.append); ++h) {
       float* head = out + h * hd;
       if (j.rope) rope(head, 1, pos);
       if (j.append)

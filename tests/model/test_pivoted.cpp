@@ -1,0 +1,214 @@
+// Pivoted low-rank storage (compress --pivoted; model/weights.h Pivots):
+// the file it writes, the loader's checks, and the plan that runs it (the
+// output factor's rows scattered among the pivot latents) against the
+// reference forward and the scalar plan executors; the same product as the
+// plain factors at the same rank, in fewer bytes.
+#include <gtest/gtest.h>
+
+#include "../error_of.h"
+#include "backend/backend.h"
+#include "backend/cuda/plan.h"
+#include "compress/compress_model.h"
+#include "format/gguf.h"
+#include "model/load.h"
+#include "model/plan_transforms.h"
+#include "model_test_util.h"
+#include "runtime/model.h"
+
+namespace lr {
+namespace {
+
+using test::error_of;
+using test::rel_err;
+using test::TempDir;
+using test::write_tiny;
+
+// The tiny model (dim 64, ffn 96, kv 32) with a tokenizer, as compress needs.
+test::TinySpec spec() {
+  test::TinySpec s;
+  s.tokenizer = true;
+  return s;
+}
+
+const std::vector<int32_t> kToks = {1, 20, 33, 7, 45, 12, 9, 30, 3, 42, 15, 17};
+
+std::vector<float> run(std::shared_ptr<const Weights> w, int how /* 0 fast, 1 scalar cpu, 2 scalar gpu */,
+                       bool one_by_one = false) {
+  return test::plan_logits(std::move(w), kToks, how, one_by_one);
+}
+
+std::vector<float> reference(const std::string& path) { return test::reference_logits(path, kToks); }
+
+std::string compressed(const TempDir& t, const std::string& dense, double keep, bool pivoted,
+                       const std::string& name, DType factors = DType::F32,
+                       std::map<std::string, int64_t> ranks = {}) {
+  CompressOptions o;
+  o.method = CompressMethod::Svd;
+  o.factor_type = factors;
+  o.pivoted = pivoted;
+  o.ranks = std::move(ranks);
+  compress_model(dense, {{keep, t.file(name)}}, o);
+  return t.file(name);
+}
+
+TEST(Pivoted, FileHoldsThePivotRowsAndTheOtherRows) {
+  TempDir t;
+  const std::string dense = write_tiny(t, spec(), "dense.gguf");  // dim 64, ffn 96, kv 32
+  const std::string piv = compressed(t, dense, 0.5, true, "piv.gguf");
+  auto f = gguf::File::open(piv);
+  // attn_q [64, 64] at keep 0.5: the largest r with r (128 - r) <= 2048 is 18.
+  EXPECT_EQ(f->get_ints("lowrank.pivots.blk.0.attn_q").size(), 18u);
+  EXPECT_EQ(f->tensor("blk.0.attn_q.lr_in").shape, (std::vector<uint64_t>{64, 18}));
+  EXPECT_EQ(f->tensor("blk.0.attn_q.lr_out").shape, (std::vector<uint64_t>{18, 64 - 18}));
+  // ffn_down [64, 96]: r (160 - r) <= 3072 gives 22.
+  EXPECT_EQ(f->get_ints("lowrank.pivots.blk.1.ffn_down").size(), 22u);
+  EXPECT_EQ(f->tensor("blk.1.ffn_down.lr_out").shape, (std::vector<uint64_t>{22, 64 - 22}));
+  Model m = load_model(piv, std::nullopt);
+  const Linear& q = m.weights->layers[0].q;
+  ASSERT_TRUE(q.pivoted());
+  EXPECT_EQ(q.rank(), 18);
+  EXPECT_EQ(q.out_dim(), 64);
+  EXPECT_EQ(q.u.rows, 64 - 18);
+  // r (m + n - r) values where plain factors of rank 18 take r (m + n).
+  Model plain = load_model(
+      compressed(t, dense, 0.5, false, "plain.gguf", DType::F32, {{"all", 18}}), std::nullopt);
+  const Linear& pq = plain.weights->layers[0].q;
+  EXPECT_EQ(pq.u.rows * pq.u.cols + pq.v.rows * pq.v.cols, 18 * 128);
+  EXPECT_EQ(q.u.rows * q.u.cols + q.v.rows * q.v.cols, 18 * (128 - 18));
+}
+
+TEST(Pivoted, SameProductAsThePlainFactorsAtTheSameRank) {
+  TempDir t;
+  const std::string dense = write_tiny(t, spec(), "dense.gguf");
+  const std::string piv = compressed(t, dense, 0.5, true, "piv.gguf", DType::F32, {{"all", 12}});
+  const std::string plain =
+      compressed(t, dense, 0.5, false, "plain.gguf", DType::F32, {{"all", 12}});
+  EXPECT_LT(rel_err(reference(piv), reference(plain)), 1e-4);
+  EXPECT_LT(load_model(piv, std::nullopt).weights->bytes(),
+            load_model(plain, std::nullopt).weights->bytes());
+}
+
+TEST(Pivoted, ExactRankMatricesCompressExactly) {
+  TempDir t;
+  test::TinySpec s = spec();
+  s.exact_rank = 8;  // every rank the keep gives is above 8: the pivot rows' U is singular
+  const std::string dense = write_tiny(t, s, "dense.gguf");
+  EXPECT_LT(rel_err(reference(compressed(t, dense, 0.5, true, "piv.gguf")), reference(dense)),
+            1e-4);
+}
+
+TEST(Pivoted, FastAndScalarPlansMatchTheReferenceForward) {
+  TempDir t;
+  const std::string dense = write_tiny(t, spec(), "dense.gguf");
+  for (DType factors : {DType::F32, DType::Q8_0}) {
+    const std::string piv = compressed(t, dense, 0.4, true, "piv.gguf", factors);
+    const std::vector<float> ref = reference(piv);
+    for (std::optional<DType> wtype : {std::optional<DType>(), std::optional<DType>(DType::F32)}) {
+      Model m = load_model(piv, wtype);
+      const std::string what =
+          fmt::format("{} factors, {}", dtype_name(factors), wtype ? "f32" : "as stored");
+      EXPECT_LT(rel_err(run(m.weights, 0), ref), factors == DType::F32 || wtype ? 1e-4 : 2e-2)
+          << what;
+      EXPECT_LT(rel_err(run(m.weights, 0, true), ref), factors == DType::F32 || wtype ? 1e-4 : 2e-2)
+          << what;
+      EXPECT_LT(rel_err(run(m.weights, 1), ref), 1e-4) << what;
+      EXPECT_LT(rel_err(run(m.weights, 2), ref), 1e-4) << what;
+    }
+  }
+}
+
+TEST(Pivoted, TheResidualFormsCorrectionPivoted) {
+  TempDir t;
+  const std::string dense = write_tiny(t, spec(), "dense.gguf");
+  CompressOptions o;
+  o.method = CompressMethod::Svd;
+  o.residual = DType::Q4_0;
+  o.factor_type = DType::F32;
+  o.pivoted = true;
+  compress_model(dense, {{0.2, t.file("res.gguf")}}, o);
+  const std::vector<float> ref = reference(t.file("res.gguf"));
+  Model m = load_model(t.file("res.gguf"), std::nullopt);
+  ASSERT_TRUE(m.weights->layers[0].q.residual() && m.weights->layers[0].q.pivoted());
+  EXPECT_LT(rel_err(run(m.weights, 0), ref), 1e-3);
+  EXPECT_LT(rel_err(run(m.weights, 1), ref), 1e-4);
+  EXPECT_LT(rel_err(run(m.weights, 2), ref), 1e-4);
+}
+
+// The file at `path` with its metadata key `key` set to `v`.
+std::string with_pivots(const TempDir& t, const std::string& path, const std::string& key,
+                        std::vector<int32_t> v) {
+  auto f = gguf::File::open(path);
+  gguf::Writer w;
+  for (const auto& [k, value] : f->metadata()) w.set(k, value);
+  w.set_i32s(key, std::move(v));
+  for (const auto& ti : f->tensors()) w.add_tensor(ti.name, ti.dtype, ti.shape, ti.data, ti.nbytes);
+  const std::string out = t.file("bad.gguf");
+  w.write(out);
+  return out;
+}
+
+TEST(Pivoted, LoaderErrorsNameTheProblem) {
+  TempDir t;
+  const std::string dense = write_tiny(t, spec(), "dense.gguf");
+  const std::string piv = compressed(t, dense, 0.5, true, "piv.gguf", DType::F32, {{"all", 4}});
+  const std::string key = "lowrank.pivots.blk.0.attn_q";
+  auto load = [&](std::vector<int32_t> v) {
+    return error_of([&] { load_model(with_pivots(t, piv, key, std::move(v)), std::nullopt); });
+  };
+  LR_EXPECT_ERROR_HAS(load({0, 1, 2, 64}),
+                      "'lowrank.pivots.blk.0.attn_q': pivot row 64 is outside [0, 64)");
+  LR_EXPECT_ERROR_HAS(load({0, 1, 1, 3}), "pivot row 1 appears twice");
+  LR_EXPECT_ERROR_HAS(load({0, 1, 2}),
+                      "expected [61, rank] (low-rank output factor, 64 rows less 3 pivots)");
+  // A plain factor file given pivots: U has all the rows.
+  const std::string plain =
+      compressed(t, dense, 0.5, false, "plain.gguf", DType::F32, {{"all", 4}});
+  LR_EXPECT_ERROR_HAS(error_of([&] {
+                        load_model(with_pivots(t, plain, key, {0, 1, 2, 3}), std::nullopt);
+                      }),
+                      "has shape [64, 4], expected [60, rank]");
+}
+
+TEST(Pivoted, Errors) {
+  TempDir t;
+  const std::string dense = write_tiny(t, spec(), "dense.gguf");
+  CompressOptions o;
+  o.method = CompressMethod::Whiten;
+  o.pivoted = true;
+  o.basis_sharing = 2;
+  o.calib_path = test::write_calib(t);
+  LR_EXPECT_ERROR_HAS(
+      error_of([&] {
+        compress_model(dense, {{0.5, t.file("x.gguf")}}, o);
+      }),
+      "pivoted storage (--pivoted) takes --keep or --rank, without --basis-sharing");
+  o.basis_sharing = 0;
+  o.budget = RankBudget::Bytes;
+  LR_EXPECT_ERROR_HAS(error_of([&] {
+                        compress_model(dense, {{0.5, t.file("x.gguf")}}, o);
+                      }),
+                      "pivoted storage (--pivoted) takes --keep or --rank");
+  const std::string piv = compressed(t, dense, 0.5, true, "piv.gguf");
+  Model m = load_model(piv, DType::BF16);
+  // The research rung that rebuilds k and v from whole output factors, and the CUDA backend.
+  ExecOptions e;
+  e.kv = KvMode::Legacy;
+  e.packed = false;
+  e.fused = false;
+  LR_EXPECT_ERROR_HAS(error_of([&] { derive(*m.weights, {Target::Cpu}, e); }),
+                      "layer 0's k projection is stored pivoted (use --kv dense)");
+  test::TinySpec one_head = spec();  // head_dim 64, which the CUDA backend runs
+  one_head.n_heads = one_head.n_kv_heads = 1;
+  Model g = load_model(compressed(t, write_tiny(t, one_head, "dense64.gguf"), 0.5, true, "g.gguf"),
+                       DType::BF16);
+  LR_EXPECT_ERROR_HAS(
+      error_of([&] { cuda::plan_forward(*g.weights, ExecOptions{}); }),
+      "the CUDA backend has no pivoted product yet: attn_q of layer 0 is stored pivoted");
+  LR_EXPECT_ERROR_HAS(error_of([&] {
+                        compressed(t, dense, 0.5, true, "y.gguf", DType::F32, {{"attn_k", -1}});
+                      }),
+                      "blk.0.attn_k: pivoted storage needs a rank below the 32 rows (got 32)");
+}
+
+}  // namespace
+}  // namespace lr
