@@ -177,9 +177,9 @@ compress::RankCandidate rank_candidate(const CompressOptions& opt, const Matrix&
 
 // W [rows, cols] quantized row by row to `type` (or the type llama.cpp
 // substitutes when its blocks do not fit a row; `note` says so), weighted by
-// `importance` [cols] when it is not empty.
+// `importance` [cols] when it is not empty, on `threads` threads.
 Matrix quantize_matrix(DType type, const float* W, int64_t rows, int64_t cols,
-                       const std::vector<float>& importance, std::string& note) {
+                       const std::vector<float>& importance, int threads, std::string& note) {
   if (!row_bytes(type, uint64_t(cols))) {
     const DType fb = fallback_type(type);
     if (!row_bytes(fb, uint64_t(cols)))
@@ -189,9 +189,9 @@ Matrix quantize_matrix(DType type, const float* W, int64_t rows, int64_t cols,
     type = fb;
   }
   Matrix q = Matrix::allocate(type, rows, cols);
-  for (int64_t r = 0; r < rows; ++r)
-    compress::quantize_row(type, W + r * cols, importance.empty() ? nullptr : importance.data(),
-                           q.data.get() + uint64_t(r) * q.row_bytes(), cols);
+  compress::quantize_rows(
+      type, rows, cols, [&](int64_t r, float* row) { std::copy_n(W + r * cols, cols, row); },
+      importance.empty() ? nullptr : importance.data(), q.data.get(), threads);
   return q;
 }
 
@@ -290,11 +290,7 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
   if (opt_in.pivoted && (opt_in.basis_sharing >= 2 || opt_in.budget != RankBudget::PerMatrix))
     fail("pivoted storage (--pivoted) takes --keep or --rank, without --basis-sharing (a shared "
          "basis is not rows of each layer's matrix) or a global budget");
-  for (const std::string& k : opt_in.kinds) {
-    bool known = false;
-    for (const WeightSpec& s : kWeightTable) known |= s.is_linear() && s.per_layer && k == s.kind;
-    if (!known) fail("unknown matrix type '{}' (expected attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down)", k);
-  }
+  for (const std::string& k : opt_in.kinds) block_linear_spec(k);  // known kinds only
   check_factor_type(opt_in.factor_type);
   const bool quantized_factors = opt_in.factor_type == DType::Q8_0 || is_block_format(opt_in.factor_type);
   // Weights as stored (a quantized file stays mapped, not widened): each
@@ -424,7 +420,7 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
           const MatD& g = gram_of(l, site);
           for (int64_t i = 0; i < cols; ++i) imp.push_back(float(g(i, i)));
         }
-        d.quantized = quantize_matrix(*opt_in.residual, W, rows, cols, imp, residual_note);
+        d.quantized = quantize_matrix(*opt_in.residual, W, rows, cols, imp, opt_in.n_threads, residual_note);
       }
       compress::WhitenReport wr;
       if (r_max > 0) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -225,6 +226,24 @@ void quantize_row(DType t, const float* x, const float* importance, uint8_t* dst
         break;
     }
   }
+}
+
+void quantize_rows(DType t, int64_t rows, int64_t cols,
+                   const std::function<void(int64_t, float*)>& row_of, const float* importance,
+                   uint8_t* dst, int threads) {
+  const uint64_t rb = *row_bytes(t, uint64_t(cols));
+  auto work = [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = r0; r < r1; ++r) {
+      row_of(r, row.data());
+      quantize_row(t, row.data(), importance, dst + uint64_t(r) * rb, cols);
+    }
+  };
+  const int n = std::max(1, threads);
+  std::vector<std::thread> pool;
+  for (int i = 1; i < n; ++i) pool.emplace_back(work, rows * i / n, rows * (i + 1) / n);
+  work(0, rows / n);
+  for (std::thread& th : pool) th.join();
 }
 
 }  // namespace lr::compress

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "core/dtype.h"
 
@@ -25,5 +26,13 @@ bool can_quantize(DType t);
 // row_bytes(t, n) bytes at dst, in GGUF's layout (Q8_0 included).
 // importance [n] (nullptr = uniform) must be finite and >= 0.
 void quantize_row(DType t, const float* x, const float* importance, uint8_t* dst, int64_t n);
+
+// quantize_row over rows [0, rows) of a matrix with `cols` values per row,
+// row r into dst + r * row_bytes(t, cols), on `threads` threads (each row is
+// independent: the bytes do not depend on the count). row_of(r, buf) writes
+// row r's values into buf [cols].
+void quantize_rows(DType t, int64_t rows, int64_t cols,
+                   const std::function<void(int64_t, float*)>& row_of, const float* importance,
+                   uint8_t* dst, int threads);
 
 }  // namespace lr::compress

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <thread>
 
 #include "compress/quantize.h"
 #include "core/error.h"
@@ -86,18 +85,9 @@ std::vector<QuantizeReport> quantize_model(const std::string& in_path,
   };
   std::map<std::string, Target> targets;
   for (const std::string& kind : opt.kinds) {
-    bool known = false;
-    for (const WeightSpec& s : kWeightTable)
-      if (s.is_linear() && s.per_layer && kind == s.kind) {
-        known = true;
-        for (int l = 0; l < c.n_layers; ++l)
-          targets[fmt::format(fmt::runtime(s.gguf), l)] = {l, s.slot};
-      }
-    if (!known)
-      fail(
-          "unknown matrix type '{}' (expected attn_q, attn_k, attn_v, attn_output, ffn_gate, "
-          "ffn_up, ffn_down)",
-          kind);
+    const WeightSpec& s = block_linear_spec(kind);
+    for (int l = 0; l < c.n_layers; ++l)
+      targets[fmt::format(fmt::runtime(s.gguf), l)] = {l, s.slot};
   }
 
   std::vector<QuantizeReport> reports;
@@ -149,22 +139,15 @@ std::vector<QuantizeReport> quantize_model(const std::string& in_path,
       const DType src_type = t.dtype;
       const uint8_t* src = t.data;
       const uint64_t src_rb = *row_bytes(src_type, uint64_t(cols));
-      out.add_tensor_generated(
-          t.name, type, t.shape, [=, imp = std::move(imp)](uint8_t* dst, uint64_t) {
-            auto work = [&](int64_t r0, int64_t r1) {
-              std::vector<float> row(static_cast<size_t>(cols));
-              for (int64_t r = r0; r < r1; ++r) {
-                dequantize(src_type, src + uint64_t(r) * src_rb, row.data(), cols);
-                compress::quantize_row(type, row.data(), imp.empty() ? nullptr : imp.data(),
-                                       dst + uint64_t(r) * rb, cols);
-              }
-            };
-            std::vector<std::thread> pool;
-            for (int i = 1; i < threads; ++i)
-              pool.emplace_back(work, rows * i / threads, rows * (i + 1) / threads);
-            work(0, rows / threads);
-            for (std::thread& th : pool) th.join();
-          });
+      out.add_tensor_generated(t.name, type, t.shape,
+                               [=, imp = std::move(imp)](uint8_t* dst, uint64_t) {
+                                 compress::quantize_rows(
+                                     type, rows, cols,
+                                     [&](int64_t r, float* row) {
+                                       dequantize(src_type, src + uint64_t(r) * src_rb, row, cols);
+                                     },
+                                     imp.empty() ? nullptr : imp.data(), dst, threads);
+                               });
     }
     out.write(job.out_path);
     reports.push_back(std::move(rep));

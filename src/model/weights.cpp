@@ -206,6 +206,13 @@ const WeightSpec& weight_spec(Slot s) {
   return kWeightTable[0];
 }
 
+const WeightSpec& block_linear_spec(const std::string& kind) {
+  for (const WeightSpec& spec : kWeightTable)
+    if (spec.is_linear() && spec.per_layer && kind == spec.kind) return spec;
+  fail("unknown matrix type '{}' (expected attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down)",
+       kind);
+}
+
 void for_each_matrix(const Weights& w, const std::function<void(const WeightSpec&, const Matrix&)>& f) {
   std::set<const uint8_t*> seen;
   for_each_tensor(w.cfg, [&](const WeightSpec& spec, int l) {

@@ -195,6 +195,9 @@ Linear& slot_linear(Weights& w, Slot s, int layer);
 const Linear& slot_linear(const Weights& w, Slot s, int layer);
 // The table entry of a slot.
 const WeightSpec& weight_spec(Slot s);
+// The entry of a per-layer linear map by its kind ("attn_q", ...); an unknown
+// kind is an error listing the seven.
+const WeightSpec& block_linear_spec(const std::string& kind);
 // Parameter count of the dense model (tied output counted once).
 uint64_t parameter_count(const Config& c);
 
