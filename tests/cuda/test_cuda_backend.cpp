@@ -15,6 +15,7 @@
 #include "../model/model_test_util.h"
 #include "backend/cuda/plan.h"
 #include "bench/harness/harness.h"
+#include "compress/compress_model.h"
 #include "compress/synth_model.h"
 #include "core/error.h"
 #include "model/load.h"
@@ -185,6 +186,34 @@ TEST_F(Gpu, BiasedProjectionsAsInQwen2) {
     ASSERT_EQ(setenv("LOWRANK_CUDA_PREFILL", "own", 1), 0);
     compare(m, ExecOptions{}, 37, 2, fmt::format("qwen2 biases, keep {}, own GEMM", keep));
     unsetenv("LOWRANK_CUDA_PREFILL");
+  }
+}
+
+// Pivoted storage (compress --pivoted): each output row of the output factor
+// is one of U's rows or a latent copied (the decode GEMV and the own prefill
+// GEMM gather them; cuBLAS is skipped for those products), plain and as the
+// residual form's correction (out += the pivoted product); and the residual
+// form itself (its first step: six products, q, k, v and their input factors).
+TEST_F(Gpu, PivotedFactorsAndTheResidualFormMatchTheCpu) {
+  test::TinySpec s;
+  s.tokenizer = true;
+  s.n_heads = s.n_kv_heads = 1;  // head_dim 64
+  const std::string dense = test::write_tiny(t_, s, "dense.gguf");
+  for (auto [pivoted, residual] : {std::pair{true, false}, {true, true}, {false, true}}) {
+    CompressOptions o;
+    o.method = CompressMethod::Svd;
+    o.factor_type = DType::F32;
+    o.pivoted = pivoted;
+    if (residual) o.residual = DType::Q4_0;
+    const std::string what = fmt::format("{}{}", residual ? "residual" : "low rank", pivoted ? ", pivoted" : "");
+    const std::string path = t_.file(what + ".gguf");
+    compress_model(dense, {{residual ? 0.2 : 0.5, path}}, o);
+    Model m = load_model(path, DType::BF16);
+    ASSERT_EQ(m.weights->layers[0].q.pivoted(), pivoted);
+    ASSERT_EQ(m.weights->layers[0].q.residual(), residual);
+    compare(m, ExecOptions{}, 37, 6, what + ", per-token graph");
+    for (const BenchMode& mode : bench_modes())
+      if (mode.name == "naive") compare(m, mode.exec, 37, 4, what + ", " + mode.name);
   }
 }
 

@@ -7,7 +7,6 @@
 
 #include "../error_of.h"
 #include "backend/backend.h"
-#include "backend/cuda/plan.h"
 #include "compress/compress_model.h"
 #include "format/gguf.h"
 #include "model/load.h"
@@ -190,20 +189,13 @@ TEST(Pivoted, Errors) {
                       "pivoted storage (--pivoted) takes --keep or --rank");
   const std::string piv = compressed(t, dense, 0.5, true, "piv.gguf");
   Model m = load_model(piv, DType::BF16);
-  // The research rung that rebuilds k and v from whole output factors, and the CUDA backend.
+  // The research rung that rebuilds k and v from whole output factors.
   ExecOptions e;
   e.kv = KvMode::Legacy;
   e.packed = false;
   e.fused = false;
   LR_EXPECT_ERROR_HAS(error_of([&] { derive(*m.weights, {Target::Cpu}, e); }),
                       "layer 0's k projection is stored pivoted (use --kv dense)");
-  test::TinySpec one_head = spec();  // head_dim 64, which the CUDA backend runs
-  one_head.n_heads = one_head.n_kv_heads = 1;
-  Model g = load_model(compressed(t, write_tiny(t, one_head, "dense64.gguf"), 0.5, true, "g.gguf"),
-                       DType::BF16);
-  LR_EXPECT_ERROR_HAS(
-      error_of([&] { cuda::plan_forward(*g.weights, ExecOptions{}); }),
-      "the CUDA backend has no pivoted product yet: attn_q of layer 0 is stored pivoted");
   LR_EXPECT_ERROR_HAS(error_of([&] {
                         compressed(t, dense, 0.5, true, "y.gguf", DType::F32, {{"attn_k", -1}});
                       }),

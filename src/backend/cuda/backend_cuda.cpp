@@ -63,11 +63,14 @@ struct DeviceWeights {
   float* vectors = nullptr;                          // the norms and the biases, f32
   std::map<const uint8_t*, const float*> vector_at;  // host vector -> device copy
   double* inv_freq = nullptr;                        // [head_dim / 2]
+  int32_t* sources = nullptr;  // the pivoted products' source rows (model/weights.h Pivots)
+  std::map<const Pivots*, const int32_t*> source_at;
 
   ~DeviceWeights() {
     cudaFree(w);
     cudaFree(vectors);
     cudaFree(inv_freq);
+    cudaFree(sources);
   }
   DevMatrix matrix(const Matrix& m) const {
     return {w + layout.offset_of(m), m.rows, m.cols, padded_cols(m.cols)};
@@ -75,6 +78,11 @@ struct DeviceWeights {
   const float* vector(const Matrix& m) const {  // a norm or a bias
     auto it = vector_at.find(m.ptr());
     LR_ASSERT(it != vector_at.end());
+    return it->second;
+  }
+  const int32_t* source(const Pivots& p) const {
+    auto it = source_at.find(&p);
+    LR_ASSERT(it != source_at.end());
     return it->second;
   }
 };
@@ -124,6 +132,20 @@ std::shared_ptr<const DeviceWeights> upload(std::shared_ptr<const Weights> host)
     CK(cudaMemcpy(dst, v->f32(), size_t(v->cols) * 4, cudaMemcpyHostToDevice));
     d->vector_at[v->ptr()] = dst;
     dst += v->cols;
+  }
+  std::vector<const Pivots*> pivoted;
+  size_t sources = 0;
+  for_each_linear(W, [&](const WeightSpec&, int, const Linear& lin) {
+    if (lin.pivoted()) pivoted.push_back(lin.pivots.get()), sources += lin.pivots->source.size();
+  });
+  if (sources) {
+    d->sources = device_alloc<int32_t>(sources);
+    int32_t* to = d->sources;
+    for (const Pivots* p : pivoted) {
+      CK(cudaMemcpy(to, p->source.data(), p->source.size() * 4, cudaMemcpyHostToDevice));
+      d->source_at[p] = to;
+      to += p->source.size();
+    }
   }
   const std::vector<double> inv = scalar::rope_inv_freq(c);
   d->inv_freq = device_alloc<double>(inv.size());
@@ -415,7 +437,8 @@ class CudaBackend final : public Backend {
         case Op::Linear: {
           GemvArgs a;
           a.eps = c.rms_eps;
-          LR_ASSERT(L.jobs.size() <= size_t(kMaxJobs) && !L.silu_mul);
+          static_assert(kMaxJobs == kMaxStepJobs);
+          LR_ASSERT(L.jobs.size() <= size_t(kMaxJobs) && !L.silu_mul);  // plan_forward checks
           for (const Job& j : L.jobs) {
             LR_ASSERT(!j.rope && !j.append);  // CPU folds
             GemvJob& g = a.job[a.n_jobs++];
@@ -429,9 +452,14 @@ class CudaBackend final : public Backend {
             g.merge = j.merge_in;
             g.accumulate = j.accumulate || j.sum;  // out += M x either way
             g.bias = j.bias ? dw_->vector(*j.bias) : nullptr;
+            g.source = j.pivots ? dw_->source(*j.pivots) : nullptr;
+            g.out_rows = j.rows();
           }
           a.merge = {part_m_, part_l_, part_acc_, attend_chunks(ctx_), c.head_dim, pos0};
-          if (nt > 1 && blas_) {
+          // cuBLAS computes whole matrices: a pivoted product runs on the own GEMM.
+          const bool pivoted =
+              std::any_of(L.jobs.begin(), L.jobs.end(), [](const Job& j) { return j.pivots; });
+          if (nt > 1 && blas_ && !pivoted) {
             blas_->products(a, nt, L.name);
             break;
           }

@@ -48,7 +48,7 @@ __device__ __forceinline__ float merged(const MergeRef& r, int64_t c) {
 __device__ __forceinline__ int job_of(const GemvArgs& a, int& b, int per) {
   int j = 0;
   for (; j + 1 < a.n_jobs; ++j) {
-    const int nb = int((a.job[j].m.rows + per - 1) / per);
+    const int nb = int((rows_of(a.job[j]) + per - 1) / per);
     if (b < nb) break;
     b -= nb;
   }
@@ -57,7 +57,7 @@ __device__ __forceinline__ int job_of(const GemvArgs& a, int& b, int per) {
 
 int blocks_of(const GemvArgs& a, int per) {
   int n = 0;
-  for (int j = 0; j < a.n_jobs; ++j) n += int((a.job[j].m.rows + per - 1) / per);
+  for (int j = 0; j < a.n_jobs; ++j) n += int((rows_of(a.job[j]) + per - 1) / per);
   return n;
 }
 
@@ -92,10 +92,12 @@ __global__ void gemv_kernel(GemvArgs a) {
   __syncthreads();
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t r = int64_t(b) * kGemvRows + warp;
-  if (r >= J.m.rows) return;
-  const __nv_bfloat16* row = J.m.w + r * ld;
+  if (r >= rows_of(J)) return;
+  // Pivoted: row r of the output is M's row source[r], or a latent copied.
+  const int32_t src = J.source ? J.source[r] : int32_t(r);
+  const __nv_bfloat16* row = J.m.w + int64_t(src >= 0 ? src : 0) * ld;
   float acc = 0.f;
-  for (int64_t c = int64_t(lane) * 8; c < ld; c += kWarp * 8) {
+  for (int64_t c = int64_t(lane) * 8; src >= 0 && c < ld; c += kWarp * 8) {
     const uint4 raw = *reinterpret_cast<const uint4*>(row + c);
     const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
     const float4 x0 = *reinterpret_cast<const float4*>(xs + c),
@@ -105,7 +107,7 @@ __global__ void gemv_kernel(GemvArgs a) {
     acc += f0.x * x0.x + f0.y * x0.y + f1.x * x0.z + f1.y * x0.w + f2.x * x1.x + f2.y * x1.y +
            f3.x * x1.z + f3.y * x1.w;
   }
-  acc = warp_sum(acc);
+  acc = src >= 0 ? warp_sum(acc) : xs[-1 - src];
   if (lane == 0) {
     float* out = J.out.p + J.out_off;
     if (J.bias) acc += J.bias[r];
@@ -127,7 +129,13 @@ __global__ void gemm_kernel(GemvArgs a, int n) {
     for (int e = threadIdx.x; e < kTile * kTileK; e += blockDim.x) {
       const int rr = e / kTileK, kk = e % kTileK;
       const int64_t r = r0 + rr, k = k0 + kk, t = t0 + rr;
-      ws[kk][rr] = r < J.m.rows && k < J.m.cols ? __bfloat162float(J.m.w[r * J.m.ld + k]) : 0.f;
+      // A pivot row (source < 0) is the one-hot row of its latent: 1 . x[k] exactly.
+      float w = 0.f;
+      if (r < rows_of(J) && k < J.m.cols) {
+        const int32_t src = J.source ? J.source[r] : int32_t(r);
+        w = src >= 0 ? __bfloat162float(J.m.w[int64_t(src) * J.m.ld + k]) : float(k == -1 - src);
+      }
+      ws[kk][rr] = w;
       xs[kk][rr] = t < n && k < J.m.cols ? J.in.p[t * J.in.stride + J.in_off + k] : 0.f;
     }
     __syncthreads();
@@ -148,7 +156,7 @@ __global__ void gemm_kernel(GemvArgs a, int n) {
   for (int i = 0; i < 4; ++i)
     for (int q = 0; q < 4; ++q) {
       const int64_t r = r0 + tx + 16 * i, t = t0 + ty + 16 * q;
-      if (r >= J.m.rows || t >= n) continue;
+      if (r >= rows_of(J) || t >= n) continue;
       float* out = J.out.p + t * J.out.stride + J.out_off + r;
       const float y = J.bias ? acc[i][q] + J.bias[r] : acc[i][q];
       *out = J.accumulate ? *out + y : y;

@@ -24,7 +24,7 @@ struct DevVec {
   int64_t stride = 0;
 };
 
-constexpr int kMaxJobs = 4;
+constexpr int kMaxJobs = 6;  // backend/cuda/plan.h kMaxStepJobs
 constexpr int kAttendChunk = 256;  // keys per split-K attention block
 
 // One matrix of a GEMV/GEMM launch: out[t, out_off + r] (+)= sum_c M[r, c] x[t, c],
@@ -37,7 +37,16 @@ struct GemvJob {
   int merge = 0;                // fused: x = the split-K partials of GemvArgs::merge, merged
   int accumulate = 0;
   const float* bias = nullptr;  // [rows]: out[t, out_off + r] gets M x + bias[r] (+ out if accumulate)
+  // Pivoted storage (model/weights.h Pivots): output row i is M[source[i]] . x,
+  // or x[-1 - source[i]] itself (a pivot row: the latent copied). Null: row i
+  // is M[i] . x. source has out_rows entries (device memory).
+  const int32_t* source = nullptr;
+  int64_t out_rows = 0;
 };
+// Output rows of a job.
+__host__ __device__ inline int64_t rows_of(const GemvJob& j) {
+  return j.source ? j.out_rows : j.m.rows;
+}
 // The split-K attention partials a merging job reads (decode: token 0 at *pos0).
 struct MergeRef {
   const float* m = nullptr;    // [n_heads, chunks]

@@ -12,13 +12,12 @@ Plan plan_forward(const Weights& w, const ExecOptions& e) {
   if (w.cfg.n_heads / w.cfg.n_kv_heads > 8)
     fail("the CUDA backend runs up to 8 query heads per KV head (the model has {})",
          w.cfg.n_heads / w.cfg.n_kv_heads);
-  for_each_linear(w, [](const WeightSpec& spec, int l, const Linear& lin) {
-    if (lin.pivoted())
-      fail("the CUDA backend has no pivoted product yet: {} of layer {} is stored pivoted "
-           "(run it with --device cpu, or compress without --pivoted)",
-           spec.kind, l);
-  });
-  return derive(w, {Target::Gpu}, e);
+  Plan p = derive(w, {Target::Gpu}, e);
+  for (const Step& s : p.steps)
+    if (s.jobs.size() > size_t(kMaxStepJobs))
+      fail("the CUDA backend launches up to {} products per step; {} has {}", kMaxStepJobs,
+           s.name, s.jobs.size());
+  return p;
 }
 
 LaunchStats launch_stats(const Plan& p, ExecUnit unit) {
@@ -95,6 +94,9 @@ MemoryPlan plan_memory(const Weights& w, const Plan& p, const ExecOptions& e, in
   const Config& c = w.cfg;
   MemoryPlan m;
   m.weights = estimate_bytes(matrix_shapes(w), DType::BF16, kRowPad);  // and the f32 norms
+  for_each_linear(w, [&](const WeightSpec&, int, const Linear& lin) {  // pivoted: int32 sources
+    if (lin.pivoted()) m.weights += lin.pivots->source.size() * 4;
+  });
   const uint64_t L = uint64_t(c.n_layers), T = uint64_t(ctx), kv = uint64_t(c.kv_dim());
   if (e.kv == KvMode::Legacy)
     m.kv = L * T * uint64_t(p.k_latent + p.v_latent) * 2 + 2 * T * kv * 4;
