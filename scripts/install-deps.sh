@@ -8,6 +8,7 @@ PKGS=(
   libpcre2-dev                       # tokenizer pre-tokenizer regexes
   libcli11-dev libfmt-dev            # command line, formatting
   libcpp-httplib-dev                 # HTTP for lowrank serve
+  nginx-light                        # tests/server/test_deploy.py: replicas behind nginx
   libgtest-dev libbenchmark-dev      # tests, kernel benchmarks
   clang libclang-rt-14-dev           # libFuzzer targets
 )

@@ -5,9 +5,11 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
+#include <thread>
 
 #include "backend/batch.h"
 #include "common.h"
@@ -99,10 +101,29 @@ int serve(const ServeOptions& o) {
 
   int sig = 0;
   sigwait(&stop, &sig);
-  std::fprintf(stderr, "lowrank serve: %s: finishing running requests (at most %d s)\n",
+  std::fprintf(stderr,
+               "lowrank serve: %s: finishing running requests (at most %d s; a second signal "
+               "cancels them)\n",
                sig == SIGINT ? "SIGINT" : "SIGTERM", o.grace_s);
-  s->engine->shutdown();
-  http.stop();
+  // The drain runs on its own thread while this one keeps waiting for the
+  // signals: a thread that does not block them (a library's) would otherwise
+  // take a second one and end the process by its default action.
+  std::atomic<bool> done{false};
+  std::thread drain([&] {
+    s->engine->shutdown();
+    http.stop();
+    done = true;
+  });
+  const timespec tick{0, 50'000'000};
+  bool hurried = false;
+  while (!done) {
+    if (sigtimedwait(&stop, nullptr, &tick) > 0 && !hurried) {
+      std::fprintf(stderr, "lowrank serve: second signal: cancelling running requests\n");
+      s->engine->hurry();
+      hurried = true;
+    }
+  }
+  drain.join();
   std::fprintf(stderr, "lowrank serve: stopped\n");
   return 0;
 #endif

@@ -108,6 +108,14 @@ void Engine::shutdown() {
   if (thread_.joinable()) thread_.join();
 }
 
+void Engine::hurry() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopping_) deadline_ = Clock::now();
+  }
+  cv_.notify_all();
+}
+
 void Engine::loop() {
   for (;;) {
     bool busy =

@@ -128,6 +128,14 @@ class Engine {
   // Stops accepting, lets running and queued requests finish within the
   // grace period, cancels the rest and joins the engine thread.
   void shutdown();
+  // Ends the grace period now: running and queued requests are cancelled at
+  // the next step (a second SIGINT/SIGTERM). No effect before shutdown().
+  void hurry();
+  // After shutdown() began: new requests are refused, /health answers 503.
+  bool stopping() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return stopping_;
+  }
 
   int slots() const { return batch_->slots(); }
   int ctx() const { return batch_->ctx(); }

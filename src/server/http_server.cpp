@@ -105,6 +105,9 @@ void HttpServer::Impl::routes() {
   svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     std::lock_guard<std::mutex> l(mu);
     if (!served) return send_error(res, ApiError(503, "Loading model", "", "model_loading"));
+    // Draining on SIGINT/SIGTERM: a load balancer's readiness check stops routing here.
+    if (served->engine->stopping())
+      return send_error(res, ApiError(503, "Shutting down", "", "shutting_down"));
     res.set_content(R"({"status":"ok"})", kJson);
   });
   svr.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {

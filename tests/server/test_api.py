@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import tempfile
 import threading
@@ -375,15 +376,47 @@ def test_sigterm_finishes_running_requests_then_exits_0():
     out = {}
 
     def one():
-        out["r"] = client(s).completions.create(model="m", prompt="Once upon a time", max_tokens=40, temperature=0,
+        out["r"] = client(s).completions.create(model="m", prompt="Once upon a time", max_tokens=200, temperature=0,
                                                 extra_body={"ignore_eos": True})
 
     t = threading.Thread(target=one)
     t.start()
     assert wait_for(lambda: gauges(s)[0] == 1)
-    assert s.stop(timeout=60) == 0
+    s.proc.send_signal(signal.SIGTERM)
+    # Draining: /health says so (a load balancer's readiness check), new requests are refused.
+    assert wait_for(lambda: raw(s, "GET", "/health")[0] == 503, timeout=10)
+    status, _, body = raw(s, "GET", "/health")
+    assert status == 503 and body["error"]["code"] == "shutting_down", body
+    status, _, body = raw(s, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
+    assert status == 503, body
+    assert s.proc.wait(timeout=60) == 0
+    s.stop()
     t.join(timeout=60)
-    assert out["r"].usage.completion_tokens == 40 and out["r"].choices[0].finish_reason == "length"
+    assert out["r"].usage.completion_tokens == 200 and out["r"].choices[0].finish_reason == "length"
+
+
+def test_a_second_signal_cancels_running_requests_then_exits_0():
+    s = Server("-np", "1", "--grace", "60")
+
+    def one():
+        try:
+            client(s).completions.create(model="m", prompt="Once upon a time", max_tokens=2000, temperature=0,
+                                         extra_body={"ignore_eos": True})
+        except openai.APIError:
+            pass  # cancelled: the connection may close before a response
+
+    t = threading.Thread(target=one)
+    t.start()
+    assert wait_for(lambda: gauges(s)[0] == 1)
+    s.proc.send_signal(signal.SIGINT)
+    assert wait_for(lambda: raw(s, "GET", "/health")[0] == 503, timeout=10)
+    t0 = time.time()
+    s.proc.send_signal(signal.SIGINT)
+    assert s.proc.wait(timeout=30) == 0
+    assert time.time() - t0 < 10  # not the 60 s grace, nor the 2000 tokens
+    assert "second signal: cancelling running requests" in s.read_log()
+    s.stop()
+    t.join(timeout=60)
 
 
 def test_a_port_in_use_is_refused(server):
