@@ -55,8 +55,7 @@ int serve(const ServeOptions& o) {
   (void)o;
   fail("this build has no HTTP server (cpp-httplib was not found when it was configured)");
 #else
-  if (o.model.reference || o.model.device != "cpu")
-    fail("lowrank serve runs the fast CPU path (no --ref, --device cpu)");
+  if (o.model.reference) fail("lowrank serve runs the fast path (--ref is for run and perplexity)");
   // Signals are taken by sigwait below, so every thread starts with them blocked.
   sigset_t stop;
   sigemptyset(&stop);
@@ -92,12 +91,17 @@ int serve(const ServeOptions& o) {
   eo.step_tokens = o.step_tokens;
   eo.shutdown_grace = std::chrono::seconds(o.grace_s);
   s->engine = std::make_unique<server::Engine>(
-      make_cpu_batch_backend(s->model.weights, bo, o.slots, o.step_tokens), tok, eo);
+      o.model.device == "cuda"
+          ? make_cuda_batch_backend(s->model.weights, bo, o.slots, o.step_tokens)
+          : make_cpu_batch_backend(s->model.weights, bo, o.slots, o.step_tokens),
+      tok, eo);
   http.ready(s);
+  const std::string where =
+      o.model.device == "cuda" ? std::string("on the GPU") : fmt::format("{} threads", bo.n_threads);
   std::fprintf(
       stderr,
-      "lowrank serve: ready: %s, %d slots of %d tokens, %d threads, steps of up to %d tokens\n",
-      s->name.c_str(), o.slots, bo.ctx, bo.n_threads, o.step_tokens);
+      "lowrank serve: ready: %s, %d slots of %d tokens, %s, steps of up to %d tokens\n",
+      s->name.c_str(), o.slots, bo.ctx, where.c_str(), o.step_tokens);
 
   int sig = 0;
   sigwait(&stop, &sig);

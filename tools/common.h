@@ -54,6 +54,7 @@ Runner add_perplexity_command(CLI::App& app);
 Runner add_inspect_command(CLI::App& app);
 Runner add_compress_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
+Runner add_bench_batch_command(CLI::App& app);
 Runner add_import_command(CLI::App& app);
 Runner add_calibrate_kv_command(CLI::App& app);
 Runner add_synth_command(CLI::App& app);

@@ -110,6 +110,7 @@ int main(int argc, char** argv) {
   reg(lr::cli::add_compress_command);
   reg(lr::cli::add_quantize_command);
   reg(lr::cli::add_bench_command);
+  reg(lr::cli::add_bench_batch_command);
   reg(lr::cli::add_import_command);
   reg(lr::cli::add_calibrate_kv_command);
   reg(lr::cli::add_synth_command);

@@ -77,4 +77,14 @@ std::unique_ptr<BatchBackend> make_cpu_batch_backend(std::shared_ptr<const Weigh
                                                      const BackendOptions& opt, int slots,
                                                      int max_step_tokens);
 
+// The CUDA batch (backend/cuda/backend_cuda.cpp): every slot's f16 cache on
+// the device, each step the unfused plan over all its rows, products on the
+// own GEMM (batch-invariant); decode-only steps of up to 16 rows padded to a
+// bucket of 1, 2, 4, 8 or 16 rows and run as that bucket's CUDA graph
+// (captured at its first use; padded rows run in a spare slot). Dense KV,
+// f16 cache; at most 512 tokens per step. Throws lr::Error without a GPU.
+std::unique_ptr<BatchBackend> make_cuda_batch_backend(std::shared_ptr<const Weights> w,
+                                                      const BackendOptions& opt, int slots,
+                                                      int max_step_tokens);
+
 }  // namespace lr

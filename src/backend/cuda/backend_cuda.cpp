@@ -24,7 +24,9 @@
 #include <mutex>
 
 #include "backend/backend.h"
+#include "backend/batch.h"
 #include "backend/cuda/cuda_api.h"
+#include "backend/cuda/device_weights.h"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/plan.h"
 #include "backend/cuda/prefill_blas.h"
@@ -41,141 +43,16 @@ namespace {
 constexpr int kMaxPrefill = 512;
 static_assert(kAttendChunk == kAttendKeys, "plan and kernels split attention alike");
 
-void check(cudaError_t e, const char* what, const char* file, int line) {
-  if (e != cudaSuccess)
-    fail("CUDA: {} failed ({}:{}): {}", what, file, line, cudaGetErrorString(e));
-}
-#define CK(x) check((x), #x, __FILE__, __LINE__)
-
-template <typename T>
-T* device_alloc(size_t n) {
-  void* p = nullptr;
-  CK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
-  CK(cudaMemset(p, 0, std::max<size_t>(n, 1) * sizeof(T)));
-  return static_cast<T*>(p);
-}
-
-// Weights on the device, shared by every session of the process.
-struct DeviceWeights {
-  std::weak_ptr<const Weights> host;  // the cache entry is stale once these weights are gone
-  WeightLayout layout;
-  __nv_bfloat16* w = nullptr;
-  float* vectors = nullptr;                          // the norms and the biases, f32
-  std::map<const uint8_t*, const float*> vector_at;  // host vector -> device copy
-  double* inv_freq = nullptr;                        // [head_dim / 2]
-  int32_t* sources = nullptr;  // the pivoted products' source rows (model/weights.h Pivots)
-  std::map<const Pivots*, const int32_t*> source_at;
-
-  ~DeviceWeights() {
-    cudaFree(w);
-    cudaFree(vectors);
-    cudaFree(inv_freq);
-    cudaFree(sources);
-  }
-  DevMatrix matrix(const Matrix& m) const {
-    return {w + layout.offset_of(m), m.rows, m.cols, padded_cols(m.cols)};
-  }
-  const float* vector(const Matrix& m) const {  // a norm or a bias
-    auto it = vector_at.find(m.ptr());
-    LR_ASSERT(it != vector_at.end());
-    return it->second;
-  }
-  const int32_t* source(const Pivots& p) const {
-    auto it = source_at.find(&p);
-    LR_ASSERT(it != source_at.end());
-    return it->second;
-  }
-};
-
-std::shared_ptr<const DeviceWeights> upload(std::shared_ptr<const Weights> host) {
-  auto d = std::make_shared<DeviceWeights>();
-  const Weights& W = *host;
-  const Config& c = W.cfg;
-  d->host = host;
-  d->layout = plan_weights(W);
-  d->w = device_alloc<__nv_bfloat16>(d->layout.elements);
-  std::vector<uint16_t> stage;
-  std::vector<float> row;
-  for (const WeightLayout::Range& r : d->layout.ranges) {
-    const int64_t rows = r.rows(), ld = padded_cols(r.cols);
-    const size_t eb = r.dtype == DType::F32 ? 4 : 2;
-    stage.assign(size_t(rows) * size_t(ld), 0);
-    row.resize(size_t(r.cols));
-    for (int64_t i = 0; i < rows; ++i) {
-      const uint8_t* src = r.begin + uint64_t(i) * uint64_t(r.cols) * eb;
-      uint16_t* dst = &stage[size_t(i) * size_t(ld)];
-      if (r.dtype == DType::BF16) {
-        std::memcpy(dst, src, size_t(r.cols) * 2);
-      } else {
-        dequantize(r.dtype, src, row.data(), r.cols);
-        for (int64_t j = 0; j < r.cols; ++j) dst[j] = f32_to_bf16(row[size_t(j)]);
-      }
-    }
-    CK(cudaMemcpy(d->w + r.offset, stage.data(), stage.size() * 2, cudaMemcpyHostToDevice));
-  }
-  std::vector<const Matrix*> vectors = {&W.out_norm};
-  for (const Layer& L : W.layers) {
-    vectors.push_back(&L.attn_norm);
-    vectors.push_back(&L.ffn_norm);
-  }
-  for_each_linear(W, [&](const WeightSpec&, int, const Linear& lin) {
-    if (lin.b.rows) vectors.push_back(&lin.b);
-  });
-  size_t total = 0;
-  for (const Matrix* v : vectors) {
-    LR_ASSERT(v->rows == 1 && v->dtype == DType::F32);
-    total += size_t(v->cols);
-  }
-  d->vectors = device_alloc<float>(total);
-  float* dst = d->vectors;
-  for (const Matrix* v : vectors) {
-    CK(cudaMemcpy(dst, v->f32(), size_t(v->cols) * 4, cudaMemcpyHostToDevice));
-    d->vector_at[v->ptr()] = dst;
-    dst += v->cols;
-  }
-  std::vector<const Pivots*> pivoted;
-  size_t sources = 0;
-  for_each_linear(W, [&](const WeightSpec&, int, const Linear& lin) {
-    if (lin.pivoted()) pivoted.push_back(lin.pivots.get()), sources += lin.pivots->source.size();
-  });
-  if (sources) {
-    d->sources = device_alloc<int32_t>(sources);
-    int32_t* to = d->sources;
-    for (const Pivots* p : pivoted) {
-      CK(cudaMemcpy(to, p->source.data(), p->source.size() * 4, cudaMemcpyHostToDevice));
-      d->source_at[p] = to;
-      to += p->source.size();
-    }
-  }
-  const std::vector<double> inv = scalar::rope_inv_freq(c);
-  d->inv_freq = device_alloc<double>(inv.size());
-  CK(cudaMemcpy(d->inv_freq, inv.data(), inv.size() * sizeof(double), cudaMemcpyHostToDevice));
-  // The copies above ran on the legacy default stream, which sessions' non-blocking streams do not
-  // wait for.
-  CK(cudaDeviceSynchronize());
-  return d;
-}
-
-// The device copy of `w`: uploaded once and kept while the host weights live
-// (sessions come and go: bench makes one per run), dropped once they are gone.
-std::shared_ptr<const DeviceWeights> device_weights(const std::shared_ptr<const Weights>& w) {
-  static std::mutex mu;
-  static std::map<const Weights*, std::shared_ptr<const DeviceWeights>> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  for (auto it = cache.begin(); it != cache.end();)
-    it = it->second->host.expired() ? cache.erase(it) : std::next(it);
-  auto& d = cache[w.get()];
-  if (!d) d = upload(w);
-  return d;
-}
-
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(std::shared_ptr<const Weights> w, const BackendOptions& opt)
+  // cache_slots > 1: the session of a batch (CudaBatch), with that many KV
+  // caches; its steps come through batch_step().
+  CudaBackend(std::shared_ptr<const Weights> w, const BackendOptions& opt, int cache_slots = 1)
       : Backend(w, opt.ctx),
         exec_(opt.exec),
         plan_(plan_forward(*w, opt.exec)),
-        prefill_(plan_forward(*w, prefill_options(opt.exec))) {
+        prefill_(plan_forward(*w, prefill_options(opt.exec))),
+        cache_slots_(cache_slots) {
     try {
       allocate(opt);
     } catch (...) {  // a failure half way (out of memory, a bad option) leaks nothing
@@ -219,6 +96,68 @@ class CudaBackend final : public Backend {
   void reset_counters() override { counters_ = {}; }
   uint64_t cache_bytes() const override { return mem_.kv; }
 
+  // A batch step of n rows (backend/batch.h): row t is token tok[t] at
+  // position pos[t] of cache slot[t]; the unfused plan runs once for all
+  // rows, its products on the own GEMM. logits[k] = the logits of row
+  // head[k]. graph: n is a batch bucket of decode rows, run as the CUDA
+  // graph captured for n rows at its first use.
+  void batch_step(const int32_t* tok, const int* pos, const int* slot, int n, const int* head,
+                  int n_head, bool graph, float* logits) {
+    LR_ASSERT(n >= 1 && n <= kMaxPrefill && cache_slots_ > 1);
+    int* h = h_state_ + kBatchArea;
+    std::copy(tok, tok + n, h);
+    std::copy(pos, pos + n, h + kMaxPrefill);
+    std::copy(slot, slot + n, h + 2 * kMaxPrefill);
+    const Rows rows{nullptr, state_ + kBatchArea + kMaxPrefill, state_ + kBatchArea + 2 * kMaxPrefill,
+                    int64_t(weights_->cfg.n_layers) * ctx_ * weights_->cfg.kv_dim()};
+    const int vocab = weights_->cfg.vocab;
+    auto copy_in = [&] {
+      CK(cudaMemcpyAsync(state_ + kBatchArea, h, 3 * kMaxPrefill * sizeof(int),
+                         cudaMemcpyHostToDevice, stream_));
+    };
+    if (graph) {
+      LR_ASSERT(n <= kMaxBucket);
+      cudaGraphExec_t& g = bucket_graphs_[n];
+      if (!g) {
+        cudaGraph_t cg = nullptr;
+        CK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+        try {
+          copy_in();
+          issue(prefill_, 0, prefill_.steps.size(), n, Head::All, &rows, false);
+          CK(cudaMemcpyAsync(h_batch_logits_, buf(Buf::Logits, 0).p, size_t(n) * vocab * 4,
+                             cudaMemcpyDeviceToHost, stream_));
+        } catch (...) {
+          cudaStreamEndCapture(stream_, &cg);
+          if (cg) cudaGraphDestroy(cg);
+          throw;
+        }
+        CK(cudaStreamEndCapture(stream_, &cg));
+        const cudaError_t e = cudaGraphInstantiate(&g, cg, 0);
+        cudaGraphDestroy(cg);
+        CK(e);
+      }
+      CK(cudaGraphLaunch(g, stream_));
+      ++counters_.dispatches;
+      ++counters_.graph_launches;
+      CK(cudaStreamSynchronize(stream_));
+      for (int k = 0; k < n_head; ++k)
+        std::memcpy(logits + size_t(k) * vocab, h_batch_logits_ + size_t(head[k]) * vocab,
+                    size_t(vocab) * 4);
+      return;
+    }
+    copy_in();
+    const int64_t launched = issue(prefill_, 0, prefill_.steps.size(), n, Head::All, &rows, false);
+    for (int k = 0; k < n_head; ++k)
+      CK(cudaMemcpyAsync(logits + size_t(k) * vocab, buf(Buf::Logits, head[k]).p, size_t(vocab) * 4,
+                         cudaMemcpyDeviceToHost, stream_));
+    counters_.kernels += uint64_t(launched);
+    counters_.dispatches += uint64_t(launched + 1 + n_head);
+    CK(cudaStreamSynchronize(stream_));
+  }
+  // Buckets of decode rows a batch step runs as a graph (rows padded up to one).
+  static constexpr int kMaxBucket = 16;
+  const Plan& batch_plan() const { return prefill_; }
+
  private:
   // The session's device buffers, stream and cuBLAS handle; release() frees
   // whatever of them exists (also after a failure half way).
@@ -252,17 +191,19 @@ class CudaBackend final : public Backend {
       k_all_ = device_alloc<float>(T * kv);
       v_all_ = device_alloc<float>(T * kv);
     } else {
-      k_cache_ = device_alloc<__half>(L * T * kv);
-      v_cache_ = device_alloc<__half>(L * T * kv);
+      k_cache_ = device_alloc<__half>(size_t(cache_slots_) * L * T * kv);
+      v_cache_ = device_alloc<__half>(size_t(cache_slots_) * L * T * kv);
     }
     if (exec_.kv == KvMode::Static) scores_ = device_alloc<float>(size_t(c.n_heads) * T);
     const size_t slots = size_t(kMaxPrefill) * size_t(c.n_heads) * size_t(attend_chunks(ctx_));
     part_m_ = device_alloc<float>(slots);
     part_l_ = device_alloc<float>(slots);
     part_acc_ = device_alloc<float>(slots * size_t(c.head_dim));
-    state_ = device_alloc<int>(size_t(kMaxPrefill) + 1);
-    CK(cudaMallocHost(&h_state_, (size_t(kMaxPrefill) + 1) * sizeof(int)));
+    state_ = device_alloc<int>(size_t(kStateInts));
+    CK(cudaMallocHost(&h_state_, size_t(kStateInts) * sizeof(int)));
     CK(cudaMallocHost(&h_logits_, size_t(c.vocab) * sizeof(float)));
+    if (cache_slots_ > 1)
+      CK(cudaMallocHost(&h_batch_logits_, size_t(kMaxBucket) * size_t(c.vocab) * sizeof(float)));
     mem_ = plan_memory(*w, plan_, exec_, ctx_, kMaxPrefill);
     CK(cudaDeviceSynchronize());  // the memsets of device_alloc, before stream_ uses the buffers
   }
@@ -270,6 +211,8 @@ class CudaBackend final : public Backend {
   void release() noexcept {
     blas_.reset();
     for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
+    for (cudaGraphExec_t g : bucket_graphs_)
+      if (g) cudaGraphExecDestroy(g);
     for (const DevVec& b : bufs_) cudaFree(b.p);
     for (void* p :
          {(void*)lk_, (void*)lv_, (void*)k_all_, (void*)v_all_, (void*)k_cache_, (void*)v_cache_,
@@ -277,6 +220,7 @@ class CudaBackend final : public Backend {
       cudaFree(p);
     cudaFreeHost(h_state_);
     cudaFreeHost(h_logits_);
+    cudaFreeHost(h_batch_logits_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -380,11 +324,17 @@ class CudaBackend final : public Backend {
   enum class Head { All, Last, None };
 
   // Issues launches [b, e) of `p` for n tokens. Returns the kernels launched.
-  int64_t issue(const Plan& p, size_t b, size_t e, int n, Head head_mode) {
+  // One sequence by default (its position and tokens in state_); a batch
+  // step passes its rows (batch_rows()); blas: prefill products may run on
+  // cuBLAS (a batch keeps them on the own GEMM, whose every output's
+  // arithmetic is the same for any number of rows: batch invariance).
+  int64_t issue(const Plan& p, size_t b, size_t e, int n, Head head_mode,
+                const Rows* batch = nullptr, bool blas = true) {
     int64_t launched = 0;
     const Config& c = weights_->cfg;
     const int* pos0 = state_;
-    const int32_t* toks = state_ + 1;
+    const int32_t* toks = batch ? batch_tokens() : state_ + 1;
+    const Rows rows = batch ? *batch : Rows{pos0};
     const RopeArgs rope{dw_->inv_freq, c.head_dim, c.n_heads, c.n_kv_heads};
     for (size_t i = b; i < e; ++i) {
       const Step& L = p.steps[i];
@@ -459,11 +409,11 @@ class CudaBackend final : public Backend {
           // cuBLAS computes whole matrices: a pivoted product runs on the own GEMM.
           const bool pivoted =
               std::any_of(L.jobs.begin(), L.jobs.end(), [](const Job& j) { return j.pivots; });
-          if (nt > 1 && blas_ && !pivoted) {
+          if (nt > 1 && blas_ && blas && !pivoted) {
             blas_->products(a, nt, L.name);
             break;
           }
-          err = launch_gemv(stream_, a, nt);
+          err = launch_gemv(stream_, a, nt, batch != nullptr);
           break;
         }
         case Op::Add:
@@ -473,14 +423,14 @@ class CudaBackend final : public Backend {
           err = launch_silu_mul(stream_, nt, v(Buf::G), v(Buf::U), L.width);
           break;
         case Op::RopeAppend:
-          err = launch_rope_append(stream_, n, pos0, rope, v(Buf::Q), v(Buf::K), v(Buf::V), cache,
+          err = launch_rope_append(stream_, n, rows, rope, v(Buf::Q), v(Buf::K), v(Buf::V), cache,
                                    true);
           break;
         case Op::Rope:
           err = launch_rope(stream_, n, pos0, rope, v(L.a), v(L.b));
           break;
         case Op::Append:
-          err = launch_rope_append(stream_, n, pos0, rope, v(Buf::Q), v(Buf::K), v(Buf::V), cache,
+          err = launch_rope_append(stream_, n, rows, rope, v(Buf::Q), v(Buf::K), v(Buf::V), cache,
                                    false);
           break;
         case Op::Scores:
@@ -498,10 +448,10 @@ class CudaBackend final : public Backend {
             att.new_k = v(Buf::K);
             att.new_v = v(Buf::V);
           }
-          err = launch_attend(stream_, n, pos0, att, v(Buf::Q));
+          err = launch_attend(stream_, n, rows, att, v(Buf::Q));
           break;
         case Op::Merge:
-          err = launch_merge(stream_, n, pos0, att, v(Buf::Att));
+          err = launch_merge(stream_, n, rows, att, v(Buf::Att));
           break;
         case Op::LatentAppend:
           err = launch_latent_append(stream_, n, pos0, v(Buf::P), lat);
@@ -531,8 +481,15 @@ class CudaBackend final : public Backend {
   float *k_all_ = nullptr, *v_all_ = nullptr, *scores_ = nullptr;
   float *part_m_ = nullptr, *part_l_ = nullptr, *part_acc_ = nullptr;
   std::unique_ptr<BlasPrefill> blas_;  // null: prefill products on the own GEMM
-  int* state_ = nullptr;               // [pos0, tokens...] on the device
-  int* h_state_ = nullptr;             // pinned
+  // On the device: [pos0, tokens... (kMaxPrefill)], then a batch step's
+  // tokens, positions and slots (kMaxPrefill each); h_state_ its pinned copy.
+  static constexpr int kBatchArea = kMaxPrefill + 1, kStateInts = kBatchArea + 3 * kMaxPrefill;
+  const int32_t* batch_tokens() const { return state_ + kBatchArea; }
+  int cache_slots_ = 1;
+  int* state_ = nullptr;
+  int* h_state_ = nullptr;
+  float* h_batch_logits_ = nullptr;  // pinned [kMaxBucket, vocab]: a bucket graph's logits
+  cudaGraphExec_t bucket_graphs_[kMaxBucket + 1] = {};
   float* h_logits_ = nullptr;          // pinned [vocab]
   std::vector<cudaGraphExec_t> graphs_;
   std::vector<int64_t> graph_nodes_;  // nodes of each graph (kernels and copies)
@@ -540,8 +497,78 @@ class CudaBackend final : public Backend {
   ExecCounters counters_;
 };
 
+// Slots of a server on one GPU (backend/batch.h make_cuda_batch_backend).
+class CudaBatch final : public BatchBackend {
+ public:
+  CudaBatch(std::shared_ptr<const Weights> w, const BackendOptions& opt, int slots,
+            int max_step_tokens)
+      : BatchBackend(w, slots, opt.ctx, max_step_tokens),
+        core_(w, checked(opt, max_step_tokens), slots + 1) {  // + the padded rows' slot
+    for (const Step& s : core_.batch_plan().steps)
+      if (s.op != Op::Embed && s.op != Op::RmsNorm && s.op != Op::Linear && s.op != Op::Add &&
+          s.op != Op::SiluMul && s.op != Op::RopeAppend && s.op != Op::Attend && s.op != Op::Merge)
+        fail("the CUDA batch runs the dense-KV plan; {} is a {} step", s.name, op_name(s.op));
+    tok_.resize(size_t(std::max(max_step_tokens, CudaBackend::kMaxBucket)));
+    pos_.resize(tok_.size());
+    slot_.resize(tok_.size());
+  }
+
+  void step(const std::vector<Chunk>& chunks, float* logits) override {
+    check_step(chunks);
+    int n = 0;
+    bool decode_only = true;
+    head_.clear();
+    for (const Chunk& c : chunks) {
+      for (int t = 0; t < c.n; ++t, ++n) {
+        tok_[size_t(n)] = c.tokens[t];
+        pos_[size_t(n)] = n_past_[size_t(c.slot)] + t;
+        slot_[size_t(n)] = c.slot;
+      }
+      if (c.logits) head_.push_back(n - 1);
+      decode_only &= c.generated;
+    }
+    int rows = n;
+    const bool bucket = decode_only && n <= CudaBackend::kMaxBucket;
+    if (bucket) {
+      while (rows & (rows - 1)) ++rows;  // the bucket: the next power of two
+      for (int t = n; t < rows; ++t)     // padding: token 0 at position 0 of the spare slot
+        tok_[size_t(t)] = 0, pos_[size_t(t)] = 0, slot_[size_t(t)] = slots();
+    }
+    const ExecCounters before = core_.counters();
+    core_.batch_step(tok_.data(), pos_.data(), slot_.data(), rows, head_.data(), int(head_.size()),
+                     bucket, logits);
+    for (const Chunk& c : chunks) n_past_[size_t(c.slot)] += c.n;
+    last_ = {n, core_.counters().dispatches - before.dispatches, 0};
+  }
+
+  StepStats last_step() const override { return last_; }
+
+ private:
+  static const BackendOptions& checked(const BackendOptions& opt, int max_step_tokens) {
+    if (opt.exec.kv != KvMode::Dense) fail("a batch runs with dense KV");
+    if (max_step_tokens > kMaxPrefill)
+      fail("the CUDA batch runs steps of up to {} tokens (asked for {})", kMaxPrefill,
+           max_step_tokens);
+    return opt;
+  }
+
+  CudaBackend core_;
+  std::vector<int32_t> tok_;
+  std::vector<int> pos_, slot_, head_;
+  StepStats last_;
+};
+
 }  // namespace
 }  // namespace cuda
+
+std::unique_ptr<BatchBackend> make_cuda_batch_backend(std::shared_ptr<const Weights> w,
+                                                      const BackendOptions& opt, int slots,
+                                                      int max_step_tokens) {
+  bool ok = false;
+  const std::string info = cuda_device_info(&ok);
+  if (!ok) fail("the CUDA backend needs a GPU: {}", info);
+  return std::make_unique<cuda::CudaBatch>(std::move(w), opt, slots, max_step_tokens);
+}
 
 std::string cuda_device_info(bool* available) {
   int n = 0;

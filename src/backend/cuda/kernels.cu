@@ -209,9 +209,11 @@ __global__ void silu_mul_kernel(int n, DevVec g, DevVec u, int64_t width) {
 }
 
 // Rotates the pair (x[2i], x[2i+1]) by pos * inv_freq[i] (angle in double, as the reference).
-__global__ void rope_append_kernel(const int* pos0, RopeArgs r, DevVec q, DevVec k, DevVec v,
+__global__ void rope_append_kernel(Rows rows, RopeArgs r, DevVec q, DevVec k, DevVec v,
                                    CacheRef c, bool rope) {
-  const int t = blockIdx.x, pos = *pos0 + t, half = r.head_dim / 2;
+  const int t = blockIdx.x, pos = rows.at(t), half = r.head_dim / 2;
+  c.k += rows.cache_off(t);
+  c.v += rows.cache_off(t);
   if (rope) {
     for (int e = threadIdx.x; e < r.n_heads * half; e += blockDim.x)
       rotate(q.p + t * q.stride + (e / half) * r.head_dim, e % half, pos, r.inv_freq);
@@ -241,11 +243,15 @@ __device__ __forceinline__ float load_f(const T* p) {
 // its kAttendWarps warps take every 4th key, each with an online softmax per
 // query head of the group, merged at the end into one partial per head.
 template <int D, typename T>
-__global__ void attend_kernel(AttendArgs a, DevVec q, const int* pos0) {
+__global__ void attend_kernel(AttendArgs a, DevVec q, Rows rows) {
   constexpr int E = D / kWarp;
   const int c = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z;
-  const int pos = *pos0 + t;
+  const int pos = rows.at(t);
   const int start = c * kAttendChunk;
+  if (rows.slot) {  // this row's slot's cache (f16)
+    a.k = static_cast<const __half*>(a.k) + rows.cache_off(t);
+    a.v = static_cast<const __half*>(a.v) + rows.cache_off(t);
+  }
   if (start > pos) return;
   const int end = min(start + kAttendChunk, pos + 1);
   const int G = a.n_heads / a.n_kv_heads;
@@ -351,9 +357,9 @@ __global__ void attend_kernel(AttendArgs a, DevVec q, const int* pos0) {
 }
 
 // att[t, h] = sum over the token's chunks of the partials, renormalized.
-__global__ void merge_kernel(AttendArgs a, DevVec att, const int* pos0) {
+__global__ void merge_kernel(AttendArgs a, DevVec att, Rows rows) {
   const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
-  const int pos = *pos0 + t, nc = pos / kAttendChunk + 1;
+  const int pos = rows.at(t), nc = pos / kAttendChunk + 1;
   const int64_t base = (int64_t(t) * a.n_heads + h) * a.chunks;
   att.p[t * att.stride + h * a.head_dim + d] =
       merge_partials(a.part_m, a.part_l, a.part_acc, base, nc, a.head_dim, d);
@@ -403,8 +409,8 @@ cudaError_t launch_rms_norm(cudaStream_t s, int n, DevVec a, DevVec b, const flo
   return cudaGetLastError();
 }
 
-cudaError_t launch_gemv(cudaStream_t s, const GemvArgs& a, int n) {
-  if (n == 1) {
+cudaError_t launch_gemv(cudaStream_t s, const GemvArgs& a, int n, bool tiles) {
+  if (n == 1 && !tiles) {
     size_t smem = 0;
     for (int j = 0; j < a.n_jobs; ++j) smem = std::max(smem, gemv_smem(a.job[j].m.cols));
     LR_LAUNCH(blocks_of(a, kGemvRows), kGemvRows * kWarp, smem, s, gemv_kernel)(a);
@@ -435,30 +441,31 @@ cudaError_t launch_silu_mul(cudaStream_t s, int n, DevVec g, DevVec u, int64_t w
   return cudaGetLastError();
 }
 
-cudaError_t launch_rope_append(cudaStream_t s, int n, const int* pos0, RopeArgs r, DevVec q,
+cudaError_t launch_rope_append(cudaStream_t s, int n, Rows rows, RopeArgs r, DevVec q,
                                DevVec k, DevVec v, CacheRef c, bool rope) {
-  LR_LAUNCH(n, 128, 0, s, rope_append_kernel)(pos0, r, q, k, v, c, rope);
+  LR_LAUNCH(n, 128, 0, s, rope_append_kernel)(rows, r, q, k, v, c, rope);
   return cudaGetLastError();
 }
 
-cudaError_t launch_attend(cudaStream_t s, int n, const int* pos0, const AttendArgs& a, DevVec q) {
+cudaError_t launch_attend(cudaStream_t s, int n, Rows rows, const AttendArgs& a, DevVec q) {
+  if (rows.slot && a.f32) return cudaErrorInvalidValue;  // slots: the f16 cache only
   const dim3 grid(a.chunks, a.n_kv_heads, n);
   const int threads = kAttendWarps * kWarp;
   if (a.head_dim == 64 && a.f32)
-    LR_LAUNCH(grid, threads, 0, s, attend_kernel<64, float>)(a, q, pos0);
+    LR_LAUNCH(grid, threads, 0, s, attend_kernel<64, float>)(a, q, rows);
   else if (a.head_dim == 64)
-    LR_LAUNCH(grid, threads, 0, s, attend_kernel<64, __half>)(a, q, pos0);
+    LR_LAUNCH(grid, threads, 0, s, attend_kernel<64, __half>)(a, q, rows);
   else if (a.head_dim == 128 && a.f32)
-    LR_LAUNCH(grid, threads, 0, s, attend_kernel<128, float>)(a, q, pos0);
+    LR_LAUNCH(grid, threads, 0, s, attend_kernel<128, float>)(a, q, rows);
   else if (a.head_dim == 128)
-    LR_LAUNCH(grid, threads, 0, s, attend_kernel<128, __half>)(a, q, pos0);
+    LR_LAUNCH(grid, threads, 0, s, attend_kernel<128, __half>)(a, q, rows);
   else
     return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
 
-cudaError_t launch_merge(cudaStream_t s, int n, const int* pos0, const AttendArgs& a, DevVec att) {
-  LR_LAUNCH(dim3(a.n_heads, n), a.head_dim, 0, s, merge_kernel)(a, att, pos0);
+cudaError_t launch_merge(cudaStream_t s, int n, Rows rows, const AttendArgs& a, DevVec att) {
+  LR_LAUNCH(dim3(a.n_heads, n), a.head_dim, 0, s, merge_kernel)(a, att, rows);
   return cudaGetLastError();
 }
 

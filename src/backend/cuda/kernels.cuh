@@ -70,10 +70,11 @@ inline size_t gemv_smem(int64_t cols) {
 cudaError_t launch_embed(cudaStream_t s, const int32_t* tokens, int n, DevMatrix emb, DevVec x);
 cudaError_t launch_rms_norm(cudaStream_t s, int n, DevVec a, DevVec b, const float* norm,
                             int64_t width, float eps);
-// n == 1: one warp per row (decode); n > 1: tiled GEMM (prefill, no fused input transforms).
+// n == 1: one warp per row (decode); n > 1 or tiles: tiled GEMM (prefill, no fused input
+// transforms), whose every output's arithmetic is the same for any n (a batch's rows).
 // x = in[t, in_off + c], or rms_norm(in[t, :]) * norm, or silu(in) * in2, or the merged
 // attention partials (merge).
-cudaError_t launch_gemv(cudaStream_t s, const GemvArgs& a, int n);
+cudaError_t launch_gemv(cudaStream_t s, const GemvArgs& a, int n, bool tiles = false);
 // Raises the kernels' dynamic shared memory limits for the widest GEMV input
 // and the widest legacy latent (call once before launching or capturing).
 cudaError_t prepare_kernels(int64_t max_cols, int64_t max_latent);
@@ -87,22 +88,38 @@ cudaError_t launch_split_bf16(cudaStream_t s, int n, DevVec in, int64_t in_off, 
 cudaError_t launch_add(cudaStream_t s, int n, DevVec x, DevVec y, int64_t width);
 cudaError_t launch_silu_mul(cudaStream_t s, int n, DevVec g, DevVec u, int64_t width);
 
+// Where each token (row) of a call sits: one sequence, token t at position
+// *pos0 + t in the session's one cache; or a batch of slots (backend/batch.h),
+// row t at pos[t] in the cache of slot[t], slot_stride elements per slot
+// (every layer's cache pointer is slot 0's).
+struct Rows {
+  const int* pos0 = nullptr;
+  const int* pos = nullptr;  // null: one sequence
+  const int* slot = nullptr;
+  int64_t slot_stride = 0;
+  __host__ __device__ int at(int t) const { return pos ? pos[t] : *pos0 + t; }
+  __host__ __device__ int64_t cache_off(int t) const {
+    return slot ? int64_t(slot[t]) * slot_stride : 0;
+  }
+};
+
 struct RopeArgs {
   const double* inv_freq = nullptr;  // [head_dim / 2]: theta^(-2i/head_dim) / linear factor
   int head_dim = 0, n_heads = 0, n_kv_heads = 0;
 };
 // rope(q) (and rope(k) when k.p) at positions *pos0 + t.
 cudaError_t launch_rope(cudaStream_t s, int n, const int* pos0, RopeArgs r, DevVec q, DevVec k);
-// K, V rows -> cache rows *pos0 + t (f16), k roped first when `rope`; q roped too when `rope`.
+// K, V rows -> cache rows at the rows' positions (f16), k roped first when `rope`; q roped
+// too when `rope`.
 struct CacheRef {
   __half* k = nullptr;  // this layer's [ctx, kv_dim]
   __half* v = nullptr;
   int64_t kv_dim = 0;
 };
-cudaError_t launch_rope_append(cudaStream_t s, int n, const int* pos0, RopeArgs r, DevVec q,
+cudaError_t launch_rope_append(cudaStream_t s, int n, Rows rows, RopeArgs r, DevVec q,
                                DevVec k, DevVec v, CacheRef c, bool rope);
 
-// Split-K attention of n query tokens (token t sees keys 0..*pos0 + t) over
+// Split-K attention of n query tokens (token t sees keys 0..its position) over
 // keys and values either f16 (the cache) or f32 (legacy reconstruction).
 struct AttendArgs {
   const void* k = nullptr;
@@ -120,8 +137,9 @@ struct AttendArgs {
   const double* inv_freq = nullptr;  // null: q is roped and the cache written already
   DevVec new_k, new_v;               // the token's k and v rows (f32, unroped)
 };
-cudaError_t launch_attend(cudaStream_t s, int n, const int* pos0, const AttendArgs& a, DevVec q);
-cudaError_t launch_merge(cudaStream_t s, int n, const int* pos0, const AttendArgs& a, DevVec att);
+// (Rows with slots need the f16 cache, k and v then being slot 0's.)
+cudaError_t launch_attend(cudaStream_t s, int n, Rows rows, const AttendArgs& a, DevVec q);
+cudaError_t launch_merge(cudaStream_t s, int n, Rows rows, const AttendArgs& a, DevVec att);
 
 // Static (eager baseline) decode attention: scores [n_heads, ctx], softmax, mix.
 struct StaticArgs {
