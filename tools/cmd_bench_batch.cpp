@@ -85,7 +85,8 @@ int run(const BenchBatchOptions& o) {
               o.model.device == "cuda" ? cuda_device_info().c_str()
                                        : fmt::format("CPU, {} threads", bo.n_threads).c_str(),
               o.prompt, o.gen, o.reps);
-  std::printf("| batch | prefill tok/s | decode ms/step | decode tok/s (all slots) | vs batch 1 |\n");
+  std::printf(
+      "| batch | prefill tok/s | decode ms/step | decode tok/s (all slots) | vs batch 1 |\n");
   std::printf("| ---: | ---: | ---: | ---: | ---: |\n");
   std::vector<Row> rows;
   for (int B : o.batch) {
@@ -96,8 +97,10 @@ int run(const BenchBatchOptions& o) {
     std::fflush(stdout);
   }
   if (!o.json.empty()) {
-    nlohmann::json j = {{"model", o.model.model_path()}, {"device", o.model.device},
-                        {"prompt", o.prompt},            {"gen", o.gen},
+    nlohmann::json j = {{"model", o.model.model_path()},
+                        {"device", o.model.device},
+                        {"prompt", o.prompt},
+                        {"gen", o.gen},
                         {"rows", nlohmann::json::array()}};
     for (const Row& r : rows)
       j["rows"].push_back({{"batch", r.batch},
@@ -121,9 +124,15 @@ Runner add_bench_batch_command(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::Range(1, 512));
-  sub->add_option("--prompt", o->prompt, "prompt tokens per slot")->capture_default_str()->check(CLI::Range(1, 512));
-  sub->add_option("--gen", o->gen, "decode steps")->capture_default_str()->check(CLI::Range(1, 100000));
-  sub->add_option("--reps", o->reps, "repetitions (the best is reported)")->capture_default_str()->check(CLI::Range(1, 1000));
+  sub->add_option("--prompt", o->prompt, "prompt tokens per slot")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 512));
+  sub->add_option("--gen", o->gen, "decode steps")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  sub->add_option("--reps", o->reps, "repetitions (the best is reported)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   sub->add_option("--json", o->json, "also write the results as JSON");
   return [o] { return run(*o); };
 }

@@ -49,7 +49,8 @@ std::vector<Seq> sequences(int vocab) {
   for (int i = 0; i < 5; ++i) {
     Seq s;
     s.prompt = prompts[i];
-    for (int t = 0; t < s.prompt + 6; ++t) s.tokens.push_back(3 + (i * 131 + t * 7919) % (vocab - 3));
+    for (int t = 0; t < s.prompt + 6; ++t)
+      s.tokens.push_back(3 + (i * 131 + t * 7919) % (vocab - 3));
     out.push_back(s);
   }
   return out;
@@ -61,7 +62,8 @@ using AllLogits = std::vector<std::vector<std::vector<float>>>;  // [sequence][p
 // sequence (together) or from one at a time, its next generated token or a
 // prompt chunk of 1..most tokens (a random size). The logits after every
 // position that ended a chunk (empty elsewhere).
-AllLogits run(BatchBackend& b, const std::vector<Seq>& seqs, bool together, int most, uint32_t seed) {
+AllLogits run(BatchBackend& b, const std::vector<Seq>& seqs, bool together, int most,
+              uint32_t seed) {
   const int vocab = b.weights().cfg.vocab, S = int(seqs.size());
   std::mt19937 rng(seed);
   std::vector<int> done(size_t(S), 0);
@@ -76,7 +78,8 @@ AllLogits run(BatchBackend& b, const std::vector<Seq>& seqs, bool together, int 
       if (left > 0 && at >= q.prompt)
         gen.push_back({i, q.tokens.data() + at, 1, true, true});
       else if (left > 0)
-        prompt.push_back({i, q.tokens.data() + at, std::min(q.prompt - at, 1 + int(rng() % uint32_t(most))), true});
+        prompt.push_back({i, q.tokens.data() + at,
+                          std::min(q.prompt - at, 1 + int(rng() % uint32_t(most))), true});
       if (!together) break;
     }
     gen.insert(gen.end(), prompt.begin(), prompt.end());
@@ -90,7 +93,8 @@ AllLogits run(BatchBackend& b, const std::vector<Seq>& seqs, bool together, int 
       const int i = gen[c].slot;
       done[size_t(i)] += gen[c].n;
       EXPECT_EQ(b.n_past(i), done[size_t(i)]);
-      out[size_t(i)][size_t(done[size_t(i)] - 1)].assign(&logits[c * size_t(vocab)], &logits[(c + 1) * size_t(vocab)]);
+      out[size_t(i)][size_t(done[size_t(i)] - 1)].assign(&logits[c * size_t(vocab)],
+                                                         &logits[(c + 1) * size_t(vocab)]);
     }
   }
   return out;
@@ -147,7 +151,8 @@ TEST_F(GpuBatch, AgreesWithTheCpuBatch) {
     auto gpu = make_cuda_batch_backend(m.weights, options(), 5, 32);
     auto cpu = make_cpu_batch_backend(m.weights, options(), 5, 32);
     int rows = 0;
-    const double err = compare(run(*gpu, seqs, true, 6, 3), run(*cpu, seqs, true, 6, 3), &rows, false);
+    const double err =
+        compare(run(*gpu, seqs, true, 6, 3), run(*cpu, seqs, true, 6, 3), &rows, false);
     EXPECT_LT(err, kTol) << "keep " << keep;
     EXPECT_GE(rows, 5 * 6 + 5);
     fmt::print("  keep {}: {} logit rows, max scaled error {:.1e}\n", keep, rows, err);
@@ -179,8 +184,9 @@ TEST_F(GpuBatch, DecodeStepsAreOneGraphLaunch) {
 
 TEST_F(GpuBatch, Errors) {
   Model m = load_model(test::write_synth(t_, 0.5), DType::BF16);
-  LR_EXPECT_ERROR_HAS(test::error_of([&] { make_cuda_batch_backend(m.weights, options(), 2, 600); }),
-                      "the CUDA batch runs steps of up to 512 tokens (asked for 600)");
+  LR_EXPECT_ERROR_HAS(
+      test::error_of([&] { make_cuda_batch_backend(m.weights, options(), 2, 600); }),
+      "the CUDA batch runs steps of up to 512 tokens (asked for 600)");
   BackendOptions o = options();
   o.exec.kv = KvMode::Legacy;
   LR_EXPECT_ERROR_HAS(test::error_of([&] { make_cuda_batch_backend(m.weights, o, 2, 16); }),
@@ -188,9 +194,13 @@ TEST_F(GpuBatch, Errors) {
   auto b = make_cuda_batch_backend(m.weights, options(), 2, 16);
   std::vector<int32_t> p(20, 5);
   std::vector<float> logits(size_t(m.weights->cfg.vocab));
-  LR_EXPECT_ERROR_HAS(test::error_of([&] { b->step({{2, p.data(), 1, true}}, logits.data()); }),
+  LR_EXPECT_ERROR_HAS(test::error_of([&] {
+                        b->step({{2, p.data(), 1, true}}, logits.data());
+                      }),
                       "batch step: slot 2 does not exist (the batch has 2)");
-  LR_EXPECT_ERROR_HAS(test::error_of([&] { b->step({{0, p.data(), 17, true}}, logits.data()); }),
+  LR_EXPECT_ERROR_HAS(test::error_of([&] {
+                        b->step({{0, p.data(), 17, true}}, logits.data());
+                      }),
                       "batch step: 17 tokens exceed the step's budget of 16");
 }
 
