@@ -10,8 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 
+#include "../batch_runner.h"
 #include "../error_of.h"
 #include "../model/model_test_util.h"
 #include "backend/batch.h"
@@ -38,10 +38,8 @@ class GpuBatch : public ::testing::Test {
   test::TempDir t_;
 };
 
-struct Seq {
-  std::vector<int32_t> tokens;  // the prompt, then the tokens fed back as generated
-  int prompt = 0;
-};
+using test::AllLogits;
+using test::Seq;
 
 std::vector<Seq> sequences(int vocab) {
   std::vector<Seq> out;
@@ -52,50 +50,6 @@ std::vector<Seq> sequences(int vocab) {
     for (int t = 0; t < s.prompt + 6; ++t)
       s.tokens.push_back(3 + (i * 131 + t * 7919) % (vocab - 3));
     out.push_back(s);
-  }
-  return out;
-}
-
-using AllLogits = std::vector<std::vector<std::vector<float>>>;  // [sequence][position]
-
-// Every sequence through `b`: each step takes, from every unfinished
-// sequence (together) or from one at a time, its next generated token or a
-// prompt chunk of 1..most tokens (a random size). The logits after every
-// position that ended a chunk (empty elsewhere).
-AllLogits run(BatchBackend& b, const std::vector<Seq>& seqs, bool together, int most,
-              uint32_t seed) {
-  const int vocab = b.weights().cfg.vocab, S = int(seqs.size());
-  std::mt19937 rng(seed);
-  std::vector<int> done(size_t(S), 0);
-  AllLogits out(static_cast<size_t>(S));
-  for (int i = 0; i < S; ++i) out[size_t(i)].resize(seqs[size_t(i)].tokens.size());
-  for (int cur = 0;;) {
-    std::vector<BatchBackend::Chunk> gen, prompt;
-    for (int k = 0; k < S; ++k) {
-      const int i = together ? k : cur;
-      const Seq& q = seqs[size_t(i)];
-      const int at = done[size_t(i)], left = int(q.tokens.size()) - at;
-      if (left > 0 && at >= q.prompt)
-        gen.push_back({i, q.tokens.data() + at, 1, true, true});
-      else if (left > 0)
-        prompt.push_back({i, q.tokens.data() + at,
-                          std::min(q.prompt - at, 1 + int(rng() % uint32_t(most))), true});
-      if (!together) break;
-    }
-    gen.insert(gen.end(), prompt.begin(), prompt.end());
-    if (gen.empty()) {
-      if (together || ++cur == S) break;
-      continue;
-    }
-    std::vector<float> logits(gen.size() * size_t(vocab));
-    b.step(gen, logits.data());
-    for (size_t c = 0; c < gen.size(); ++c) {
-      const int i = gen[c].slot;
-      done[size_t(i)] += gen[c].n;
-      EXPECT_EQ(b.n_past(i), done[size_t(i)]);
-      out[size_t(i)][size_t(done[size_t(i)] - 1)].assign(&logits[c * size_t(vocab)],
-                                                         &logits[(c + 1) * size_t(vocab)]);
-    }
   }
   return out;
 }
@@ -135,9 +89,10 @@ TEST_F(GpuBatch, AloneOrTogetherAnyChunkingGivesTheSameBits) {
     Model m = load_model(test::write_synth(t_, keep), DType::BF16);
     const std::vector<Seq> seqs = sequences(m.weights->cfg.vocab);
     auto alone = make_cuda_batch_backend(m.weights, options(), 5, 32);
-    const AllLogits a = run(*alone, seqs, false, 32, 1);
+    const AllLogits a = test::run_batch(*alone, seqs, false, 32, 1);
     auto together = make_cuda_batch_backend(m.weights, options(), 5, 32);
-    const AllLogits b = run(*together, seqs, true, 5, 2);  // 5 decode rows: bucket 8, then 4, 2, 1
+    const AllLogits b =
+        test::run_batch(*together, seqs, true, 5, 2);  // 5 decode rows: bucket 8, then 4, 2, 1
     int rows = 0;
     compare(b, a, &rows, true);
     EXPECT_GE(rows, 5 * 6 + 5);  // every generated position and every prompt's last
@@ -151,8 +106,8 @@ TEST_F(GpuBatch, AgreesWithTheCpuBatch) {
     auto gpu = make_cuda_batch_backend(m.weights, options(), 5, 32);
     auto cpu = make_cpu_batch_backend(m.weights, options(), 5, 32);
     int rows = 0;
-    const double err =
-        compare(run(*gpu, seqs, true, 6, 3), run(*cpu, seqs, true, 6, 3), &rows, false);
+    const double err = compare(test::run_batch(*gpu, seqs, true, 6, 3),
+                               test::run_batch(*cpu, seqs, true, 6, 3), &rows, false);
     EXPECT_LT(err, kTol) << "keep " << keep;
     EXPECT_GE(rows, 5 * 6 + 5);
     fmt::print("  keep {}: {} logit rows, max scaled error {:.1e}\n", keep, rows, err);

@@ -9,6 +9,7 @@
 #include <optional>
 #include <random>
 
+#include "../batch_runner.h"
 #include "../error_of.h"
 #include "../kernels/isa_util.h"
 #include "../kernels/random_blocks.h"
@@ -66,11 +67,8 @@ TEST(Batch, MatvecRowsIsMatvecPerRow) {
   }
 }
 
-// Sequences of a prompt and then tokens fed back as generated ones.
-struct Seq {
-  std::vector<int32_t> tokens;
-  int prompt = 0;  // tokens[0, prompt) are the prompt
-};
+using test::AllLogits;
+using test::Seq;
 
 std::vector<Seq> random_seqs(int vocab, std::vector<std::pair<int, int>> lengths, uint64_t seed) {
   std::mt19937 rng(static_cast<uint32_t>(seed));
@@ -85,53 +83,14 @@ std::vector<Seq> random_seqs(int vocab, std::vector<std::pair<int, int>> lengths
   return out;
 }
 
-using AllLogits = std::vector<std::vector<Logits>>;  // [sequence][position]
-
-// Runs every sequence in one batch: each step takes, from every unfinished
-// sequence (together) or from one at a time, its next generated token or a
-// prompt chunk of up to `most` tokens (a random size). Returns the logits
-// after every position that ended a chunk (empty elsewhere).
+// Every sequence in one CPU batch of `threads` threads (test::run_batch).
 AllLogits run_batched(const Model& m, const std::vector<Seq>& seqs, int threads, bool together,
                       int most, uint64_t seed) {
   BackendOptions o;
   o.ctx = 64;
   o.n_threads = threads;
-  const int vocab = m.weights->cfg.vocab, S = int(seqs.size());
-  auto batch = make_cpu_batch_backend(m.weights, o, S, 32);
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  std::vector<int> done(size_t(S), 0);
-  AllLogits out(static_cast<size_t>(S));
-  for (int i = 0; i < S; ++i) out[size_t(i)].resize(seqs[size_t(i)].tokens.size());
-  for (int cur = 0;;) {
-    std::vector<BatchBackend::Chunk> gen, prompt;
-    for (int k = 0; k < S; ++k) {
-      const int i = together ? k : cur;
-      const Seq& q = seqs[size_t(i)];
-      const int at = done[size_t(i)], left = int(q.tokens.size()) - at;
-      if (left == 0) continue;
-      if (at >= q.prompt)
-        gen.push_back({i, q.tokens.data() + at, 1, true, /*generated=*/true});
-      else
-        prompt.push_back({i, q.tokens.data() + at,
-                          std::min(q.prompt - at, 1 + int(rng() % uint32_t(most))), true});
-      if (!together) break;
-    }
-    gen.insert(gen.end(), prompt.begin(), prompt.end());
-    if (gen.empty()) {
-      if (together || ++cur == S) break;
-      continue;
-    }
-    std::vector<float> logits(gen.size() * size_t(vocab));
-    batch->step(gen, logits.data());
-    for (size_t c = 0; c < gen.size(); ++c) {
-      const int i = gen[c].slot;
-      done[size_t(i)] += gen[c].n;
-      EXPECT_EQ(batch->n_past(i), done[size_t(i)]);
-      out[size_t(i)][size_t(done[size_t(i)] - 1)].assign(&logits[c * size_t(vocab)],
-                                                         &logits[(c + 1) * size_t(vocab)]);
-    }
-  }
-  return out;
+  auto batch = make_cpu_batch_backend(m.weights, o, int(seqs.size()), 32);
+  return test::run_batch(*batch, seqs, together, most, seed);
 }
 
 // Every logit row `got` has is `want`'s, bit for bit.

@@ -1,0 +1,67 @@
+// Drives a batch (backend/batch.h) the way a server's slots would, for the
+// CPU and CUDA batch tests: sequences of a prompt and then tokens fed back
+// as generated ones, run together or one at a time, prompts cut into chunks
+// of random sizes.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "backend/batch.h"
+
+namespace lr::test {
+
+struct Seq {
+  std::vector<int32_t> tokens;
+  int prompt = 0;  // tokens[0, prompt) are the prompt
+};
+
+using AllLogits = std::vector<std::vector<std::vector<float>>>;  // [sequence][position]
+
+// Every sequence through `b`: each step takes, from every unfinished
+// sequence (together) or from one at a time, its next generated token or a
+// prompt chunk of 1..most tokens (a random size). Returns the logits after
+// every position that ended a chunk (empty elsewhere); checks n_past.
+inline AllLogits run_batch(BatchBackend& b, const std::vector<Seq>& seqs, bool together, int most,
+                           uint64_t seed) {
+  const int vocab = b.weights().cfg.vocab, S = int(seqs.size());
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::vector<int> done(size_t(S), 0);
+  AllLogits out(static_cast<size_t>(S));
+  for (int i = 0; i < S; ++i) out[size_t(i)].resize(seqs[size_t(i)].tokens.size());
+  for (int cur = 0;;) {
+    std::vector<BatchBackend::Chunk> gen, prompt;
+    for (int k = 0; k < S; ++k) {
+      const int i = together ? k : cur;
+      const Seq& q = seqs[size_t(i)];
+      const int at = done[size_t(i)], left = int(q.tokens.size()) - at;
+      if (left > 0 && at >= q.prompt)
+        gen.push_back({i, q.tokens.data() + at, 1, true, /*generated=*/true});
+      else if (left > 0)
+        prompt.push_back({i, q.tokens.data() + at,
+                          std::min(q.prompt - at, 1 + int(rng() % uint32_t(most))), true});
+      if (!together) break;
+    }
+    gen.insert(gen.end(), prompt.begin(), prompt.end());
+    if (gen.empty()) {
+      if (together || ++cur == S) break;
+      continue;
+    }
+    std::vector<float> logits(gen.size() * size_t(vocab));
+    b.step(gen, logits.data());
+    for (size_t c = 0; c < gen.size(); ++c) {
+      const int i = gen[c].slot;
+      done[size_t(i)] += gen[c].n;
+      EXPECT_EQ(b.n_past(i), done[size_t(i)]);
+      out[size_t(i)][size_t(done[size_t(i)] - 1)].assign(&logits[c * size_t(vocab)],
+                                                         &logits[(c + 1) * size_t(vocab)]);
+    }
+  }
+  return out;
+}
+
+}  // namespace lr::test
