@@ -5,8 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build}
+scripts/install-deps.sh  # idempotent; a dependency added since the build (nginx) arrives too
 if [[ ! -f "$dir/CMakeCache.txt" ]]; then
-  scripts/install-deps.sh
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release
 fi
 cmake --build "$dir" -j"$(nproc)"
