@@ -123,7 +123,7 @@ class CudaBackend final : public Backend {
         CK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
         try {
           copy_in();
-          issue(prefill_, 0, prefill_.steps.size(), n, Head::All, &rows, false);
+          issue(prefill_, 0, prefill_.steps.size(), n, Head::All, &rows);
           CK(cudaMemcpyAsync(h_batch_logits_, buf(Buf::Logits, 0).p, size_t(n) * vocab * 4,
                              cudaMemcpyDeviceToHost, stream_));
         } catch (...) {
@@ -146,7 +146,11 @@ class CudaBackend final : public Backend {
       return;
     }
     copy_in();
-    const int64_t launched = issue(prefill_, 0, prefill_.steps.size(), n, Head::All, &rows, false);
+    // The head on the rows whose logits are asked for: often only the last (a prompt chunk).
+    const Head head_rows = n_head == 0                           ? Head::None
+                           : n_head == 1 && head[0] == n - 1 ? Head::Last
+                                                                : Head::All;
+    const int64_t launched = issue(prefill_, 0, prefill_.steps.size(), n, head_rows, &rows);
     for (int k = 0; k < n_head; ++k)
       CK(cudaMemcpyAsync(logits + size_t(k) * vocab, buf(Buf::Logits, head[k]).p, size_t(vocab) * 4,
                          cudaMemcpyDeviceToHost, stream_));
@@ -325,11 +329,11 @@ class CudaBackend final : public Backend {
 
   // Issues launches [b, e) of `p` for n tokens. Returns the kernels launched.
   // One sequence by default (its position and tokens in state_); a batch
-  // step passes its rows (batch_rows()); blas: prefill products may run on
-  // cuBLAS (a batch keeps them on the own GEMM, whose every output's
-  // arithmetic is the same for any number of rows: batch invariance).
+  // step passes its rows, and then every product runs on the own tiled GEMM
+  // (not cuBLAS, not the one-row GEMV), whose every output's arithmetic is
+  // the same for any number of rows: batch invariance.
   int64_t issue(const Plan& p, size_t b, size_t e, int n, Head head_mode,
-                const Rows* batch = nullptr, bool blas = true) {
+                const Rows* batch = nullptr) {
     int64_t launched = 0;
     const Config& c = weights_->cfg;
     const int* pos0 = state_;
@@ -409,7 +413,7 @@ class CudaBackend final : public Backend {
           // cuBLAS computes whole matrices: a pivoted product runs on the own GEMM.
           const bool pivoted =
               std::any_of(L.jobs.begin(), L.jobs.end(), [](const Job& j) { return j.pivots; });
-          if (nt > 1 && blas_ && blas && !pivoted) {
+          if (nt > 1 && blas_ && !batch && !pivoted) {
             blas_->products(a, nt, L.name);
             break;
           }
