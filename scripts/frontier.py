@@ -6,7 +6,7 @@ token with the Pareto frontier marked. Standard library only; not run in CI.
 
   scripts/frontier.py -m MODEL.gguf --out DIR [--calib ../shared/data/wiki.calib.raw]
       [--eval ../shared/data/wiki.eval.raw] [--chunks 32] [--threads 2]
-      [--calib-samples 64] [--set full|quick] [--lowrank build/lowrank]
+      [--calib-samples 64] [--set full|quick] [--only NAME,...] [--lowrank build/lowrank]
 
 Candidates (--set full): the source file; `lowrank quantize` to q8_0, q6_k,
 q5_k, q4_k, q3_k, q2_k, plain and activation-weighted (`-aw`; rows a K-quant
@@ -204,10 +204,18 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--calib-samples", type=int, default=64)
     ap.add_argument("--set", choices=["full", "quick"], default="full")
+    ap.add_argument("--only", help="a comma-separated subset of the set's candidate names (the source is always in)")
     ap.add_argument("--lowrank", default="build/lowrank")
     a = ap.parse_args()
-    f = Frontier(a)
     cands = candidates(a.set)
+    if a.only:
+        names = {n for n, _, _ in cands}
+        want = set(a.only.split(",")) | {"source"}
+        if want - names:
+            sys.exit(f"frontier: --only names no candidate of --set {a.set}: {', '.join(sorted(want - names))} "
+                     f"(the set's names: {', '.join(n for n, _, _ in cands)})")
+        cands = [c for c in cands if c[0] in want]
+    f = Frontier(a)
     kinds = {n: k for n, k, _ in cands}
     f.progress(0, len(cands) + 1, "building candidates")
     f.build(cands)

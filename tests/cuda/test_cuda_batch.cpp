@@ -15,6 +15,7 @@
 #include "../error_of.h"
 #include "../model/model_test_util.h"
 #include "backend/batch.h"
+#include "compress/compress_model.h"
 #include "core/error.h"
 #include "model/load.h"
 #include "runtime/model.h"
@@ -41,12 +42,12 @@ class GpuBatch : public ::testing::Test {
 using test::AllLogits;
 using test::Seq;
 
-std::vector<Seq> sequences(int vocab) {
+std::vector<Seq> sequences(int vocab, int count = 5) {
   std::vector<Seq> out;
   const int prompts[] = {11, 3, 20, 7, 1};
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < count; ++i) {
     Seq s;
-    s.prompt = prompts[i];
+    s.prompt = prompts[i % 5];
     for (int t = 0; t < s.prompt + 6; ++t)
       s.tokens.push_back(3 + (i * 131 + t * 7919) % (vocab - 3));
     out.push_back(s);
@@ -96,6 +97,41 @@ TEST_F(GpuBatch, AloneOrTogetherAnyChunkingGivesTheSameBits) {
     int rows = 0;
     compare(b, a, &rows, true);
     EXPECT_GE(rows, 5 * 6 + 5);  // every generated position and every prompt's last
+  }
+}
+
+// 18 slots: decode steps of 18 rows run eagerly, their products as two
+// batched-GEMV launches (16 rows, then 2), beside steps that mix decode rows
+// and prompt rows (the GEMV, then the tiled GEMM); and a pivoted low-rank
+// model (output rows gathered from U's rows or copied latents).
+TEST_F(GpuBatch, MoreDecodeRowsThanABucketAndPivotedFactors) {
+  test::TinySpec spec;
+  spec.tokenizer = true;               // compress reads the vocabulary
+  spec.n_heads = spec.n_kv_heads = 1;  // head_dim 64
+  const std::string dense = test::write_tiny(t_, spec, "dense.gguf");
+  CompressOptions co;
+  co.method = CompressMethod::Svd;
+  co.factor_type = DType::F32;
+  co.pivoted = true;
+  const std::string pivoted = t_.file("pivoted.gguf");
+  compress_model(dense, {{0.5, pivoted}}, co);
+  for (const std::string& path : {test::write_synth(t_, 0.5), pivoted}) {
+    SCOPED_TRACE(path);
+    Model m = load_model(path, DType::BF16);
+    const std::vector<Seq> seqs = sequences(m.weights->cfg.vocab, 18);
+    auto alone = make_cuda_batch_backend(m.weights, options(), 18, 32);
+    auto together = make_cuda_batch_backend(m.weights, options(), 18, 32);
+    auto cpu = make_cpu_batch_backend(m.weights, options(), 18, 32);
+    const AllLogits a = test::run_batch(*alone, seqs, false, 32, 4);
+    const AllLogits b = test::run_batch(*together, seqs, true, 1, 5);  // <= 18 tokens a step
+    int rows = 0;
+    compare(b, a, &rows, true);
+    EXPECT_GE(rows, 18 * 6 + 18);
+    const double err = compare(b, test::run_batch(*cpu, seqs, true, 1, 5), &rows, false);
+    EXPECT_LT(err, kTol);
+    fmt::print("  {}: 18 slots, {} logit rows, max scaled error against the CPU batch {:.1e}\n",
+               m.weights->layers[0].q.pivoted() ? "pivoted keep 0.5" : "synthetic keep 0.5", rows,
+               err);
   }
 }
 

@@ -97,13 +97,15 @@ class CudaBackend final : public Backend {
   uint64_t cache_bytes() const override { return mem_.kv; }
 
   // A batch step of n rows (backend/batch.h): row t is token tok[t] at
-  // position pos[t] of cache slot[t]; the unfused plan runs once for all
-  // rows, its products on the own GEMM. logits[k] = the logits of row
+  // position pos[t] of cache slot[t]; rows [0, n_decode) are decoded tokens,
+  // the rest prompt tokens. The unfused plan runs once for all rows, its
+  // products as launch_batch_products. logits[k] = the logits of row
   // head[k]. graph: n is a batch bucket of decode rows, run as the CUDA
   // graph captured for n rows at its first use.
-  void batch_step(const int32_t* tok, const int* pos, const int* slot, int n, const int* head,
-                  int n_head, bool graph, float* logits) {
-    LR_ASSERT(n >= 1 && n <= kMaxPrefill && cache_slots_ > 1);
+  void batch_step(const int32_t* tok, const int* pos, const int* slot, int n, int n_decode,
+                  const int* head, int n_head, bool graph, float* logits) {
+    LR_ASSERT(n >= 1 && n <= kMaxPrefill && cache_slots_ > 1 && n_decode >= 0 && n_decode <= n);
+    LR_ASSERT(!graph || n_decode == n);
     int* h = h_state_ + kBatchArea;
     std::copy(tok, tok + n, h);
     std::copy(pos, pos + n, h + kMaxPrefill);
@@ -123,7 +125,7 @@ class CudaBackend final : public Backend {
         CK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
         try {
           copy_in();
-          issue(prefill_, 0, prefill_.steps.size(), n, Head::All, &rows);
+          issue(prefill_, 0, prefill_.steps.size(), n, Head::All, &rows, n_decode);
           CK(cudaMemcpyAsync(h_batch_logits_, buf(Buf::Logits, 0).p, size_t(n) * vocab * 4,
                              cudaMemcpyDeviceToHost, stream_));
         } catch (...) {
@@ -150,7 +152,8 @@ class CudaBackend final : public Backend {
     const Head head_rows = n_head == 0                           ? Head::None
                            : n_head == 1 && head[0] == n - 1 ? Head::Last
                                                                 : Head::All;
-    const int64_t launched = issue(prefill_, 0, prefill_.steps.size(), n, head_rows, &rows);
+    const int64_t launched =
+        issue(prefill_, 0, prefill_.steps.size(), n, head_rows, &rows, n_decode);
     for (int k = 0; k < n_head; ++k)
       CK(cudaMemcpyAsync(logits + size_t(k) * vocab, buf(Buf::Logits, head[k]).p, size_t(vocab) * 4,
                          cudaMemcpyDeviceToHost, stream_));
@@ -329,11 +332,12 @@ class CudaBackend final : public Backend {
 
   // Issues launches [b, e) of `p` for n tokens. Returns the kernels launched.
   // One sequence by default (its position and tokens in state_); a batch
-  // step passes its rows, and then every product runs on the own tiled GEMM
-  // (not cuBLAS, not the one-row GEMV), whose every output's arithmetic is
-  // the same for any number of rows: batch invariance.
+  // step passes its rows, of which the first n_decode are decoded tokens,
+  // and then every product runs as launch_batch_products (not cuBLAS, not the
+  // one-row GEMV): a row's arithmetic is the same for any number of rows,
+  // which is batch invariance.
   int64_t issue(const Plan& p, size_t b, size_t e, int n, Head head_mode,
-                const Rows* batch = nullptr) {
+                const Rows* batch = nullptr, int n_decode = 0) {
     int64_t launched = 0;
     const Config& c = weights_->cfg;
     const int* pos0 = state_;
@@ -417,7 +421,13 @@ class CudaBackend final : public Backend {
             blas_->products(a, nt, L.name);
             break;
           }
-          err = launch_gemv(stream_, a, nt, batch != nullptr);
+          if (batch) {  // the head on the last row only: that row's kind
+            const int nd = head ? int(row < n_decode) : n_decode;
+            err = launch_batch_products(stream_, a, nt, nd);
+            launched += batch_product_launches(nt, nd) - 1;
+            break;
+          }
+          err = launch_gemv(stream_, a, nt);
           break;
         }
         case Op::Add:
@@ -519,7 +529,7 @@ class CudaBatch final : public BatchBackend {
 
   void step(const std::vector<Chunk>& chunks, float* logits) override {
     check_step(chunks);
-    int n = 0;
+    int n = 0, n_decode = 0;
     bool decode_only = true;
     head_.clear();
     for (const Chunk& c : chunks) {
@@ -529,6 +539,7 @@ class CudaBatch final : public BatchBackend {
         slot_[size_t(n)] = c.slot;
       }
       if (c.logits) head_.push_back(n - 1);
+      if (c.generated) n_decode = n;  // generated chunks come first (check_step)
       decode_only &= c.generated;
     }
     int rows = n;
@@ -539,8 +550,9 @@ class CudaBatch final : public BatchBackend {
         tok_[size_t(t)] = 0, pos_[size_t(t)] = 0, slot_[size_t(t)] = slots();
     }
     const ExecCounters before = core_.counters();
-    core_.batch_step(tok_.data(), pos_.data(), slot_.data(), rows, head_.data(), int(head_.size()),
-                     bucket, logits);
+    if (bucket) n_decode = rows;  // the padding rows decode too
+    core_.batch_step(tok_.data(), pos_.data(), slot_.data(), rows, n_decode, head_.data(),
+                     int(head_.size()), bucket, logits);
     for (const Chunk& c : chunks) n_past_[size_t(c.slot)] += c.n;
     last_ = {n, core_.counters().dispatches - before.dispatches, 0};
   }

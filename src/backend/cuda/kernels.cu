@@ -97,6 +97,8 @@ __global__ void gemv_kernel(GemvArgs a) {
   const int32_t src = J.source ? J.source[r] : int32_t(r);
   const __nv_bfloat16* row = J.m.w + int64_t(src >= 0 ? src : 0) * ld;
   float acc = 0.f;
+  // Unrolled so that several rows' loads are in flight per warp (the sums keep their order).
+#pragma unroll 4
   for (int64_t c = int64_t(lane) * 8; src >= 0 && c < ld; c += kWarp * 8) {
     const uint4 raw = *reinterpret_cast<const uint4*>(row + c);
     const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
@@ -112,6 +114,49 @@ __global__ void gemv_kernel(GemvArgs a) {
     float* out = J.out.p + J.out_off;
     if (J.bias) acc += J.bias[r];
     out[r] = J.accumulate ? out[r] + acc : acc;
+  }
+}
+
+// The decode rows of a batch step (launch_batch_products): one warp per output
+// row r reads M[r] once for the n <= kBatchRows rows t and computes M[r] . x_t
+// as the one-row GEMV does (lane-strided 8-term partial sums, then the warp
+// sum), x_t read from global memory. Row t's arithmetic does not depend on n.
+__global__ void gemv_rows_kernel(GemvArgs a, int n) {
+  int b = blockIdx.x;
+  const int j = job_of(a, b, kGemvRows);
+  const GemvJob& J = a.job[j];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t r = int64_t(b) * kGemvRows + warp;
+  if (r >= rows_of(J)) return;
+  const int64_t cols = J.m.cols, ld = J.m.ld;
+  const int32_t src = J.source ? J.source[r] : int32_t(r);  // < 0: a pivot row (x copied)
+  const __nv_bfloat16* row = J.m.w + int64_t(src >= 0 ? src : 0) * ld;
+  float acc[kBatchRows] = {};
+  for (int64_t c = int64_t(lane) * 8; src >= 0 && c < ld; c += kWarp * 8) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(row + c);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+    const float2 f0 = __bfloat1622float2(h[0]), f1 = __bfloat1622float2(h[1]);
+    const float2 f2 = __bfloat1622float2(h[2]), f3 = __bfloat1622float2(h[3]);
+#pragma unroll
+    for (int t = 0; t < kBatchRows; ++t) {
+      if (t >= n) break;
+      const float* in = J.in.p + t * J.in.stride + J.in_off + c;
+      float x[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) x[i] = c + i < cols ? in[i] : 0.f;  // zeros past cols, as staged
+      acc[t] += f0.x * x[0] + f0.y * x[1] + f1.x * x[2] + f1.y * x[3] + f2.x * x[4] + f2.y * x[5] +
+                f3.x * x[6] + f3.y * x[7];
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kBatchRows; ++t) {
+    if (t >= n) break;
+    float y = src >= 0 ? warp_sum(acc[t]) : J.in.p[t * J.in.stride + J.in_off + (-1 - src)];
+    if (lane == 0) {
+      float* out = J.out.p + t * J.out.stride + J.out_off;
+      if (J.bias) y += J.bias[r];
+      out[r] = J.accumulate ? out[r] + y : y;
+    }
   }
 }
 
@@ -421,6 +466,31 @@ cudaError_t launch_gemv(cudaStream_t s, const GemvArgs& a, int n, bool tiles) {
     LR_LAUNCH(dim3(blocks_of(a, kTile), (n + kTile - 1) / kTile), 256, 0, s, gemm_kernel)(a, n);
   }
   return cudaGetLastError();
+}
+
+// The jobs' inputs and outputs moved down t rows.
+static GemvArgs rows_from(GemvArgs a, int t) {
+  for (int j = 0; j < a.n_jobs; ++j) {
+    a.job[j].in.p += int64_t(t) * a.job[j].in.stride;
+    a.job[j].out.p += int64_t(t) * a.job[j].out.stride;
+  }
+  return a;
+}
+
+int batch_product_launches(int n, int n_decode) {
+  return (n_decode + kBatchRows - 1) / kBatchRows + (n > n_decode ? 1 : 0);
+}
+
+cudaError_t launch_batch_products(cudaStream_t s, const GemvArgs& a, int n, int n_decode) {
+  for (int j = 0; j < a.n_jobs; ++j)
+    if (a.job[j].norm || a.job[j].in2.p || a.job[j].merge) return cudaErrorInvalidValue;
+  for (int t = 0; t < n_decode; t += kBatchRows) {
+    LR_LAUNCH(blocks_of(a, kGemvRows), kGemvRows * kWarp, 0, s, gemv_rows_kernel)(
+        rows_from(a, t), std::min(kBatchRows, n_decode - t));
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+  }
+  return n > n_decode ? launch_gemv(s, rows_from(a, n_decode), n - n_decode, true) : cudaSuccess;
 }
 
 cudaError_t launch_split_bf16(cudaStream_t s, int n, DevVec in, int64_t in_off, int64_t cols,

@@ -75,6 +75,15 @@ cudaError_t launch_rms_norm(cudaStream_t s, int n, DevVec a, DevVec b, const flo
 // x = in[t, in_off + c], or rms_norm(in[t, :]) * norm, or silu(in) * in2, or the merged
 // attention partials (merge).
 cudaError_t launch_gemv(cudaStream_t s, const GemvArgs& a, int n, bool tiles = false);
+// The products of a batch step (backend/batch.h), no fused input transforms:
+// rows [0, n_decode) are decoded tokens, kBatchRows per launch of a GEMV that
+// reads each weight once for them all; rows [n_decode, n) are prompt tokens,
+// on the tiled GEMM. Either way a row's arithmetic is the same for any n and
+// n_decode (batch invariance), and a decoded token's does not depend on
+// which other rows share its launch.
+constexpr int kBatchRows = 16;
+cudaError_t launch_batch_products(cudaStream_t s, const GemvArgs& a, int n, int n_decode);
+int batch_product_launches(int n, int n_decode);  // the kernels launch_batch_products launches
 // Raises the kernels' dynamic shared memory limits for the widest GEMV input
 // and the widest legacy latent (call once before launching or capturing).
 cudaError_t prepare_kernels(int64_t max_cols, int64_t max_latent);
