@@ -96,30 +96,27 @@ double time_us(cudaStream_t s, int reps, F&& launch) {
   cudaGraphExec_t e = nullptr;
   check(cudaGraphInstantiate(&e, g, 0), "instantiate");
   cudaGraphDestroy(g);
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  check(cudaGraphLaunch(e, s), "warm-up");
-  double best = 1e30;
-  for (int k = 0; k < 3; ++k) {
-    cudaEventRecord(a, s);
-    check(cudaGraphLaunch(e, s), "replay");
-    cudaEventRecord(b, s);
-    check(cudaEventSynchronize(b), "sync");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    best = std::min(best, double(ms) * 1e3 / reps);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
+  // One replay is reps launches.
+  const double us = time_direct_us(s, 1, [&] { return cudaGraphLaunch(e, s); }) / reps;
   cudaGraphExecDestroy(e);
-  return best;
+  return us;
 }
 
 struct Mat {
   std::string name;
   int64_t rows, cols;
 };
+
+// A launch's one job: m (bf16, constant) times `tokens` input rows.
+GemvArgs product(Buffers& b, const Mat& m, int tokens) {
+  const int64_t ld = (m.cols + 7) / 8 * 8;
+  GemvArgs a;
+  GemvJob& j = a.job[a.n_jobs++];
+  j.m = {b.alloc<__nv_bfloat16>(size_t(m.rows * ld), 0x3c), m.rows, m.cols, ld};
+  j.in = {b.alloc<float>(size_t(tokens * ld), 0), ld};
+  j.out = {b.alloc<float>(size_t(tokens * m.rows), 0), m.rows};
+  return a;
+}
 
 // One layer's prefill of an n-token block at positions 3n..4n-1 (n = 512: the
 // last block of a 2048-token prompt): each product on the own tiled GEMM and on
@@ -136,12 +133,7 @@ void prefill(cudaStream_t s, const Shape& sh, const std::vector<Mat>& mats, int 
   fmt::print("| --- | ---: | ---: | ---: | ---: |\n");
   for (const Mat& m : mats) {
     Buffers b;
-    const int64_t ld = (m.cols + 7) / 8 * 8;
-    GemvArgs a;
-    GemvJob& j = a.job[a.n_jobs++];
-    j.m = {b.alloc<__nv_bfloat16>(size_t(m.rows * ld), 0x3c), m.rows, m.cols, ld};
-    j.in = {b.alloc<float>(size_t(n * ld), 0), ld};
-    j.out = {b.alloc<float>(size_t(n * m.rows), 0), m.rows};
+    const GemvArgs a = product(b, m, n);
     const double tflop = 2.0 * double(n) * double(m.rows * m.cols) / 1e12;
     const double own = time_direct_us(s, reps, [&] { return launch_gemv(s, a, n, true); }) / 1e3;
     double cub = 0;
@@ -243,13 +235,8 @@ int run(int argc, char** argv) {
   fmt::print("| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |\n");
   for (const Mat& m : mats) {
     Buffers b;
-    const int64_t ld = (m.cols + 7) / 8 * 8;
-    GemvArgs a;
-    GemvJob& j = a.job[a.n_jobs++];
-    j.m = {b.alloc<__nv_bfloat16>(size_t(m.rows * ld), 0x3c), m.rows, m.cols, ld};
-    j.in = {b.alloc<float>(size_t(kRows * ld), 0), ld};
-    j.out = {b.alloc<float>(size_t(kRows * m.rows), 0), m.rows};
-    const double mb = double(m.rows * ld * 2) / 1e6;
+    const GemvArgs a = product(b, m, kRows);
+    const double mb = double(m.rows * a.job[0].m.ld * 2) / 1e6;
     const double one = time_us(s, reps, [&] { return launch_gemv(s, a, 1); });
     double rows[3];
     const int ns[3] = {1, 8, 16};
