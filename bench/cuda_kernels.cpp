@@ -68,17 +68,17 @@ struct Buffers {
 template <typename F>
 double time_direct_us(cudaStream_t s, int reps, F&& launch) {
   cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
   check(launch(), "warm-up");
   double best = 1e30;
   for (int k = 0; k < 3; ++k) {
-    cudaEventRecord(a, s);
+    check(cudaEventRecord(a, s), "event");
     for (int i = 0; i < reps; ++i) check(launch(), "launch");
-    cudaEventRecord(b, s);
+    check(cudaEventRecord(b, s), "event");
     check(cudaEventSynchronize(b), "sync");
     float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
+    check(cudaEventElapsedTime(&ms, a, b), "event");
     best = std::min(best, double(ms) * 1e3 / reps);
   }
   cudaEventDestroy(a);
@@ -115,6 +115,7 @@ GemvArgs product(Buffers& b, const Mat& m, int tokens) {
   j.m = {b.alloc<__nv_bfloat16>(size_t(m.rows * ld), 0x3c), m.rows, m.cols, ld};
   j.in = {b.alloc<float>(size_t(tokens * ld), 0), ld};
   j.out = {b.alloc<float>(size_t(tokens * m.rows), 0), m.rows};
+  check(cudaDeviceSynchronize(), "setup");  // the memsets, before the timed stream's work
   return a;
 }
 
@@ -167,6 +168,7 @@ void prefill(cudaStream_t s, const Shape& sh, const std::vector<Mat>& mats, int 
       out{b.alloc<float>(size_t(n * q_dim), 0), q_dim};
   int* pos0 = b.alloc<int>(1, 0);
   check(cudaMemcpy(pos0, &pos, sizeof(int), cudaMemcpyHostToDevice), "copy");
+  check(cudaDeviceSynchronize(), "setup");
   const Rows rows{pos0};
   const double ms =
       time_direct_us(s, reps,

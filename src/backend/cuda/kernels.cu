@@ -97,7 +97,8 @@ __global__ void gemv_kernel(GemvArgs a) {
   const int32_t src = J.source ? J.source[r] : int32_t(r);
   const __nv_bfloat16* row = J.m.w + int64_t(src >= 0 ? src : 0) * ld;
   float acc = 0.f;
-  // Unrolled so that several rows' loads are in flight per warp (the sums keep their order).
+  // Unrolled so that several of the row's 16-byte loads per lane are in flight (the sums
+  // keep their order).
 #pragma unroll 4
   for (int64_t c = int64_t(lane) * 8; src >= 0 && c < ld; c += kWarp * 8) {
     const uint4 raw = *reinterpret_cast<const uint4*>(row + c);

@@ -78,9 +78,9 @@ cudaError_t launch_gemv(cudaStream_t s, const GemvArgs& a, int n, bool tiles = f
 // The products of a batch step (backend/batch.h), no fused input transforms:
 // rows [0, n_decode) are decoded tokens, kBatchRows per launch of a GEMV that
 // reads each weight once for them all; rows [n_decode, n) are prompt tokens,
-// on the tiled GEMM. Either way a row's arithmetic is the same for any n and
-// n_decode (batch invariance), and a decoded token's does not depend on
-// which other rows share its launch.
+// on the tiled GEMM. A row's kind (decode or prompt) picks its kernel; given
+// the kind, its arithmetic is the same for any n and n_decode and whatever
+// other rows share the launch (batch invariance).
 constexpr int kBatchRows = 16;
 cudaError_t launch_batch_products(cudaStream_t s, const GemvArgs& a, int n, int n_decode);
 int batch_product_launches(int n, int n_decode);  // the kernels launch_batch_products launches
