@@ -280,7 +280,8 @@ void BM_matvec_blocks(benchmark::State& st) {
 }
 BENCHMARK(BM_matvec_blocks)
     ->Args({3, 1536, 576})->Args({3, 576, 1536})->Args({12, 896, 4864})->Args({14, 896, 4864})
-    ->Args({6, 4864, 896})->Args({12, 8960, 1536})->Args({14, 1536, 8960});
+    ->Args({6, 4864, 896})->Args({12, 8960, 1536})->Args({14, 1536, 8960})
+    ->Args({10, 8960, 1536})->Args({11, 8960, 1536});  // Q2_K, Q3_K (the 1.5B frontier's)
 // The same from DRAM: rotating over 512 MiB of copies, on 1 or 2 threads
 // (arg 3), as a decode step streams a layer's weights.
 void BM_matvec_blocks_cold(benchmark::State& st) {
@@ -310,6 +311,7 @@ void BM_matvec_blocks_cold(benchmark::State& st) {
 BENCHMARK(BM_matvec_blocks_cold)
     ->Args({6, 4864, 896, 1})->Args({6, 4864, 896, 2})->Args({12, 896, 4864, 1})->Args({12, 896, 4864, 2})
     ->Args({14, 896, 4864, 1})->Args({14, 896, 4864, 2})->Args({14, 1536, 8960, 2})->Args({12, 8960, 1536, 2})
+    ->Args({10, 8960, 1536, 2})->Args({11, 8960, 1536, 2})
     ->UseRealTime();
 void BM_matmul_blocks(benchmark::State& st) {
   const auto t = lr::DType(st.range(0));
