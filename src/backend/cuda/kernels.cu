@@ -63,6 +63,21 @@ int blocks_of(const GemvArgs& a, int per) {
 
 // --- matrix products -----------------------------------------------------------
 
+// The GEMVs' arithmetic, one place: 8 bf16 weights (one 16-byte load) as
+// floats, and their products with x[0..8) summed in this order.
+struct W8 {
+  float2 f0, f1, f2, f3;
+};
+__device__ __forceinline__ W8 unpack8(const uint4& raw) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+  return {__bfloat1622float2(h[0]), __bfloat1622float2(h[1]), __bfloat1622float2(h[2]),
+          __bfloat1622float2(h[3])};
+}
+__device__ __forceinline__ float dot8(const W8& w, const float4& x0, const float4& x1) {
+  return w.f0.x * x0.x + w.f0.y * x0.y + w.f1.x * x0.z + w.f1.y * x0.w + w.f2.x * x1.x +
+         w.f2.y * x1.y + w.f3.x * x1.z + w.f3.y * x1.w;
+}
+
 // Decode: the input (normed, or SiLU*mul'd) staged in shared memory, padded
 // with zeros to the matrix's ld; one warp per row, 8 bf16 per lane per load.
 __global__ void gemv_kernel(GemvArgs a) {
@@ -102,13 +117,8 @@ __global__ void gemv_kernel(GemvArgs a) {
 #pragma unroll 4
   for (int64_t c = int64_t(lane) * 8; src >= 0 && c < ld; c += kWarp * 8) {
     const uint4 raw = *reinterpret_cast<const uint4*>(row + c);
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-    const float4 x0 = *reinterpret_cast<const float4*>(xs + c),
-                 x1 = *reinterpret_cast<const float4*>(xs + c + 4);
-    const float2 f0 = __bfloat1622float2(h[0]), f1 = __bfloat1622float2(h[1]);
-    const float2 f2 = __bfloat1622float2(h[2]), f3 = __bfloat1622float2(h[3]);
-    acc += f0.x * x0.x + f0.y * x0.y + f1.x * x0.z + f1.y * x0.w + f2.x * x1.x + f2.y * x1.y +
-           f3.x * x1.z + f3.y * x1.w;
+    acc += dot8(unpack8(raw), *reinterpret_cast<const float4*>(xs + c),
+                *reinterpret_cast<const float4*>(xs + c + 4));
   }
   acc = src >= 0 ? warp_sum(acc) : xs[-1 - src];
   if (lane == 0) {
@@ -134,10 +144,7 @@ __global__ void gemv_rows_kernel(GemvArgs a, int n) {
   const __nv_bfloat16* row = J.m.w + int64_t(src >= 0 ? src : 0) * ld;
   float acc[kBatchRows] = {};
   for (int64_t c = int64_t(lane) * 8; src >= 0 && c < ld; c += kWarp * 8) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(row + c);
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-    const float2 f0 = __bfloat1622float2(h[0]), f1 = __bfloat1622float2(h[1]);
-    const float2 f2 = __bfloat1622float2(h[2]), f3 = __bfloat1622float2(h[3]);
+    const W8 w = unpack8(*reinterpret_cast<const uint4*>(row + c));
 #pragma unroll
     for (int t = 0; t < kBatchRows; ++t) {
       if (t >= n) break;
@@ -145,8 +152,7 @@ __global__ void gemv_rows_kernel(GemvArgs a, int n) {
       float x[8];
 #pragma unroll
       for (int i = 0; i < 8; ++i) x[i] = c + i < cols ? in[i] : 0.f;  // zeros past cols, as staged
-      acc[t] += f0.x * x[0] + f0.y * x[1] + f1.x * x[2] + f1.y * x[3] + f2.x * x[4] + f2.y * x[5] +
-                f3.x * x[6] + f3.y * x[7];
+      acc[t] += dot8(w, make_float4(x[0], x[1], x[2], x[3]), make_float4(x[4], x[5], x[6], x[7]));
     }
   }
 #pragma unroll

@@ -33,6 +33,9 @@ struct float2 {
 struct alignas(16) float4 {
   float x, y, z, w;
 };
+inline float4 make_float4(float x, float y, float z, float w) {
+  return {x, y, z, w};
+}
 struct alignas(16) uint4 {
   unsigned x, y, z, w;
 };
