@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "core/cpu_features.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
 
@@ -313,23 +314,33 @@ BENCHMARK(BM_matvec_blocks_cold)
     ->Args({14, 896, 4864, 1})->Args({14, 896, 4864, 2})->Args({14, 1536, 8960, 2})->Args({12, 8960, 1536, 2})
     ->Args({10, 8960, 1536, 2})->Args({11, 8960, 1536, 2})
     ->UseRealTime();
+// Arg 3: the kernel (0: decoded to f32 then f32 tiles; 1: 8-bit integers,
+// AVX-512 VNNI only); arg 4: tokens.
 void BM_matmul_blocks(benchmark::State& st) {
   const auto t = lr::DType(st.range(0));
-  const int64_t rows = st.range(1), cols = st.range(2), n = 512;
+  const int64_t rows = st.range(1), cols = st.range(2), n = st.range(4);
+  const bool int8 = st.range(3) == 1;
+  if (int8 && !lr::cpu_supports(lr::Isa::Avx512Vnni)) return st.SkipWithError("no AVX-512 VNNI");
   const auto w = random_blocks(t, rows, cols);
   const auto X = rand_f32(n * cols, 8);
   std::vector<float> Y(static_cast<size_t>(n * rows));
   const uint64_t rb = *lr::row_bytes(t, uint64_t(cols));
   for (auto _ : st) {
-    lr::cpu::matmul_blocks(t, w.data(), rb, X.data(), Y.data(), n, cols, cols, rows, 0, rows);
+    if (int8)
+      lr::cpu::matmul_blocks_int8(t, w.data(), rb, X.data(), Y.data(), n, cols, cols, rows, 0, rows);
+    else
+      lr::cpu::matmul_blocks_f32(t, w.data(), rb, X.data(), Y.data(), n, cols, cols, rows, 0, rows);
     benchmark::DoNotOptimize(Y.data());
   }
   st.SetItemsProcessed(int64_t(st.iterations()) * n * rows * cols);  // multiply-adds
-  st.SetLabel(std::string(lr::dtype_name(t)));
+  st.SetLabel(std::string(lr::dtype_name(t)) + (int8 ? " int8" : " f32"));
 }
 BENCHMARK(BM_matmul_blocks)
-    ->Args({3, 1536, 576})->Args({6, 4864, 896})->Args({12, 896, 4864})->Args({12, 8960, 1536})
-    ->Args({14, 1536, 8960})
+    ->ArgsProduct({{3}, {1536}, {576}, {0, 1}, {512}})
+    ->ArgsProduct({{6}, {4864}, {896}, {0, 1}, {8, 512}})
+    ->ArgsProduct({{12}, {896}, {4864}, {0, 1}, {512}})
+    ->ArgsProduct({{12}, {8960}, {1536}, {0, 1}, {8, 512}})
+    ->ArgsProduct({{14}, {1536}, {8960}, {0, 1}, {8, 64, 512}})
     ->Unit(benchmark::kMillisecond);
 // The server's batch steps: n inputs (arg 3) each as the decode kernel
 // computes it, the rows unpacked once for a few inputs (multiply-adds/s, as BM_matmul_blocks).

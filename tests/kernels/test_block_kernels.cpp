@@ -142,16 +142,19 @@ TEST(BlockKernels, DequantizeIsTheScalarDequantizerBitForBit) {
   }
 }
 
-// The prompt kernel: the exact stored weights times the f32 input (not
-// quantized), against the same product in double.
-TEST(BlockKernels, MatmulMatchesDequantizedProduct) {
+// The f32 prompt kernel: the exact stored weights times the f32 input (not
+// quantized), against the same product in double, on every path (the
+// integer one, matmul_blocks_int8, is test_block_gemm.cpp's).
+TEST(BlockKernels, MatmulF32MatchesDequantizedProduct) {
+  for (lr::Isa isa : lr::test::supported_isas()) {
+  lr::test::IsaScope scope(isa);
   for (DType t : kFormats) {
     const int64_t cols = 512, rows = 21, n = 19, ldx = cols + 5, ldy = rows + 3;
     const auto W = random_rows(t, rows, cols, 11);
     const auto X = random_x(n * ldx, 12);
     const uint64_t rb = *lr::row_bytes(t, cols);
     std::vector<float> Y(size_t(n * ldy), -3.f), w(static_cast<size_t>(cols));
-    cpu::matmul_blocks(t, W.data(), rb, X.data(), Y.data(), n, cols, ldx, ldy, 1, rows);
+    cpu::matmul_blocks_f32(t, W.data(), rb, X.data(), Y.data(), n, cols, ldx, ldy, 1, rows);
     for (int64_t r = 0; r < rows; ++r) {
       lr::dequantize(t, W.data() + r * rb, w.data(), cols);
       for (int64_t tok = 0; tok < n; ++tok) {
@@ -165,9 +168,10 @@ TEST(BlockKernels, MatmulMatchesDequantizedProduct) {
           mag += std::fabs(double(w[size_t(c)]) * X[size_t(tok * ldx + c)]);
         }
         ASSERT_NEAR(Y[size_t(tok * ldy + r)], want, 1e-5 * mag + 1e-30)
-            << lr::dtype_name(t) << " token " << tok << " row " << r;
+            << lr::isa_name(isa) << " " << lr::dtype_name(t) << " token " << tok << " row " << r;
       }
     }
+  }
   }
 }
 

@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 
+#include "../kernels/isa_util.h"
 #include "backend/backend.h"
 #include "compress/synth_model.h"
 #include "format/gguf.h"
@@ -140,6 +141,18 @@ inline std::string as_qwen2(const test::TempDir& t, const std::string& path, con
   const std::string out = t.file(name);
   w.write(out);
   return out;
+}
+
+// A prompt's logits (fn()) against an f32 reference on every kernel path this
+// CPU has: the block formats' prompt products take exact f32 inputs on AVX2
+// (within 1e-3) and 8-bit inputs, as decode's do, on AVX-512 VNNI
+// (matmul_blocks_int8: within 5e-2, decode's tolerance in these tests).
+template <class Fn>
+void expect_prompt_close(Fn&& fn, const std::vector<float>& ref) {
+  for (Isa isa : supported_isas()) {
+    IsaScope scope(isa);
+    EXPECT_LT(rel_err(fn(), ref), isa == Isa::Avx512Vnni ? 5e-2 : 1e-3) << isa_name(isa);
+  }
 }
 
 }  // namespace lr::test

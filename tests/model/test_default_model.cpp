@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../kernels/isa_util.h"
 #include "model/load.h"
 #include "runtime/model.h"
 #include "runtime/perplexity.h"
@@ -69,8 +70,11 @@ void check_golden(const Model& m, ExecPath path, double id_exact_tol, double log
             << c["prompt"] << " pos " << pos << " rank " << k << " id " << ids[size_t(k)];
         // Ids must match unless the golden logits of neighbouring ranks are closer
         // than the tolerance (then the order is not determined by the tolerance).
+        // Rank 4's lower neighbour (the golden's sixth) is unknown, so its id
+        // is checked only where the tolerance is exact.
         bool tie = (k > 0 && want[size_t(k - 1)] - want[size_t(k)] < id_exact_tol) ||
-                   (k < 4 && want[size_t(k)] - want[size_t(k + 1)] < id_exact_tol);
+                   (k < 4 && want[size_t(k)] - want[size_t(k + 1)] < id_exact_tol) ||
+                   (k == 4 && id_exact_tol > 0);
         if (!tie) {
           EXPECT_EQ(order[size_t(k)], ids[size_t(k)]) << c["prompt"] << " pos " << pos << " rank " << k;
         }
@@ -99,11 +103,20 @@ TEST(DefaultModel, FastF16MatchesLlamaCppGolden) {
 
 TEST(DefaultModel, FastAsStoredMatchesLlamaCppGolden) {
   REQUIRE_MODEL();
-  // The file's own Q4_1 blocks with the input quantized to 8 bits per 32
-  // values before each product (the golden is f32 on the same dequantized
-  // weights): logits within 2% relative; ids exact where golden neighbours
-  // differ by more than 0.3.
-  check_golden(M->stored, ExecPath::Fast, 0.3, 2e-2);
+  // The file's own Q4_1 blocks (the golden is f32 on the same dequantized
+  // weights). The prompt's inputs are exact f32 on the AVX2 path: logits
+  // within 2% relative, ids exact where golden neighbours differ by more than
+  // 0.3. On AVX-512 VNNI they are quantized to 8 bits per 32 values before
+  // each product, as decode's are (matmul_blocks_int8): 3% and 0.5, the
+  // bf16 weights' tolerance (measured: 2.4%).
+  for (Isa isa : test::supported_isas()) {
+    SCOPED_TRACE(isa_name(isa));
+    test::IsaScope scope(isa);
+    if (isa == Isa::Avx512Vnni)
+      check_golden(M->stored, ExecPath::Fast, 0.5, 3e-2);
+    else
+      check_golden(M->stored, ExecPath::Fast, 0.3, 2e-2);
+  }
 }
 
 TEST(DefaultModel, FastBf16MatchesLlamaCppGolden) {

@@ -89,11 +89,11 @@ TEST(QuantizedFactors, CompressWritesBlocksAndTheFastPathRunsThem) {
     EXPECT_EQ(file->tensor("blk.1.ffn_down.lr_in").dtype, c.t);
     EXPECT_EQ(file->tensor("blk.1.ffn_down.lr_out").dtype, DType::Q8_0);
 
-    const std::vector<float> fast = logits_of(path, ExecPath::Fast, std::nullopt);
     const std::vector<float> ref = logits_of(path, ExecPath::Reference, DType::F32);
-    // The fast path computes the stored blocks (8-bit inputs in decode, exact
-    // in prefill); the reference the same values dequantized to f32.
-    EXPECT_LT(rel_err(fast, ref), 1e-3);
+    // The fast path computes the stored blocks (8-bit inputs in decode, and
+    // in prefill on AVX-512 VNNI); the reference the same values dequantized
+    // to f32.
+    test::expect_prompt_close([&] { return logits_of(path, ExecPath::Fast, std::nullopt); }, ref);
     const double err = rel_err(ref, want);
     std::printf("%s factors: logits within %.2e of the f32 factors\n",
                 std::string(dtype_name(c.t)).c_str(), err);

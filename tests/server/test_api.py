@@ -18,7 +18,9 @@ import pytest
 
 from conftest import BIN, MODEL, Server, need_model
 
-CHAT = [{"role": "user", "content": "What is the capital of France?"}]
+# (Asked for one word: the 135M model's plain question is answered without the
+# city on some kernel paths.)
+CHAT = [{"role": "user", "content": "What is the capital of France? Answer with one word."}]
 
 
 def client(s, key="none"):

@@ -66,10 +66,20 @@ void matvec_blocks_n(DType t, const uint8_t* W, uint64_t rb, const float* X, int
 // values (core/dtype.h dequantize), bit for bit, 8 at a time.
 void dequantize_blocks(DType t, const uint8_t* row, float* y, int64_t cols);
 // Y[t, r] for t in [0, n): X [n, cols] with row stride ldx, Y [n, ldy]. The
-// prompt path: 32 rows at a time (kernels_simd.h kDecodedRows) decoded to
-// f32, then matmul_f32 (x is not quantized), as matmul_q8_0.
+// prompt path: on AVX-512 VNNI matmul_blocks_int8 for every n, elsewhere
+// matmul_blocks_f32: 32 rows at a time (kernels_simd.h kDecodedRows) decoded
+// to f32, then matmul_f32 (x is not quantized), as matmul_q8_0.
 void matmul_blocks(DType t, const uint8_t* W, uint64_t rb, const float* X, float* Y, int64_t n, int64_t cols,
                    int64_t ldx, int64_t ldy, int64_t r0, int64_t r1, MatmulPath path = MatmulPath::Any);
+void matmul_blocks_f32(DType t, const uint8_t* W, uint64_t rb, const float* X, float* Y, int64_t n,
+                       int64_t cols, int64_t ldx, int64_t ldy, int64_t r0, int64_t r1,
+                       MatmulPath path = MatmulPath::Any);
+// The same in 8-bit integers (AVX-512 VNNI only): every token quantized as
+// matvec_blocks quantizes it, so each output is matvec_blocks' exact integer
+// sums in another f32 order; each token's results are independent of n and
+// of the other tokens (kernels_blocks_gemm.cpp).
+void matmul_blocks_int8(DType t, const uint8_t* W, uint64_t rb, const float* X, float* Y, int64_t n,
+                        int64_t cols, int64_t ldx, int64_t ldy, int64_t r0, int64_t r1);
 // An input quantized for the block kernels in blocks of `block` values (32
 // for Q4_0 .. Q5_1, 256 for the K-quants, so a super-block's integer sums
 // need one scale), as GGML's Q8_0 and Q8_K inputs: q[c] = round-to-even(x[c]

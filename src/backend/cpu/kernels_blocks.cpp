@@ -44,6 +44,7 @@ struct Acts {
 
 namespace avx2 {
 #define LR_BLOCKS_VNNI 0
+#include "backend/cpu/block_formats_isa.h"
 #include "backend/cpu/kernels_blocks_isa.h"
 #undef LR_BLOCKS_VNNI
 }  // namespace avx2
@@ -51,6 +52,7 @@ namespace avx2 {
 LR_BEGIN_AVX512VNNI
 namespace avx512vnni {
 #define LR_BLOCKS_VNNI 1
+#include "backend/cpu/block_formats_isa.h"
 #include "backend/cpu/kernels_blocks_isa.h"
 #undef LR_BLOCKS_VNNI
 }  // namespace avx512vnni
@@ -148,13 +150,20 @@ void dequantize_blocks(DType t, const uint8_t* row, float* y, int64_t cols) {
     avx2::dequantize_row(t, row, y, cols);
 }
 
-// Prompts: kDecodedRows rows at a time decoded to f32 (the exact stored
+// Prompts on AVX-512 VNNI: in 8-bit integers (kernels_blocks_gemm.cpp).
+void matmul_blocks(DType t, const uint8_t* W, uint64_t rb, const float* X, float* Y, int64_t n, int64_t cols,
+                   int64_t ldx, int64_t ldy, int64_t r0, int64_t r1, MatmulPath path) {
+  if (kernel_isa() == Isa::Avx512Vnni) return matmul_blocks_int8(t, W, rb, X, Y, n, cols, ldx, ldy, r0, r1);
+  matmul_blocks_f32(t, W, rb, X, Y, n, cols, ldx, ldy, r0, r1, path);
+}
+
+// Elsewhere kDecodedRows rows at a time decoded to f32 (the exact stored
 // values, the scalar dequantizer's bits) into a panel that matmul_f32
 // multiplies with every token; the input is not quantized. Over a prompt the
 // decoding is a small share of the work and the f32 kernel's register tiling
 // does the rest.
-void matmul_blocks(DType t, const uint8_t* W, uint64_t rb, const float* X, float* Y, int64_t n, int64_t cols,
-                   int64_t ldx, int64_t ldy, int64_t r0, int64_t r1, MatmulPath path) {
+void matmul_blocks_f32(DType t, const uint8_t* W, uint64_t rb, const float* X, float* Y, int64_t n,
+                       int64_t cols, int64_t ldx, int64_t ldy, int64_t r0, int64_t r1, MatmulPath path) {
   if (r1 <= r0 || n <= 0) return;
   float* panel = scratch(2, kDecodedRows * cols);  // matmul_f32 uses slots 0 and 1
   for (int64_t r = r0; r < r1; r += kDecodedRows) {
