@@ -12,6 +12,10 @@
 
 namespace lr::test {
 
+// Every GGUF block format the CPU kernels compute in their blocks.
+inline constexpr DType kBlockFormats[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K,
+                                          DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
 // Byte offsets of each format's f16 fields (the rest of a block is random bits).
 inline std::vector<int> f16_fields(DType t) {
   switch (t) {

@@ -23,11 +23,9 @@ namespace {
 
 using lr::DType;
 using lr::test::random_rows;
+constexpr auto& kFormats = lr::test::kBlockFormats;
 namespace cpu = lr::cpu;
 namespace ref = lr::cpu::ref;
-
-const DType kFormats[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K,
-                          DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 bool has_vnni() {
   return lr::cpu_supports(lr::Isa::Avx512Vnni);

@@ -27,11 +27,10 @@ namespace {
 
 using lr::DType;
 using lr::test::random_rows;
+constexpr auto& kFormats = lr::test::kBlockFormats;
 namespace cpu = lr::cpu;
 namespace ref = lr::cpu::ref;
 
-const DType kFormats[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K,
-                          DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 std::vector<float> random_x(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
