@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/block_input.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/kernels_simd.h"
 #include "core/cpu_features.h"
@@ -28,19 +29,6 @@
 namespace lr::cpu {
 
 using namespace detail;
-
-namespace {
-
-// The quantized input (quantize_acts) as the kernels read it.
-struct Acts {
-  const int8_t* q;
-  const float* d;      // per block of the format's kElems
-  const int16_t* s16;  // sum of q per 16
-  const int16_t* s32;  // sum of q per 32
-  const float* dsum;   // d * sum of q per 32
-};
-
-}  // namespace
 
 namespace avx2 {
 #define LR_BLOCKS_VNNI 0
@@ -58,11 +46,8 @@ namespace avx512vnni {
 }  // namespace avx512vnni
 LR_END_AVX512VNNI
 
-namespace {
-
-// Per-thread quantized copies of n inputs in blocks of `block`, in scratch
-// slots 3 (values), 4 (scales and sums per 32) and 5 (sums per 16).
-const std::vector<Acts>& quantize_into(const float* x, int64_t cols, int64_t n, int64_t ldx, int block) {
+const std::vector<Acts>& detail::quantize_block_inputs(const float* x, int64_t cols, int64_t n, int64_t ldx,
+                                                      int block) {
   thread_local std::vector<Acts> out;
   const int64_t nd = cols / block, n32 = cols / 32;
   auto* q = reinterpret_cast<int8_t*>(scratch(3, (n * cols + 3) / 4));
@@ -81,8 +66,6 @@ const std::vector<Acts>& quantize_into(const float* x, int64_t cols, int64_t n, 
   }
   return out;
 }
-
-}  // namespace
 
 void quantize_acts(const float* x, int64_t n, int block, int8_t* q, float* d, int16_t* s16, float* dsum) {
   LR_ASSERT((block == 32 || block == 256) && n % block == 0);
@@ -120,7 +103,7 @@ void quantize_acts(const float* x, int64_t n, int block, int8_t* q, float* d, in
 void matvec_blocks(DType t, const uint8_t* W, uint64_t rb, const float* x, float* y, int64_t cols, int64_t r0,
                    int64_t r1) {
   if (r1 <= r0) return;
-  const Acts& a = quantize_into(x, cols, 1, cols, int(dtype_info(t).block_elems))[0];
+  const Acts& a = quantize_block_inputs(x, cols, 1, cols, int(dtype_info(t).block_elems))[0];
   if (kernel_isa() == Isa::Avx512Vnni)
     avx512vnni::matvec(t, W, rb, a, y, cols, r0, r1);
   else
@@ -130,7 +113,7 @@ void matvec_blocks(DType t, const uint8_t* W, uint64_t rb, const float* x, float
 void matvec_blocks_n(DType t, const uint8_t* W, uint64_t rb, const float* X, int64_t ldx, float* Y, int64_t ldy,
                      int64_t n, int64_t cols, int64_t r0, int64_t r1) {
   if (r1 <= r0 || n <= 0) return;
-  const std::vector<Acts>& a = quantize_into(X, cols, n, ldx, int(dtype_info(t).block_elems));
+  const std::vector<Acts>& a = quantize_block_inputs(X, cols, n, ldx, int(dtype_info(t).block_elems));
   // 64 rows at a time, so every pass over the inputs finds them in L2 (64
   // rows of 8960 Q4_K columns are 315 KB).
   constexpr int64_t kBlockRows = 64;

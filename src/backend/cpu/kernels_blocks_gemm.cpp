@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/cpu/block_input.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/kernels_simd.h"
 #include "core/cpu_features.h"
@@ -39,14 +40,6 @@ namespace gemm512 {
 #define LR_BLOCKS_VNNI 1
 #include "backend/cpu/block_formats_isa.h"
 #undef LR_BLOCKS_VNNI
-
-// One token's quantized input (quantize_acts).
-struct Input {
-  const int8_t* q;
-  const float* d;      // per block of the format
-  const int16_t* s16;  // sums of q per 16
-  const float* dsum;   // d * sum of q per 32
-};
 
 namespace {
 
@@ -143,10 +136,24 @@ inline int32_t word_at(const void* p) {
   return v;
 }
 
+// part[t] += the products of 4-value steps [s0, s0 + count) of block b's
+// values (panel block p) with token t's input.
+template <class F, int T>
+inline void add_steps(const uint8_t* p, int64_t b, int s0, int count, const Acts* x,
+                      __m512i* part) {
+#pragma GCC unroll 8
+  for (int step = s0; step < s0 + count; ++step) {
+    const __m512i u = _mm512_load_si512(p + Layout<F>::kU + step * 4 * MR);
+    for (int t = 0; t < T; ++t)
+      part[t] = _mm512_dpbusd_epi32(part[t], u,
+                                    _mm512_set1_epi32(word_at(x[t].q + F::kElems * b + 4 * step)));
+  }
+}
+
 // Y[t, 0..nr) for the T tokens of x from the panel P of nb blocks (rows past
 // nr not stored).
 template <class F, int T>
-void tile(const uint8_t* __restrict P, int64_t nb, const Input* x, float* __restrict Y, int64_t ldy,
+void tile(const uint8_t* __restrict P, int64_t nb, const Acts* x, float* __restrict Y, int64_t ldy,
           int nr) {
   using L = Layout<F>;
   __m512 acc[T];
@@ -159,14 +166,7 @@ void tile(const uint8_t* __restrict P, int64_t nb, const Input* x, float* __rest
       for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
       for (int g = 0; g < L::kGroups; ++g) {
         for (int t = 0; t < T; ++t) part[t] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-        for (int k = 0; k < L::kStepsPerGroup; ++k) {
-          const int step = g * L::kStepsPerGroup + k;
-          const __m512i u = _mm512_load_si512(p + L::kU + step * 4 * MR);
-          for (int t = 0; t < T; ++t)
-            part[t] = _mm512_dpbusd_epi32(part[t], u,
-                                          _mm512_set1_epi32(word_at(x[t].q + 256 * b + 4 * step)));
-        }
+        add_steps<F, T>(p, b, g * L::kStepsPerGroup, L::kStepsPerGroup, x, part);
         const __m512i sc = _mm512_load_si512(p + L::kSC + g * 4 * MR);
         for (int t = 0; t < T; ++t)
           isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(part[t], sc));
@@ -193,13 +193,7 @@ void tile(const uint8_t* __restrict P, int64_t nb, const Input* x, float* __rest
     } else {
       __m512i sum[T];
       for (int t = 0; t < T; ++t) sum[t] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-      for (int step = 0; step < 8; ++step) {
-        const __m512i u = _mm512_load_si512(p + L::kU + step * 4 * MR);
-        for (int t = 0; t < T; ++t)
-          sum[t] = _mm512_dpbusd_epi32(sum[t], u,
-                                       _mm512_set1_epi32(word_at(x[t].q + 32 * b + 4 * step)));
-      }
+      add_steps<F, T>(p, b, 0, 8, x, sum);
       for (int t = 0; t < T; ++t) {
         acc[t] =
             _mm512_fmadd_ps(to_f32(sum[t]), _mm512_mul_ps(d, _mm512_set1_ps(x[t].d[b])), acc[t]);
@@ -212,13 +206,13 @@ void tile(const uint8_t* __restrict P, int64_t nb, const Input* x, float* __rest
 }
 
 template <class F>
-using TileFn = void (*)(const uint8_t*, int64_t, const Input*, float*, int64_t, int);
+using TileFn = void (*)(const uint8_t*, int64_t, const Acts*, float*, int64_t, int);
 template <class F>
 constexpr TileFn<F> kTiles[NT + 1] = {nullptr,    tile<F, 1>, tile<F, 2>, tile<F, 3>, tile<F, 4>,
                                       tile<F, 5>, tile<F, 6>, tile<F, 7>, tile<F, 8>};
 
 template <class F>
-void matmul_t(const uint8_t* W, uint64_t rb, const Input* x, float* Y, int64_t n, int64_t cols,
+void matmul_t(const uint8_t* W, uint64_t rb, const Acts* x, float* Y, int64_t n, int64_t cols,
               int64_t ldy, int64_t r0, int64_t r1) {
   using L = Layout<F>;
   const int64_t nb = cols / F::kElems, panel = nb * L::kBytes;
@@ -241,7 +235,7 @@ void matmul_t(const uint8_t* W, uint64_t rb, const Input* x, float* Y, int64_t n
 
 }  // namespace
 
-void matmul(DType t, const uint8_t* W, uint64_t rb, const Input* x, float* Y, int64_t n,
+void matmul(DType t, const uint8_t* W, uint64_t rb, const Acts* x, float* Y, int64_t n,
             int64_t cols, int64_t ldy, int64_t r0, int64_t r1) {
   dispatch(t, [&](auto f) { matmul_t<decltype(f)>(W, rb, x, Y, n, cols, ldy, r0, r1); });
 }
@@ -253,20 +247,9 @@ void matmul_blocks_int8(DType t, const uint8_t* W, uint64_t rb, const float* X, 
                         int64_t cols, int64_t ldx, int64_t ldy, int64_t r0, int64_t r1) {
   LR_ASSERT(cpu_supports(Isa::Avx512Vnni));
   if (r1 <= r0 || n <= 0) return;
-  // Every token quantized once, in scratch slots 3 (values), 4 (scales and
-  // d sum(q) per 32) and 5 (sums per 16); slot 2 holds the panels.
-  const int block = int(dtype_info(t).block_elems);
-  const int64_t nd = cols / block, n32 = cols / 32, n16 = cols / 16;
-  auto* q = reinterpret_cast<int8_t*>(scratch(3, (n * cols + 3) / 4));
-  float* f = scratch(4, n * (nd + n32));
-  auto* s = reinterpret_cast<int16_t*>(scratch(5, (n * n16 + 1) / 2));
-  thread_local std::vector<gemm512::Input> in;
-  in.resize(size_t(n));
-  for (int64_t k = 0; k < n; ++k) {
-    float* d = f + k * (nd + n32);
-    in[size_t(k)] = {q + k * cols, d, s + k * n16, d + nd};
-    quantize_acts(X + k * ldx, cols, block, q + k * cols, d, s + k * n16, d + nd);
-  }
+  // Every token quantized once (scratch slots 3-5); slot 2 holds the panels.
+  const std::vector<Acts>& in =
+      quantize_block_inputs(X, cols, n, ldx, int(dtype_info(t).block_elems));
   gemm512::matmul(t, W, rb, in.data(), Y, n, cols, ldy, r0, r1);
 }
 
