@@ -360,7 +360,8 @@ void BM_matvec_blocks_n(benchmark::State& st) {
 }
 BENCHMARK(BM_matvec_blocks_n)
     ->Args({3, 1536, 576, 1})->Args({3, 1536, 576, 8})->Args({3, 1536, 576, 64})
-    ->Args({12, 8960, 1536, 1})->Args({12, 8960, 1536, 8})->Args({12, 8960, 1536, 64})
+    ->Args({6, 4864, 896, 1})->Args({6, 4864, 896, 6})->Args({6, 4864, 896, 8})
+    ->Args({12, 8960, 1536, 1})->Args({12, 8960, 1536, 6})->Args({12, 8960, 1536, 8})->Args({12, 8960, 1536, 64})
     ->Args({14, 1536, 8960, 8})->Args({14, 1536, 8960, 64})
     ->Unit(benchmark::kMillisecond);
 

@@ -212,14 +212,20 @@ void matvec(DType t, const uint8_t* W, uint64_t rb, const Acts& x, float* y, int
 
 // The same for n inputs, Y[k * ldy + r]: a few inputs at a time share each
 // row's unpacked weights (the 32-value formats' rows are cheaper to unpack,
-// so they take fewer inputs per pass and more rows).
+// so they take more rows per pass, and on AVX2, with 16 registers, fewer
+// inputs: 2 there; 4 on AVX-512, where Q5_0 at 8 inputs went from 29 to 43
+// G multiply-adds/s on a Zen 4, BM_matvec_blocks_n/6/4864/896/8). The inputs
+// left over go one at a time (for the 32-value formats two at a time first;
+// that body for the K-quants measured their 4-input pass 25% slower).
 void matvec_n(DType t, const uint8_t* W, uint64_t rb, const Acts* x, int64_t n, float* Y, int64_t ldy,
               int64_t cols, int64_t r0, int64_t r1) {
   dispatch(t, [&](auto f) {
     using F = decltype(f);
-    constexpr int T = F::kElems == 32 ? 2 : 4;
+    constexpr int T = F::kElems == 32 && !LR_BLOCKS_VNNI ? 2 : 4;
     int64_t k = 0;
     for (; k + T <= n; k += T) matvec_t<F, T>(W, rb, x + k, Y + k * ldy, ldy, cols, r0, r1);
+    if constexpr (F::kElems == 32)
+      for (; k + 2 <= n; k += 2) matvec_t<F, 2>(W, rb, x + k, Y + k * ldy, ldy, cols, r0, r1);
     for (; k < n; ++k) matvec_t<F, 1>(W, rb, x + k, Y + k * ldy, ldy, cols, r0, r1);
   });
 }
