@@ -11,6 +11,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ref_kernels.h"
+#include "core/cpu_features.h"
 #include "isa_util.h"
 
 namespace {
@@ -109,6 +110,35 @@ TEST(Q8Kernels, EveryKernelPathGivesTheSameBits) {
       cpu::matvec_q8_0(m.q.data(), m.s.data(), x.data(), y512.data(), cols, 0, rows);
     }
     EXPECT_EQ(0, std::memcmp(y2.data(), y512.data(), y2.size() * sizeof(float))) << "cols " << cols;
+  }
+}
+
+// A batch of decode inputs (a server step's generated rows): each input's
+// outputs are matvec_q8_0's alone, bit for bit, on every path, for 1 to 6
+// inputs (the 4-input body and the single tail), over row ranges that cross
+// the 64-row blocks and end in a partial group of 4 rows; nothing outside the
+// range is written.
+TEST(Q8Kernels, BatchedMatvecIsEachMatvecBitForBit) {
+  for (lr::Isa isa : lr::test::supported_isas()) {
+    lr::test::IsaScope scope(isa);
+    const int64_t rows = 150, r0 = 3;
+    for (int64_t cols : {int64_t(33), int64_t(576), int64_t(1537)}) {
+      for (int64_t n : {int64_t(1), int64_t(4), int64_t(6)}) {
+        auto w = rand_f32(size_t(rows * cols), 6);
+        const int64_t ldx = cols + 2, ldy = rows + 1;
+        auto X = rand_f32(size_t(n * ldx), 7 + uint32_t(n));
+        Q8 m = quantize(w, rows, cols);
+        std::vector<float> Y(size_t(n * ldy), -5.f);
+        cpu::matvec_q8_0_n(m.q.data(), m.s.data(), X.data(), ldx, Y.data(), ldy, n, cols, r0, rows);
+        for (int64_t t = 0; t < n; ++t) {
+          std::vector<float> y(size_t(rows), -5.f);
+          cpu::matvec_q8_0(m.q.data(), m.s.data(), X.data() + t * ldx, y.data(), cols, r0, rows);
+          y.push_back(-5.f);  // the padding column of Y
+          EXPECT_EQ(0, std::memcmp(y.data(), Y.data() + t * ldy, size_t(ldy) * sizeof(float)))
+              << lr::isa_name(isa) << " cols " << cols << " n " << n << " input " << t;
+        }
+      }
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/kernels_simd.h"
@@ -74,10 +75,43 @@ void matvec_q8_0(const int8_t* W, const float* scales, const float* x, float* y,
   float* sx = scratch(1, nb);
   std::memset(xq + full * 32, 0, size_t(nb * 32 - full * 32));
   quantize_q8_row(x, xq, sx, cols);
+  const int8_t* xqs[1] = {xq};
+  const float* sxs[1] = {sx};
   if (kernel_isa() == Isa::Avx512Vnni)
-    avx512vnni::matvec_rows(W, scales, xq, sx, y, cols, r0, r1);
+    avx512vnni::matvec_rows<1>(W, scales, xqs, sxs, &y, cols, r0, r1);
   else
-    avx2::matvec_rows(W, scales, xq, sx, y, cols, r0, r1);
+    avx2::matvec_rows<1>(W, scales, xqs, sxs, &y, cols, r0, r1);
+}
+
+void matvec_q8_0_n(const int8_t* W, const float* scales, const float* X, int64_t ldx, float* Y, int64_t ldy,
+                   int64_t n, int64_t cols, int64_t r0, int64_t r1) {
+  if (r1 <= r0 || n <= 0) return;
+  const int64_t nb = q8_blocks_of(cols), full = cols / 32;
+  int8_t* q = reinterpret_cast<int8_t*>(scratch(0, (n * nb * 32 + 3) / 4));
+  float* s = scratch(1, n * nb);
+  thread_local std::vector<const int8_t*> xq;
+  thread_local std::vector<const float*> sx;
+  thread_local std::vector<float*> y;
+  xq.resize(size_t(n)), sx.resize(size_t(n)), y.resize(size_t(n));
+  for (int64_t t = 0; t < n; ++t) {  // each input as matvec_q8_0 quantizes it
+    int8_t* qt = q + t * nb * 32;
+    std::memset(qt + full * 32, 0, size_t(nb * 32 - full * 32));
+    quantize_q8_row(X + t * ldx, qt, s + t * nb, cols);
+    xq[size_t(t)] = qt, sx[size_t(t)] = s + t * nb, y[size_t(t)] = Y + t * ldy;
+  }
+  // 64 rows at a time (in L2) against 4 inputs at a time, then one.
+  constexpr int64_t kBlockRows = 64;
+  const bool vnni = kernel_isa() == Isa::Avx512Vnni;
+  for (int64_t r = r0; r < r1; r += kBlockRows) {
+    const int64_t e = std::min(r1, r + kBlockRows);
+    int64_t t = 0;
+    for (; t + 4 <= n; t += 4)
+      (vnni ? avx512vnni::matvec_rows<4> : avx2::matvec_rows<4>)(W, scales, &xq[size_t(t)], &sx[size_t(t)],
+                                                                 &y[size_t(t)], cols, r, e);
+    for (; t < n; ++t)
+      (vnni ? avx512vnni::matvec_rows<1> : avx2::matvec_rows<1>)(W, scales, &xq[size_t(t)], &sx[size_t(t)],
+                                                                 &y[size_t(t)], cols, r, e);
+  }
 }
 
 void matmul_q8_0(const int8_t* W, const float* scales, const float* X, float* Y, int64_t n,

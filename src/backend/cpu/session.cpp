@@ -46,6 +46,7 @@ void matvec_rows(const Matrix& W, const float* X, int64_t ldx, float* Y, int64_t
   LR_ASSERT(r0 % 8 == 0);
   if (is_block_format(W.dtype))
     return matvec_blocks_n(W.dtype, W.ptr(), W.row_bytes(), X, ldx, Y, ldy, n, W.cols, r0, r1);
+  if (W.dtype == DType::Q8_0) return matvec_q8_0_n(W.q8(), W.scales.get(), X, ldx, Y, ldy, n, W.cols, r0, r1);
   // Blocks of 64 rows (in L2) against every x in turn.
   constexpr int64_t kBlockRows = 64;
   for (int64_t r = r0; r < r1; r += kBlockRows)
