@@ -227,17 +227,20 @@ struct Q3_K {
   static __m256i values(const uint8_t* b, int c) {
     const __m256i lo =
         _mm256_and_si256(srl16(load256(b + q::Q3_K::kQs + 32 * (c / 4)), 2 * (c % 4)), bytes_of(3));
-    const __m256i hi = _mm256_and_si256(srl16(load256(b + q::Q3_K::kHmask), c), bytes_of(1));
-    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 2));
+    // hmask bit c moved to bit 2 in one shift
+    const __m256i hm = load256(b + q::Q3_K::kHmask);
+    const __m256i hi = _mm256_and_si256(c >= 2 ? srl16(hm, c - 2) : sll16(hm, 2 - c), bytes_of(4));
+    return _mm256_or_si256(lo, hi);
   }
 #if LR_BLOCKS_VNNI
+  // The hmask bits of chunks c and c + 1 tested into a byte mask that adds 4.
   static __m512i values2(const uint8_t* b, int c) {
     const int at = 2 * (c % 4);
     const __m512i lo = _mm512_and_si512(
         shift_halves(both_halves(b + q::Q3_K::kQs + 32 * (c / 4)), at, at + 2), bytes512(3));
-    const __m512i hi =
-        _mm512_and_si512(shift_halves(both_halves(b + q::Q3_K::kHmask), c, c + 1), bytes512(1));
-    return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 2));
+    const __m512i bits = _mm512_mask_blend_epi64(__mmask8(0xf0), bytes512(1 << c), bytes512(1 << (c + 1)));
+    const __mmask64 hi = _mm512_test_epi8_mask(both_halves(b + q::Q3_K::kHmask), bits);
+    return _mm512_mask_add_epi8(lo, hi, lo, bytes512(4));
   }
 #endif
 };
