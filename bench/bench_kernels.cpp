@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/panels.h"
 #include "core/cpu_features.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
@@ -314,6 +315,41 @@ BENCHMARK(BM_matvec_blocks_cold)
     ->Args({14, 896, 4864, 1})->Args({14, 896, 4864, 2})->Args({6, 896, 4864, 2})->Args({14, 1536, 8960, 2})
     ->Args({12, 8960, 1536, 2})
     ->Args({10, 8960, 1536, 2})->Args({11, 8960, 1536, 2})
+    ->UseRealTime();
+// Q4_K and Q6_K rows repacked into panels of 16 (backend/cpu/panels.h), in
+// cache on one thread and from DRAM (arg 3 = 1; arg 2 threads) as
+// BM_matvec_blocks(_cold); bytes are the file's bytes, so the rates compare
+// with those benchmarks'.
+void BM_matvec_panels(benchmark::State& st) {
+  const auto t = lr::DType(st.range(0));
+  const int64_t rows = st.range(1), cols = st.range(2), nth = st.range(3);
+  const bool cold = st.range(4) == 1;
+  const auto one = random_blocks(t, rows, cols);
+  const uint64_t rb = *lr::row_bytes(t, uint64_t(cols));
+  const auto P1 = lr::cpu::repack_panels(t, one.data(), rb, rows, cols);
+  const uint64_t pb = lr::cpu::panel_bytes(t, rows, cols);
+  const int64_t copies = cold ? (int64_t(512) << 20) / int64_t(pb) : 1;
+  std::vector<uint8_t> P(pb * uint64_t(copies));
+  for (int64_t k = 0; k < copies; ++k) std::memcpy(P.data() + uint64_t(k) * pb, P1.get(), pb);
+  const auto x = rand_f32(cols, 8);
+  std::vector<float> y(static_cast<size_t>(rows));
+  lr::ThreadPool pool{int(nth)};
+  int64_t k = 0;
+  for (auto _ : st) {
+    const uint8_t* W = P.data() + uint64_t(k) * pb;
+    pool.parallel_for(rows / 16, [&](int64_t b, int64_t e) {
+      lr::cpu::matvec_panels_n(t, W, x.data(), cols, y.data(), rows, 1, cols, b * 16, e * 16);
+    });
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    k = (k + 1) % copies;
+  }
+  st.SetBytesProcessed(int64_t(st.iterations() * one.size()));
+  st.SetLabel(std::string(lr::dtype_name(t)));
+}
+BENCHMARK(BM_matvec_panels)
+    ->Args({12, 8960, 1536, 1, 0})->Args({14, 1536, 8960, 1, 0})->Args({12, 8960, 1536, 2, 1})
+    ->Args({14, 1536, 8960, 2, 1})->Args({14, 896, 4864, 2, 1})
     ->UseRealTime();
 // Arg 3: the kernel (0: decoded to f32 then f32 tiles; 1: 8-bit integers,
 // AVX-512 VNNI only); arg 4: tokens.

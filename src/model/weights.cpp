@@ -100,7 +100,7 @@ Matrix Matrix::rows_view(int64_t r0, int64_t n) const {
   // Aliasing constructors: share ownership of the whole buffers.
   m.data = std::shared_ptr<uint8_t[]>(data, data.get() + uint64_t(r0) * row_bytes());
   if (scales) m.scales = std::shared_ptr<float[]>(scales, scales.get() + r0 * q8_blocks(cols));
-  return m;
+  return m;  // without panels: a view computes from the rows as stored
 }
 
 void Matrix::set_row(int64_t r, const float* x) {

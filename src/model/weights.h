@@ -34,6 +34,10 @@ struct Matrix {
   int64_t cols = 0;
   std::shared_ptr<uint8_t[]> data;
   std::shared_ptr<float[]> scales;  // Q8_0 only
+  // The same Q4_K values in the CPU decode kernels' panels of 16 rows
+  // (backend/cpu/panels.h), added by the CPU backends (backend/cpu/cpu_weights.h);
+  // null elsewhere.
+  std::shared_ptr<const uint8_t[]> panels;
 
   static Matrix allocate(DType dtype, int64_t rows, int64_t cols);
   // A block-format matrix over `bytes` (rows * row_bytes() of them), which

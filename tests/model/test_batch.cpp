@@ -14,6 +14,8 @@
 #include "../kernels/isa_util.h"
 #include "../kernels/random_blocks.h"
 #include "backend/batch.h"
+#include "backend/cpu/cpu_weights.h"
+#include "backend/cpu/panels.h"
 #include "backend/cpu/session.h"
 #include "compress/compress_model.h"
 #include "model_test_util.h"
@@ -64,6 +66,52 @@ TEST(Batch, MatvecRowsIsMatvecPerRow) {
       EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << isa_name(isa);
       EXPECT_EQ(std::memcmp(split.data(), want.data(), want.size() * 4), 0) << isa_name(isa);
     }
+  }
+}
+
+// Q4_K and Q6_K matrices with panels (backend/cpu/panels.h): matvec and
+// matvec_rows take them, with the panel twin's bits for every row and input;
+// with_panels adds them to the CPU backends' weights where rows fit.
+TEST(Batch, PanelMatricesDecodeFromTheirPanels) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int64_t rows = 80, cols = 512, n = 6;
+  std::vector<float> X(size_t(n * cols));
+  for (float& x : X) x = nd(rng);
+  for (DType t : {DType::Q4_K, DType::Q6_K}) {
+    SCOPED_TRACE(dtype_name(t));
+    Matrix W = Matrix::allocate(t, rows, cols);
+    const auto bytes = test::random_rows(t, rows, cols, 5);
+    std::memcpy(W.data.get(), bytes.data(), bytes.size());
+    W.panels = cpu::repack_panels(t, W.ptr(), W.row_bytes(), rows, cols);
+    for (Isa isa : test::supported_isas()) {
+      test::IsaScope scope(isa);
+      std::vector<float> want(size_t(n * rows)), one(want.size()), got(want.size(), -1.f);
+      for (int64_t k = 0; k < n; ++k) {
+        cpu::matvec_panel_twin(t, W.ptr(), W.row_bytes(), &X[size_t(k * cols)], &want[size_t(k * rows)], cols, 0,
+                               rows);
+        cpu::matvec(W, &X[size_t(k * cols)], &one[size_t(k * rows)], 0, 32);
+        cpu::matvec(W, &X[size_t(k * cols)], &one[size_t(k * rows)], 32, rows);
+      }
+      cpu::matvec_rows(W, X.data(), cols, got.data(), rows, n, 0, 48);
+      cpu::matvec_rows(W, X.data(), cols, got.data(), rows, n, 48, rows);
+      EXPECT_EQ(std::memcmp(one.data(), want.data(), want.size() * 4), 0) << isa_name(isa);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << isa_name(isa);
+    }
+  }
+  test::TempDir tmp;
+  test::TinySpec s = spec();
+  s.wtype = DType::Q4_K;
+  s.dim = 256;
+  s.ffn_dim = 512;
+  const Model m = load_model(test::write_tiny(tmp, s, "m.gguf"), std::nullopt);
+  const auto w = cpu::with_panels(m.weights);
+  ASSERT_NE(w.get(), m.weights.get());
+  EXPECT_EQ(cpu::with_panels(m.weights).get(), w.get());  // one set of panels per model while it lives
+  for (size_t l = 0; l < w->layers.size(); ++l) {
+    EXPECT_TRUE(w->layers[l].gate.w.panels != nullptr) << "layer " << l;
+    EXPECT_TRUE(w->layers[l].down.w.panels != nullptr) << "layer " << l;
+    EXPECT_TRUE(m.weights->layers[l].gate.w.panels == nullptr) << "the loaded weights stay as they are";
   }
 }
 

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "backend/batch.h"
+#include "backend/cpu/cpu_weights.h"
 #include "backend/cpu/executor.h"
 #include "backend/cpu/session.h"
 #include "core/error.h"
@@ -124,7 +125,7 @@ class CpuBatch final : public BatchBackend {
 std::unique_ptr<BatchBackend> make_cpu_batch_backend(std::shared_ptr<const Weights> w,
                                                      const BackendOptions& opt, int slots,
                                                      int max_step_tokens) {
-  return std::make_unique<CpuBatch>(std::move(w), opt, slots, max_step_tokens);
+  return std::make_unique<CpuBatch>(cpu::with_panels(std::move(w)), opt, slots, max_step_tokens);
 }
 
 }  // namespace lr

@@ -23,7 +23,7 @@ void Executor::merge_rows(int first, int count, float* out, int64_t ld) const {
 }
 
 // Work is split across threads in units of rows, 8 for one token
-// (matrix-vector) or 16 (the matrix-matrix kernels' tile height), over the
+// (matrix-vector; 16 for Q4_K panels) or 16 (the matrix-matrix kernels' tile height), over the
 // jobs' rows one after another; a unit never splits a RoPE pair. A step that
 // ends in SiLU*mul splits its jobs' rows alike, so each thread finishes the
 // gate and up rows it computed.
@@ -41,9 +41,11 @@ Executor::Fn Executor::linear(const Step& s) {
     LR_ASSERT(!j.pivots || (j.in == Buf::P && !j.norm));
   }
   const int hd = s_.c.head_dim;
-  return [this, &s, jobs, hd](int tid, int nth) {
+  bool panels = false;  // Q4_K in panels of 16 rows (backend/cpu/panels.h): units of 16 rows
+  for (const Job& j : jobs) panels |= j.m->panels != nullptr;
+  return [this, &s, jobs, hd, panels](int tid, int nth) {
     const int t0 = first(s), n = count(s);
-    const int64_t align = n == 1 ? 8 : 16;
+    const int64_t align = n == 1 && !panels ? 8 : 16;
     // The job's input: a buffer's rows, or its folded form in this thread's
     // scratch (jobs of a step that read the same input resolve it once).
     const Job* last = nullptr;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_weights.h"
 #include "backend/cpu/executor.h"
 #include "backend/cpu/session.h"
 #include "core/error.h"
@@ -123,7 +124,7 @@ std::unique_ptr<LayerRunner> make_cpu_layer_runner(std::shared_ptr<const Weights
 
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const Weights> w,
                                           const BackendOptions& opt) {
-  return std::make_unique<CpuBackend>(std::move(w), opt);
+  return std::make_unique<CpuBackend>(cpu::with_panels(std::move(w)), opt);
 }
 
 }  // namespace lr

@@ -4,12 +4,14 @@
 #include <cmath>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/panels.h"
 #include "core/error.h"
 #include "model/scalar_ops.h"
 
 namespace lr::cpu {
 
 void matvec(const Matrix& W, const float* x, float* y, int64_t r0, int64_t r1) {
+  if (W.panels) return matvec_panels_n(W.dtype, W.panels.get(), x, W.cols, y, 0, 1, W.cols, r0, r1);
   switch (W.dtype) {
     case DType::BF16:
       return matvec_bf16(W.half(), x, y, W.cols, r0, r1);
@@ -44,6 +46,7 @@ void matmul(const Matrix& W, const float* X, int64_t ldx, float* Y, int64_t ldy,
 void matvec_rows(const Matrix& W, const float* X, int64_t ldx, float* Y, int64_t ldy, int64_t n,
                  int64_t r0, int64_t r1) {
   LR_ASSERT(r0 % 8 == 0);
+  if (W.panels) return matvec_panels_n(W.dtype, W.panels.get(), X, ldx, Y, ldy, n, W.cols, r0, r1);
   if (is_block_format(W.dtype))
     return matvec_blocks_n(W.dtype, W.ptr(), W.row_bytes(), X, ldx, Y, ldy, n, W.cols, r0, r1);
   if (W.dtype == DType::Q8_0) return matvec_q8_0_n(W.q8(), W.scales.get(), X, ldx, Y, ldy, n, W.cols, r0, r1);

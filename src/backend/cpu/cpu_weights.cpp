@@ -1,0 +1,55 @@
+#include "backend/cpu/cpu_weights.h"
+
+#include <map>
+#include <mutex>
+
+#include "backend/cpu/panels.h"
+
+namespace lr::cpu {
+
+namespace {
+
+// The Q4_K maps a decode step multiplies by: every dense matrix, and the
+// quantized part of a residual form (its factors are small).
+template <class W, class F>
+void for_each_product_matrix(W& w, F&& f) {
+  auto linear = [&](auto& l) {
+    if (l.w.rows > 0) f(l.w);
+  };
+  linear(w.output);
+  for (auto& l : w.layers)
+    for (auto* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) linear(*m);
+}
+
+struct Entry {
+  std::weak_ptr<const Weights> source, with;
+};
+std::mutex g_mu;
+std::map<const Weights*, Entry> g_cache;
+
+}  // namespace
+
+std::shared_ptr<const Weights> with_panels(std::shared_ptr<const Weights> w) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  for (auto it = g_cache.begin(); it != g_cache.end();)  // drop the entries of freed weights
+    it = it->second.source.expired() || it->second.with.expired() ? g_cache.erase(it)
+                                                                  : std::next(it);
+  if (auto it = g_cache.find(w.get()); it != g_cache.end() && it->second.source.lock() == w)
+    if (auto with = it->second.with.lock()) return with;
+  bool any = false;
+  for_each_product_matrix(*w, [&](const Matrix& m) { any |= panels_fit(m.dtype, m.rows, m.cols); });
+  if (!any) return w;
+  auto copy = std::make_shared<Weights>(*w);
+  std::map<const uint8_t*, std::shared_ptr<const uint8_t[]>>
+      done;  // a matrix used twice is packed once
+  for_each_product_matrix(*copy, [&](Matrix& m) {
+    if (!panels_fit(m.dtype, m.rows, m.cols)) return;
+    auto& p = done[m.ptr()];
+    if (!p) p = repack_panels(m.dtype, m.ptr(), m.row_bytes(), m.rows, m.cols);
+    m.panels = p;
+  });
+  g_cache[w.get()] = {w, copy};
+  return copy;
+}
+
+}  // namespace lr::cpu

@@ -1,0 +1,347 @@
+// The panel products (panels.h), written once and compiled once per
+// instruction set: kernels_panels.cpp includes this file inside namespace
+// avx2 (LR_PANELS_512 0: each panel as two halves of 8 rows in 256-bit
+// registers, vpdpbusd as maddubs + madd, exact here: u <= 15, |q| <= 127)
+// and inside namespace avx512vnni (LR_PANELS_512 1: 16 rows per register).
+// Both sum the same integers and do the same f32 operations per row and
+// super-block, so they give the same bits. Internal linkage only (see
+// kernels_blocks_isa.h).
+
+namespace {
+
+inline int32_t load32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+#if LR_PANELS_512
+using VI = __m512i;
+using VF = __m512;
+constexpr int kLanes = 16;  // rows per register
+inline VI zero_i() {
+  return _mm512_setzero_si512();
+}
+inline VF zero_f() {
+  return _mm512_setzero_ps();
+}
+inline VI load_i(const uint8_t* p) {
+  return _mm512_loadu_si512(p);
+}
+inline VI nibbles_lo(VI q) {
+  return _mm512_and_si512(q, _mm512_set1_epi8(0x0F));
+}
+inline VI nibbles_hi(VI q) {
+  return _mm512_and_si512(_mm512_srli_epi16(q, 4), _mm512_set1_epi8(0x0F));
+}
+inline VI dot4(VI acc, VI u, int32_t x4) {
+  return _mm512_dpbusd_epi32(acc, u, _mm512_set1_epi32(x4));
+}
+inline VI dot2_16(VI acc, VI a, int32_t b2) {
+  return _mm512_dpwssd_epi32(acc, a, _mm512_set1_epi32(b2));
+}
+// The maskz forms: GCC 12 warns of the plain ones' undefined pass-through.
+inline VI scales_u8(const uint8_t* p) {
+  return _mm512_maskz_cvtepu8_epi32(__mmask16(0xffff),
+                                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline VI pairs_u8(const uint8_t* p) {
+  return _mm512_maskz_cvtepu8_epi16(~__mmask32(0),
+                                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline VI spairs_i8(const uint8_t* p) {
+  return _mm512_maskz_cvtepi8_epi16(~__mmask32(0),
+                                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+constexpr __mmask16 kAll = 0xffff;
+inline VI lo16(VI v) {
+  return _mm512_maskz_srai_epi32(kAll, _mm512_maskz_slli_epi32(kAll, v, 16), 16);
+}
+inline VI hi16(VI v) {
+  return _mm512_maskz_srai_epi32(kAll, v, 16);
+}
+template <int N>
+inline VI shl16(VI v) {
+  return _mm512_slli_epi16(v, N);
+}
+template <int N>
+inline VI shr16(VI v) {
+  return _mm512_srli_epi16(v, N);
+}
+inline VI and8(VI v, uint8_t m) {
+  return _mm512_and_si512(v, _mm512_set1_epi8(char(m)));
+}
+inline VI or_i(VI a, VI b) {
+  return _mm512_or_si512(a, b);
+}
+inline VI sub_i(VI a, VI b) {
+  return _mm512_sub_epi32(a, b);
+}
+inline VI shl32_5(VI v) {
+  return _mm512_maskz_slli_epi32(kAll, v, 5);
+}
+inline VI add_i(VI a, VI b) {
+  return _mm512_add_epi32(a, b);
+}
+inline VI mul_i(VI a, VI b) {
+  return _mm512_mullo_epi32(a, b);
+}
+inline VF halves_f(const uint8_t* p) {
+  return _mm512_maskz_cvtph_ps(__mmask16(0xffff),
+                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline VF mul_f(VF a, VF b) {
+  return _mm512_mul_ps(a, b);
+}
+inline VF fma_f(VF a, VF b, VF c) {
+  return _mm512_fmadd_ps(a, b, c);
+}
+inline VF to_f(VI a) {
+  return _mm512_maskz_cvtepi32_ps(__mmask16(0xffff), a);
+}
+inline VF set_f(float v) {
+  return _mm512_set1_ps(v);
+}
+inline void store_f(float* p, VF a, VF b) {
+  _mm512_storeu_ps(p, _mm512_sub_ps(a, b));
+}
+inline void store_f(float* p, VF a) {
+  _mm512_storeu_ps(p, a);
+}
+#else
+using VI = __m256i;
+using VF = __m256;
+constexpr int kLanes = 8;
+inline VI zero_i() {
+  return _mm256_setzero_si256();
+}
+inline VF zero_f() {
+  return _mm256_setzero_ps();
+}
+inline VI load_i(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+inline VI nibbles_lo(VI q) {
+  return _mm256_and_si256(q, _mm256_set1_epi8(0x0F));
+}
+inline VI nibbles_hi(VI q) {
+  return _mm256_and_si256(_mm256_srli_epi16(q, 4), _mm256_set1_epi8(0x0F));
+}
+inline VI dot4(VI acc, VI u, int32_t x4) {
+  return _mm256_add_epi32(
+      acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_set1_epi32(x4)), _mm256_set1_epi16(1)));
+}
+inline VI dot2_16(VI acc, VI a, int32_t b2) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, _mm256_set1_epi32(b2)));
+}
+inline VI scales_u8(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+inline VI pairs_u8(const uint8_t* p) {
+  return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline VI spairs_i8(const uint8_t* p) {
+  return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline VI lo16(VI v) {
+  return _mm256_srai_epi32(_mm256_slli_epi32(v, 16), 16);
+}
+inline VI hi16(VI v) {
+  return _mm256_srai_epi32(v, 16);
+}
+template <int N>
+inline VI shl16(VI v) {
+  return _mm256_slli_epi16(v, N);
+}
+template <int N>
+inline VI shr16(VI v) {
+  return _mm256_srli_epi16(v, N);
+}
+inline VI and8(VI v, uint8_t m) {
+  return _mm256_and_si256(v, _mm256_set1_epi8(char(m)));
+}
+inline VI or_i(VI a, VI b) {
+  return _mm256_or_si256(a, b);
+}
+inline VI sub_i(VI a, VI b) {
+  return _mm256_sub_epi32(a, b);
+}
+inline VI shl32_5(VI v) {
+  return _mm256_slli_epi32(v, 5);
+}
+inline VI add_i(VI a, VI b) {
+  return _mm256_add_epi32(a, b);
+}
+inline VI mul_i(VI a, VI b) {
+  return _mm256_mullo_epi32(a, b);
+}
+inline VF halves_f(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline VF mul_f(VF a, VF b) {
+  return _mm256_mul_ps(a, b);
+}
+inline VF fma_f(VF a, VF b, VF c) {
+  return _mm256_fmadd_ps(a, b, c);
+}
+inline VF to_f(VI a) {
+  return _mm256_cvtepi32_ps(a);
+}
+inline VF set_f(float v) {
+  return _mm256_set1_ps(v);
+}
+inline void store_f(float* p, VF a, VF b) {
+  _mm256_storeu_ps(p, _mm256_sub_ps(a, b));
+}
+inline void store_f(float* p, VF a) {
+  _mm256_storeu_ps(p, a);
+}
+#endif
+
+// The two int16 sums of q over chunks c and c + 1 as one int32 (the pair
+// the mins multiply).
+inline int32_t sum_pair(const Acts& x, int64_t chunk) {
+  return int32_t(uint32_t(uint16_t(x.s32[chunk])) | uint32_t(uint16_t(x.s32[chunk + 1])) << 16);
+}
+
+// kLanes rows of a panel (the half at byte offset `half` of each group:
+// 0, or 32 for AVX2's second 8 rows) against T inputs over nb super-blocks:
+// out[t * ldo + i]. Every (row, input) sum is independent of T.
+template <int T>
+inline void panel_dot_q4k(const uint8_t* P, int half, int64_t nb, const Acts* x, float* out,
+                          int64_t ldo) {
+  VF acc[T], corr[T];
+  for (int t = 0; t < T; ++t) acc[t] = zero_f(), corr[t] = zero_f();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* pb = P + uint64_t(b) * kPanelBytesQ4K;
+    VI S[T], M[T];
+    for (int t = 0; t < T; ++t) S[t] = zero_i(), M[t] = zero_i();
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      VI lo[T], hi[T];
+      for (int t = 0; t < T; ++t) lo[t] = zero_i(), hi[t] = zero_i();
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        const VI q = load_i(pb + 64 * (8 * k + j) + half);
+        const VI ql = nibbles_lo(q), qh = nibbles_hi(q);
+        for (int t = 0; t < T; ++t) {
+          const int8_t* xq = x[t].q + 256 * b + 64 * k + 4 * j;
+          lo[t] = dot4(lo[t], ql, load32(xq));
+          hi[t] = dot4(hi[t], qh, load32(xq + 32));
+        }
+      }
+      const VI sl = scales_u8(pb + 2048 + 32 * k + half / 4);  // chunk 2k, these rows
+      const VI sh = scales_u8(pb + 2048 + 32 * k + 16 + half / 4);
+      const VI mn = pairs_u8(pb + 2176 + 32 * k + half / 2);
+      for (int t = 0; t < T; ++t) {
+        S[t] = add_i(S[t], add_i(mul_i(lo[t], sl), mul_i(hi[t], sh)));
+        M[t] = dot2_16(M[t], mn, sum_pair(x[t], 8 * b + 2 * k));
+      }
+    }
+    const VF d = halves_f(pb + 2304 + half / 2), dm = halves_f(pb + 2336 + half / 2);
+    for (int t = 0; t < T; ++t) {
+      const VF xd = set_f(x[t].d[b]);
+      acc[t] = fma_f(mul_f(d, xd), to_f(S[t]), acc[t]);
+      corr[t] = fma_f(mul_f(dm, xd), to_f(M[t]), corr[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) store_f(out + t * ldo, acc[t], corr[t]);
+}
+
+// Q6_K: u = 6-bit values (0..63) of sub-blocks g of 16 with int8 scales;
+// S = sum_g sc_g sum(u q), M = sum_g sc_g sum(q) (per 16), and the row's
+// sum meets f32 once per super-block: acc = fma(d dx, S - 32 M, acc).
+template <int T>
+inline void panel_dot_q6k(const uint8_t* P, int half, int64_t nb, const Acts* x, float* out,
+                          int64_t ldo) {
+  VF acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = zero_f();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* pb = P + uint64_t(b) * kPanelBytesQ6K;
+    VI S[T], M[T];
+    for (int t = 0; t < T; ++t) S[t] = zero_i(), M[t] = zero_i();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 2
+      for (int part = 0; part < 2; ++part) {
+        // Chunks 4h + s (low nibbles of ql group 16h + 8s + j) and 4h + 2 + s
+        // (high nibbles), s = 0, 1; values 4j .. 4j + 3, sub-block `part`.
+        VI a[T][4];
+        for (int t = 0; t < T; ++t)
+          for (int s = 0; s < 4; ++s) a[t][s] = zero_i();
+#pragma GCC unroll 4
+        for (int j = 4 * part; j < 4 * part + 4; ++j) {
+          const uint8_t* g = pb + 192 * (8 * h + j) + half;  // qh, ql (s = 0), ql (s = 1)
+          const VI qh = load_i(g), l0 = load_i(g + 64), l1 = load_i(g + 128);
+          const VI u[4] = {or_i(and8(l0, 0x0F), and8(shl16<4>(qh), 0x30)),
+                           or_i(and8(l1, 0x0F), and8(shl16<2>(qh), 0x30)),
+                           or_i(and8(shr16<4>(l0), 0x0F), and8(qh, 0x30)),
+                           or_i(and8(shr16<4>(l1), 0x0F), and8(shr16<2>(qh), 0x30))};
+          for (int t = 0; t < T; ++t) {
+            const int8_t* xq = x[t].q + 256 * b + 128 * h + 4 * j;
+            for (int s = 0; s < 4; ++s) a[t][s] = dot4(a[t][s], u[s], load32(xq + 32 * s));
+          }
+        }
+        // Sub-block 2c + part of chunk c = 4h + s: pair c, element `part`.
+        for (int s = 0; s < 4; ++s) {
+          const VI pc = spairs_i8(pb + 3072 + 32 * (4 * h + s) + half / 2);
+          const VI sc = part ? hi16(pc) : lo16(pc);
+          for (int t = 0; t < T; ++t) S[t] = add_i(S[t], mul_i(a[t][s], sc));
+        }
+      }
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const VI pk = spairs_i8(pb + 3072 + 32 * k + half / 2);
+      for (int t = 0; t < T; ++t)
+        M[t] = dot2_16(M[t], pk,
+                       int32_t(uint32_t(uint16_t(x[t].s16[16 * b + 2 * k])) |
+                               uint32_t(uint16_t(x[t].s16[16 * b + 2 * k + 1])) << 16));
+    }
+    const VF d = halves_f(pb + 3328 + half / 2);
+    for (int t = 0; t < T; ++t)
+      acc[t] = fma_f(mul_f(d, set_f(x[t].d[b])), to_f(sub_i(S[t], shl32_5(M[t]))), acc[t]);
+  }
+  for (int t = 0; t < T; ++t) store_f(out + t * ldo, acc[t]);
+}
+
+// Panels [p0, p1) against inputs x[0 .. n): Y[k * ldy + 16 p + i].
+#if LR_PANELS_512
+constexpr int kInputs = 4;  // inputs per pass over a panel
+#else
+constexpr int kInputs = 2;
+#endif
+template <bool kQ6>
+void matvec_panels_t(const uint8_t* P, int64_t nb, const Acts* x, int64_t n, float* Y, int64_t ldy,
+                     int64_t p0, int64_t p1) {
+  const uint64_t pbytes = kQ6 ? kPanelBytesQ6K : kPanelBytesQ4K;
+  auto dot = [&](auto tn, const uint8_t* pp, int half, const Acts* xk, float* y) {
+    constexpr int T = decltype(tn)::value;
+    if constexpr (kQ6)
+      panel_dot_q6k<T>(pp, half, nb, xk, y, ldy);
+    else
+      panel_dot_q4k<T>(pp, half, nb, xk, y, ldy);
+  };
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* pp = P + uint64_t(p * nb) * pbytes;
+    for (int half = 0; half < 64; half += 4 * kLanes) {
+      float* y = Y + 16 * p + half / 4;
+      int64_t k = 0;
+      for (; k + kInputs <= n; k += kInputs)
+        dot(std::integral_constant<int, kInputs>{}, pp, half, x + k, y + k * ldy);
+      if constexpr (kInputs > 2)
+        for (; k + 2 <= n; k += 2)
+          dot(std::integral_constant<int, 2>{}, pp, half, x + k, y + k * ldy);
+      for (; k < n; ++k) dot(std::integral_constant<int, 1>{}, pp, half, x + k, y + k * ldy);
+    }
+  }
+}
+
+void matvec_panels(DType t, const uint8_t* P, int64_t nb, const Acts* x, int64_t n, float* Y,
+                   int64_t ldy, int64_t p0, int64_t p1) {
+  if (t == DType::Q6_K)
+    matvec_panels_t<true>(P, nb, x, n, Y, ldy, p0, p1);
+  else
+    matvec_panels_t<false>(P, nb, x, n, Y, ldy, p0, p1);
+}
+
+}  // namespace

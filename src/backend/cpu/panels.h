@@ -1,0 +1,67 @@
+// Q4_K and Q6_K weights repacked for the decode products: 16 rows interleaved per
+// panel, so one 512-bit multiply-add (vpdpbusd) takes 4 values of each of 16
+// rows against 4 input bytes broadcast to every lane, and a row's sums stay
+// in one lane from the first block to the last. The file's own layout keeps
+// each row's values together, so a decode kernel over it sums along the row
+// and pays per block for the scales' shuffles and the lanes' reduction; over
+// panels that work is per 16 rows (as llama.cpp's CPU repack of Q4_K does).
+//
+// Layout (panel p of rows 16p .. 16p + 15, super-block b; panels one after
+// another, each one's super-blocks in order). Q4_K, kPanelBytesQ4K = 16 x 148:
+//   [0, 2048)     values: group g (0..31) of 64 bytes holds bytes 4g .. 4g + 3
+//                 of each row's 128 quant bytes, row i at 4i (low nibbles:
+//                 chunk 2 (g / 8), high: chunk 2 (g / 8) + 1, values 4 (g % 8) ..)
+//   [2048, 2176)  chunk scales: chunk c's 16 rows' 6-bit scales at 16c
+//   [2176, 2304)  mins, as pairs: for chunks 2k and 2k + 1, row i's two at 32k + 2i
+//   [2304, 2336)  d, f16 per row;  [2336, 2368) dmin, f16 per row
+// 148 bytes per row and super-block against the file's 144 (the scales
+// unpacked to bytes). Q6_K, kPanelBytesQ6K = 16 x 210 (the file's size):
+//   [0, 3072)     in the order the kernel reads them, for h = 0, 1 and
+//                 j = 0..7, 192 bytes: qh bytes 32h + 4j .. + 3 of each row
+//                 (row i at 4i), then ql bytes 64h + 4j .. and 64h + 32 + 4j ..
+//                 (ql and qh as separate regions streamed at half the rate
+//                 from DRAM: 14.7 against 30-41 GB/s on 2 threads, Zen 4)
+//   [3072, 3328)  int8 scales as pairs: sub-blocks 2k, 2k + 1 of row i at 32k + 2i
+//   [3328, 3360)  d, f16 per row
+// The values are the file's, bit for bit.
+//
+// The product of a row with an input quantized per 256 (block_input.h) is
+// integer up to each super-block's end. Q4_K: S = sum_c sc_c sum(u q), M =
+// sum_c mn_c sum(q), then acc = fma(d dx, S, acc), corr = fma(dmin dx, M,
+// corr) in f32, and y = acc - corr. Q6_K (u = q + 32, scales per 16): S =
+// sum_g sc_g sum(u q), M = sum_g sc_g sum(q), acc = fma(d dx, S - 32 M, acc).
+// Both instruction-set paths and the scalar twin (matvec_panel_twin) do
+// exactly that, so all three give the same bits, and a batch of inputs gets
+// each input's bits alone.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/dtype.h"
+
+namespace lr::cpu {
+
+constexpr int64_t kPanelRows = 16;
+constexpr uint64_t kPanelBytesQ4K = 16 * 148;  // one super-block of a panel
+constexpr uint64_t kPanelBytesQ6K = 16 * 210;
+
+// Whether a matrix of type t and this shape has a panel form (Q4_K or Q6_K,
+// rows a multiple of 16).
+bool panels_fit(DType t, int64_t rows, int64_t cols);
+// The panel form of rows x cols rows of type t, rb bytes each (asserts panels_fit).
+std::shared_ptr<const uint8_t[]> repack_panels(DType t, const uint8_t* W, uint64_t rb, int64_t rows,
+                                               int64_t cols);
+uint64_t panel_bytes(DType t, int64_t rows, int64_t cols);
+
+// Y[k * ldy + r] = row r . X[k * ldx ..] for k < n and rows [r0, r1) (both
+// multiples of 16), from the panel form of type t.
+void matvec_panels_n(DType t, const uint8_t* P, const float* X, int64_t ldx, float* Y, int64_t ldy,
+                     int64_t n, int64_t cols, int64_t r0, int64_t r1);
+
+// The scalar twin, over the file's own rows of type t: the same input
+// quantization, integer sums and f32 operations, one value at a time.
+void matvec_panel_twin(DType t, const uint8_t* W, uint64_t rb, const float* x, float* y,
+                       int64_t cols, int64_t r0, int64_t r1);
+
+}  // namespace lr::cpu

@@ -1,0 +1,136 @@
+// Q4_K and Q6_K in panels of 16 rows (backend/cpu/panels.h) against their scalar twin
+// over the file's own rows, bit for bit on every instruction-set path, for
+// any number of inputs; the twin against the f32 reference product
+// (ref::matvec_blocks: the same input quantization, the integer products
+// summed in double) within 1e-5 of sum |w x|.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/panels.h"
+#include "backend/cpu/ref_kernels.h"
+#include "core/dtype.h"
+#include "core/quants.h"
+#include "isa_util.h"
+#include "random_blocks.h"
+
+namespace {
+
+using lr::DType;
+namespace cpu = lr::cpu;
+
+std::vector<float> random_x(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = d(rng);
+  for (int64_t c = 256; c < 512 && c < n; ++c)
+    x[size_t(c)] = 0;  // an all-zero super-block (scale 0)
+  return x;
+}
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+constexpr DType kPanelTypes[] = {DType::Q4_K, DType::Q6_K};
+
+TEST(Panels, EveryInputCountIsTheTwinBitForBit) {
+  for (lr::Isa isa : lr::test::supported_isas()) {
+    lr::test::IsaScope scope(isa);
+    for (DType t : kPanelTypes)
+      for (int64_t cols : {256, 768, 1536}) {
+        const int64_t rows = 48, ldx = cols + 5, ldy = rows + 3;
+        const uint64_t rb = *lr::row_bytes(t, uint64_t(cols));
+        const auto W = lr::test::random_rows(t, rows, cols, uint32_t(cols));
+        ASSERT_TRUE(cpu::panels_fit(t, rows, cols));
+        const auto P = cpu::repack_panels(t, W.data(), rb, rows, cols);
+        for (int64_t n : {1, 2, 3, 4, 5, 7, 9}) {
+          const auto X = random_x(n * ldx, uint32_t(cols + n));
+          std::vector<float> Y(static_cast<size_t>(n * ldy), -9.f), want(static_cast<size_t>(rows));
+          cpu::matvec_panels_n(t, P.get(), X.data(), ldx, Y.data(), ldy, n, cols, 0, rows);
+          for (int64_t k = 0; k < n; ++k) {
+            cpu::matvec_panel_twin(t, W.data(), rb, X.data() + k * ldx, want.data(), cols, 0, rows);
+            for (int64_t r = 0; r < ldy; ++r) {
+              const float got = Y[size_t(k * ldy + r)];
+              if (r >= rows) {
+                ASSERT_EQ(got, -9.f) << "padding written: input " << k << " row " << r;
+                continue;
+              }
+              ASSERT_EQ(bits(got), bits(want[size_t(r)]))
+                  << lr::isa_name(isa) << " " << lr::dtype_name(t) << " cols " << cols << " inputs "
+                  << n << " input " << k << " row " << r << ": " << got << " vs "
+                  << want[size_t(r)];
+            }
+          }
+        }
+      }
+  }
+}
+
+TEST(Panels, TwinIsTheReferenceProduct) {
+  const int64_t rows = 32, cols = 1536;
+  for (DType t : kPanelTypes) {
+    const uint64_t rb = *lr::row_bytes(t, uint64_t(cols));
+    const auto W = lr::test::random_rows(t, rows, cols, 7);
+    const auto x = random_x(cols, 8);
+    std::vector<float> got(static_cast<size_t>(rows)), want(static_cast<size_t>(rows)),
+        w(static_cast<size_t>(cols));
+    cpu::matvec_panel_twin(t, W.data(), rb, x.data(), got.data(), cols, 0, rows);
+    cpu::ref::matvec_blocks(t, W.data(), rb, x.data(), want.data(), cols, 0, rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      lr::dequantize(t, W.data() + uint64_t(r) * rb, w.data(), cols);
+      double mag = 0;
+      for (int64_t c = 0; c < cols; ++c) mag += std::fabs(double(w[size_t(c)]) * x[size_t(c)]);
+      ASSERT_GT(mag, 0);
+      ASSERT_NEAR(got[size_t(r)], want[size_t(r)], 1e-5 * mag) << lr::dtype_name(t) << " row " << r;
+    }
+  }
+}
+
+// A row range of panels writes those rows only; extreme blocks (Q4_K: every
+// nibble 15, scales and mins 63; Q6_K: every value 63, scales -128; inputs
+// at +-127) stay exact in int32.
+TEST(Panels, RowRangesAndExtremeBlocks) {
+  const int64_t rows = 48, cols = 512;
+  for (DType t : kPanelTypes) {
+    const uint64_t rb = *lr::row_bytes(t, uint64_t(cols));
+    auto W = lr::test::random_rows(t, rows, cols, 11);
+    const int bytes = int(lr::dtype_info(t).block_bytes);
+    for (int64_t b = 0; b < rows * cols / 256; ++b) {  // rows 16-31: all bits set but d, dmin
+      if (b / (cols / 256) < 16 || b / (cols / 256) >= 32) continue;
+      uint8_t* blk = &W[size_t(b * bytes)];
+      if (t == DType::Q4_K) {
+        std::memset(blk + 4, 0xff, 140);
+      } else {
+        std::memset(blk, 0xff, 192);
+        std::memset(blk + 192, 0x80, 16);
+      }
+    }
+    std::vector<float> x(static_cast<size_t>(cols));
+    for (int64_t c = 0; c < cols; ++c) x[size_t(c)] = c % 2 ? 1.f : -1.f;
+    x[0] = 1.f;  // amax 1: every input quantizes to +-127
+    for (lr::Isa isa : lr::test::supported_isas()) {
+      lr::test::IsaScope scope(isa);
+      const auto P = cpu::repack_panels(t, W.data(), rb, rows, cols);
+      std::vector<float> y(static_cast<size_t>(rows), -9.f), want(static_cast<size_t>(rows));
+      cpu::matvec_panels_n(t, P.get(), x.data(), cols, y.data(), rows, 1, cols, 16, 32);
+      cpu::matvec_panel_twin(t, W.data(), rb, x.data(), want.data(), cols, 16, 32);
+      for (int64_t r = 0; r < rows; ++r) {
+        if (r < 16 || r >= 32)
+          ASSERT_EQ(y[size_t(r)], -9.f) << "row " << r << " outside the range written";
+        else
+          ASSERT_EQ(bits(y[size_t(r)]), bits(want[size_t(r)])) << lr::isa_name(isa) << " row " << r;
+      }
+    }
+  }
+  EXPECT_FALSE(cpu::panels_fit(DType::Q4_K, 40, 256));  // rows not a multiple of 16
+  EXPECT_FALSE(cpu::panels_fit(DType::Q5_K, 48, 256));
+}
+
+}  // namespace
