@@ -93,6 +93,33 @@ TEST(Panels, TwinIsTheReferenceProduct) {
   }
 }
 
+// The panel form unpacks to the file's bytes exactly, and the prompt
+// products from it are matmul_blocks' bits over the rows as stored.
+TEST(Panels, UnpackIsTheFileAndPromptsAreMatmulBlocks) {
+  const int64_t rows = 64, cols = 768, n = 11, ldx = cols + 3, ldy = rows + 2;
+  for (DType t : kPanelTypes) {
+    const uint64_t rb = *lr::row_bytes(t, uint64_t(cols));
+    const auto W = lr::test::random_rows(t, rows, cols, 21);
+    const auto P = cpu::repack_panels(t, W.data(), rb, rows, cols);
+    std::vector<uint8_t> back(W.size(), 0);
+    cpu::unpack_panels(t, P.get(), cols, 0, rows, back.data());
+    ASSERT_EQ(back, W) << lr::dtype_name(t);
+    cpu::unpack_panels(t, P.get(), cols, 16, 48, back.data());  // a range lands at the start
+    ASSERT_EQ(std::memcmp(back.data(), W.data() + 16 * rb, 32 * rb), 0) << lr::dtype_name(t);
+    const auto X = random_x(n * ldx, 22);
+    for (lr::Isa isa : lr::test::supported_isas()) {
+      lr::test::IsaScope scope(isa);
+      std::vector<float> want(static_cast<size_t>(n * ldy), -9.f), got(want.size(), -9.f);
+      cpu::matmul_blocks(t, W.data(), rb, X.data(), want.data(), n, cols, ldx, ldy, 16, rows,
+                         cpu::MatmulPath::Tiles);
+      cpu::matmul_panels(t, P.get(), X.data(), got.data(), n, cols, ldx, ldy, 16, rows,
+                         cpu::MatmulPath::Tiles);
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
+          << lr::isa_name(isa) << " " << lr::dtype_name(t);
+    }
+  }
+}
+
 // A row range of panels writes those rows only; extreme blocks (Q4_K: every
 // nibble 15, scales and mins 63; Q6_K: every value 63, scales -128; inputs
 // at +-127) stay exact in int32.

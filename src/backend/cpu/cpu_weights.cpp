@@ -1,5 +1,8 @@
 #include "backend/cpu/cpu_weights.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <map>
 #include <mutex>
 
@@ -19,6 +22,20 @@ void for_each_product_matrix(W& w, F&& f) {
   linear(w.output);
   for (auto& l : w.layers)
     for (auto* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) linear(*m);
+}
+
+#ifndef MADV_PAGEOUT
+#define MADV_PAGEOUT 21  // Linux 5.4
+#endif
+
+// The pages wholly inside [p, p + n) leave this process's memory: a file's
+// clean pages are dropped (read again if touched), anonymous ones swapped
+// (kept where there is no swap). Nothing reads them on the CPU path once
+// the panels exist; where the kernel lacks MADV_PAGEOUT nothing happens.
+void release_pages(const uint8_t* p, uint64_t n) {
+  const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
+  const uint64_t a = (uint64_t(p) + page - 1) / page * page, e = (uint64_t(p) + n) / page * page;
+  if (e > a) (void)madvise(reinterpret_cast<void*>(a), e - a, MADV_PAGEOUT);
 }
 
 struct Entry {
@@ -45,7 +62,10 @@ std::shared_ptr<const Weights> with_panels(std::shared_ptr<const Weights> w) {
   for_each_product_matrix(*copy, [&](Matrix& m) {
     if (!panels_fit(m.dtype, m.rows, m.cols)) return;
     auto& p = done[m.ptr()];
-    if (!p) p = repack_panels(m.dtype, m.ptr(), m.row_bytes(), m.rows, m.cols);
+    if (!p) {
+      p = repack_panels(m.dtype, m.ptr(), m.row_bytes(), m.rows, m.cols);
+      release_pages(m.ptr(), m.data_bytes());
+    }
     m.panels = p;
   });
   g_cache[w.get()] = {w, copy};

@@ -1,6 +1,8 @@
-// The weights as the CPU backends compute them: every Q4_K matrix that fits
-// also in panels of 16 rows (backend/cpu/panels.h) for the decode products;
-// the prompt products and everything else read the rows as stored.
+// The weights as the CPU backends compute them: every Q4_K and Q6_K matrix
+// that fits in panels of 16 rows (backend/cpu/panels.h) is computed from
+// them, decode and prompt alike, and its rows as stored leave the process's
+// memory (madvise MADV_PAGEOUT) until something else reads them (the
+// reference path, the GPU upload, an embedding row).
 #pragma once
 
 #include <memory>

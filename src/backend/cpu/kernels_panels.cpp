@@ -2,8 +2,10 @@
 // on both instruction-set paths (kernels_panels_isa.h) and the scalar twin.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "backend/cpu/block_input.h"
 #include "backend/cpu/kernels_simd.h"
@@ -69,6 +71,38 @@ void repack_q6k(const uint8_t* const blk[16], uint8_t* o) {
       std::memcpy(o + 3072 + 32 * k + 2 * i, blk[i] + q::Q6_K::kScales + 2 * k, 2);
     std::memcpy(o + 3328 + 2 * i, blk[i] + q::Q6_K::kD, 2);
   }
+}
+
+// The inverses, one row's super-block from its place in the panel form.
+void unpack_q4k(const uint8_t* o, int i, uint8_t* blk) {
+  for (int g = 0; g < 32; ++g) std::memcpy(blk + q::Q4_K::kQs + 4 * g, o + 64 * g + 4 * i, 4);
+  uint8_t sc[8], mn[8];
+  for (int c = 0; c < 8; ++c) sc[c] = o[2048 + 16 * c + i];
+  for (int k = 0; k < 4; ++k) {
+    mn[2 * k] = o[2176 + 32 * k + 2 * i];
+    mn[2 * k + 1] = o[2176 + 32 * k + 2 * i + 1];
+  }
+  uint8_t* s = blk + q::Q4_K::kScales;  // the packing q::k4_scales reads
+  for (int j = 0; j < 4; ++j) {
+    s[j] = uint8_t(sc[j] | (sc[j + 4] >> 4) << 6);
+    s[j + 4] = uint8_t(mn[j] | (mn[j + 4] >> 4) << 6);
+    s[j + 8] = uint8_t((sc[j + 4] & 15) | (mn[j + 4] & 15) << 4);
+  }
+  std::memcpy(blk + q::Q4_K::kD, o + 2304 + 2 * i, 2);
+  std::memcpy(blk + q::Q4_K::kDmin, o + 2336 + 2 * i, 2);
+}
+
+void unpack_q6k(const uint8_t* o, int i, uint8_t* blk) {
+  for (int h = 0; h < 2; ++h)
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* g = o + 192 * (8 * h + j) + 4 * i;
+      std::memcpy(blk + q::Q6_K::kQh + 32 * h + 4 * j, g, 4);
+      std::memcpy(blk + q::Q6_K::kQl + 64 * h + 4 * j, g + 64, 4);
+      std::memcpy(blk + q::Q6_K::kQl + 64 * h + 32 + 4 * j, g + 128, 4);
+    }
+  for (int k = 0; k < 8; ++k)
+    std::memcpy(blk + q::Q6_K::kScales + 2 * k, o + 3072 + 32 * k + 2 * i, 2);
+  std::memcpy(blk + q::Q6_K::kD, o + 3328 + 2 * i, 2);
 }
 
 float half_at(const uint8_t* p) {
@@ -156,6 +190,36 @@ void matvec_panels_n(DType t, const uint8_t* P, const float* X, int64_t ldx, flo
     avx512vnni::matvec_panels(t, P, nb, a.data(), n, Y, ldy, r0 / kPanelRows, r1 / kPanelRows);
   else
     avx2::matvec_panels(t, P, nb, a.data(), n, Y, ldy, r0 / kPanelRows, r1 / kPanelRows);
+}
+
+void unpack_panels(DType t, const uint8_t* P, int64_t cols, int64_t r0, int64_t r1, uint8_t* out) {
+  LR_ASSERT(r0 % kPanelRows == 0 && r1 % kPanelRows == 0 && cols % 256 == 0);
+  const int64_t nb = cols / 256;
+  const uint64_t bytes = t == DType::Q6_K ? kQ6K : kQ4K, rb = uint64_t(nb) * bytes;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* o = P + uint64_t(r / kPanelRows * nb + b) * block_bytes(t);
+      uint8_t* blk = out + uint64_t(r - r0) * rb + uint64_t(b) * bytes;
+      if (t == DType::Q6_K)
+        unpack_q6k(o, int(r % kPanelRows), blk);
+      else
+        unpack_q4k(o, int(r % kPanelRows), blk);
+    }
+}
+
+void matmul_panels(DType t, const uint8_t* P, const float* X, float* Y, int64_t n, int64_t cols,
+                   int64_t ldx, int64_t ldy, int64_t r0, int64_t r1, MatmulPath path) {
+  // 1024 rows a chunk: the int8 kernel quantizes the tokens once per call,
+  // about 1% of the chunk's multiply-adds.
+  constexpr int64_t kChunk = 1024;
+  thread_local std::vector<uint8_t> rows;
+  const uint64_t rb = uint64_t(cols / 256) * (t == DType::Q6_K ? kQ6K : kQ4K);
+  for (int64_t r = r0; r < r1; r += kChunk) {
+    const int64_t e = std::min(r1, r + kChunk);
+    rows.resize(uint64_t(e - r) * rb);
+    unpack_panels(t, P, cols, r, e, rows.data());
+    matmul_blocks(t, rows.data(), rb, X, Y + r, n, cols, ldx, ldy, 0, e - r, path);
+  }
 }
 
 void matvec_panel_twin(DType t, const uint8_t* W, uint64_t rb, const float* x, float* y,

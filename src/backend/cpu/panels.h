@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "backend/cpu/kernels.h"
 #include "core/dtype.h"
 
 namespace lr::cpu {
@@ -58,6 +59,16 @@ uint64_t panel_bytes(DType t, int64_t rows, int64_t cols);
 // multiples of 16), from the panel form of type t.
 void matvec_panels_n(DType t, const uint8_t* P, const float* X, int64_t ldx, float* Y, int64_t ldy,
                      int64_t n, int64_t cols, int64_t r0, int64_t r1);
+
+// Rows [r0, r1) (multiples of 16) of the panel form back in the file's
+// layout, byte for byte: out holds (r1 - r0) rows of the format's row bytes.
+void unpack_panels(DType t, const uint8_t* P, int64_t cols, int64_t r0, int64_t r1, uint8_t* out);
+
+// The prompt products from the panel form (so the rows as stored need not
+// stay in memory): a chunk of rows at a time back in the file's layout, then
+// matmul_blocks, whose bits these are (the same arguments as it takes).
+void matmul_panels(DType t, const uint8_t* P, const float* X, float* Y, int64_t n, int64_t cols,
+                   int64_t ldx, int64_t ldy, int64_t r0, int64_t r1, MatmulPath path);
 
 // The scalar twin, over the file's own rows of type t: the same input
 // quantization, integer sums and f32 operations, one value at a time.

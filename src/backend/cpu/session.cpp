@@ -29,6 +29,7 @@ void matvec(const Matrix& W, const float* x, float* y, int64_t r0, int64_t r1) {
 void matmul(const Matrix& W, const float* X, int64_t ldx, float* Y, int64_t ldy, int64_t n,
             int64_t r0, int64_t r1, MatmulPath path) {
   if (n == 1 && path == MatmulPath::Any) return matvec(W, X, Y, r0, r1);
+  if (W.panels) return matmul_panels(W.dtype, W.panels.get(), X, Y, n, W.cols, ldx, ldy, r0, r1, path);
   switch (W.dtype) {
     case DType::BF16:
       return matmul_bf16(W.half(), X, Y, n, W.cols, ldx, ldy, r0, r1, path);
