@@ -1,10 +1,13 @@
 // Q4_K and Q6_K in panels of 16 rows for decode (panels.h): the repack, the products
 // on both instruction-set paths (kernels_panels_isa.h) and the scalar twin.
 #include <immintrin.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <vector>
 
 #include "backend/cpu/block_input.h"
@@ -151,6 +154,20 @@ void twin_q6k(const uint8_t* blk, const Acts& a, int64_t b, float& acc) {
 
 }  // namespace
 
+// A buffer in 2 MiB pages where the kernel grants them (transparent huge
+// pages in madvise mode): a decode step streams every panel once, through
+// 500 times fewer TLB entries. (Qwen2.5-Coder-1.5B decode on a Zen 4, 3
+// interleaved runs: 31.9-43.3 tok/s against 30.8-38.9 in 4 KiB pages, within
+// the spread of this host's bandwidth.)
+std::shared_ptr<uint8_t[]> huge_page_buffer(uint64_t bytes) {
+  constexpr uint64_t kHuge = uint64_t(2) << 20;
+  const uint64_t size = (bytes + kHuge - 1) / kHuge * kHuge;
+  void* p = std::aligned_alloc(kHuge, size);
+  if (!p) throw std::bad_alloc();
+  (void)madvise(p, size, MADV_HUGEPAGE);
+  return std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
+}
+
 bool panels_fit(DType t, int64_t rows, int64_t cols) {
   return (t == DType::Q4_K || t == DType::Q6_K) && rows > 0 && rows % kPanelRows == 0 && cols > 0 &&
          cols % 256 == 0;
@@ -165,7 +182,7 @@ std::shared_ptr<const uint8_t[]> repack_panels(DType t, const uint8_t* W, uint64
   const int bytes = t == DType::Q6_K ? kQ6K : kQ4K;
   LR_ASSERT(panels_fit(t, rows, cols) && rb == uint64_t(cols / 256) * uint64_t(bytes));
   const int64_t nb = cols / 256;
-  std::shared_ptr<uint8_t[]> out(new uint8_t[panel_bytes(t, rows, cols)]);
+  std::shared_ptr<uint8_t[]> out = huge_page_buffer(panel_bytes(t, rows, cols));
   for (int64_t p = 0; p < rows / kPanelRows; ++p)
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* blk[16];
