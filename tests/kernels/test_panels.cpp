@@ -1,4 +1,4 @@
-// Q4_K and Q6_K in panels of 16 rows (backend/cpu/panels.h) against their scalar twin
+// Q2_K, Q3_K, Q4_K and Q6_K in panels of 16 rows (backend/cpu/panels.h) against their scalar twin
 // over the file's own rows, bit for bit on every instruction-set path, for
 // any number of inputs; the twin against the f32 reference product
 // (ref::matvec_blocks: the same input quantization, the integer products
@@ -38,7 +38,7 @@ uint32_t bits(float f) {
   return u;
 }
 
-constexpr DType kPanelTypes[] = {DType::Q4_K, DType::Q6_K};
+constexpr DType kPanelTypes[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q6_K};
 
 TEST(Panels, EveryInputCountIsTheTwinBitForBit) {
   for (lr::Isa isa : lr::test::supported_isas()) {
@@ -121,8 +121,9 @@ TEST(Panels, UnpackIsTheFileAndPromptsAreMatmulBlocks) {
 }
 
 // A row range of panels writes those rows only; extreme blocks (Q4_K: every
-// nibble 15, scales and mins 63; Q6_K: every value 63, scales -128; inputs
-// at +-127) stay exact in int32.
+// nibble 15, scales and mins 63; Q6_K: every value 63, scales -128; Q2_K and
+// Q3_K: every bit of values and scales set; inputs all 127) stay exact in
+// int32.
 TEST(Panels, RowRangesAndExtremeBlocks) {
   const int64_t rows = 48, cols = 512;
   for (DType t : kPanelTypes) {
@@ -134,14 +135,15 @@ TEST(Panels, RowRangesAndExtremeBlocks) {
       uint8_t* blk = &W[size_t(b * bytes)];
       if (t == DType::Q4_K) {
         std::memset(blk + 4, 0xff, 140);
-      } else {
+      } else if (t == DType::Q6_K) {
         std::memset(blk, 0xff, 192);
         std::memset(blk + 192, 0x80, 16);
+      } else {
+        std::memset(blk, 0xff, t == DType::Q2_K ? 80 : 108);  // values and scales, not d
       }
     }
     std::vector<float> x(static_cast<size_t>(cols));
-    for (int64_t c = 0; c < cols; ++c) x[size_t(c)] = c % 2 ? 1.f : -1.f;
-    x[0] = 1.f;  // amax 1: every input quantizes to +-127
+    for (int64_t c = 0; c < cols; ++c) x[size_t(c)] = 1.f;  // every input quantizes to 127
     for (lr::Isa isa : lr::test::supported_isas()) {
       lr::test::IsaScope scope(isa);
       const auto P = cpu::repack_panels(t, W.data(), rb, rows, cols);
@@ -158,6 +160,7 @@ TEST(Panels, RowRangesAndExtremeBlocks) {
   }
   EXPECT_FALSE(cpu::panels_fit(DType::Q4_K, 40, 256));  // rows not a multiple of 16
   EXPECT_FALSE(cpu::panels_fit(DType::Q5_K, 48, 256));
+  EXPECT_FALSE(cpu::panels_fit(DType::Q4_K, 48, 128));  // rows shorter than a super-block
 }
 
 }  // namespace

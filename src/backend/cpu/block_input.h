@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/dtype.h"
+
 namespace lr::cpu::detail {
 
 struct Acts {
@@ -21,5 +23,10 @@ struct Acts {
 // 32) and 5 (sums per 16); valid until the thread's next call.
 const std::vector<Acts>& quantize_block_inputs(const float* x, int64_t cols, int64_t n, int64_t ldx,
                                                int block);
+
+// matmul_blocks_int8 over n inputs quantized already (quantize_block_inputs
+// with the format's block), so a caller's several calls quantize them once.
+void matmul_blocks_int8_acts(DType t, const uint8_t* W, uint64_t rb, const Acts* in, float* Y,
+                             int64_t n, int64_t cols, int64_t ldy, int64_t r0, int64_t r1);
 
 }  // namespace lr::cpu::detail

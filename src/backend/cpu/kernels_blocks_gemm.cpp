@@ -253,4 +253,11 @@ void matmul_blocks_int8(DType t, const uint8_t* W, uint64_t rb, const float* X, 
   gemm512::matmul(t, W, rb, in.data(), Y, n, cols, ldy, r0, r1);
 }
 
+void detail::matmul_blocks_int8_acts(DType t, const uint8_t* W, uint64_t rb, const Acts* in, float* Y,
+                             int64_t n, int64_t cols, int64_t ldy, int64_t r0, int64_t r1) {
+  LR_ASSERT(cpu_supports(Isa::Avx512Vnni));
+  if (r1 <= r0 || n <= 0) return;
+  gemm512::matmul(t, W, rb, in, Y, n, cols, ldy, r0, r1);
+}
+
 }  // namespace lr::cpu

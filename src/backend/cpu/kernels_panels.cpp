@@ -39,44 +39,28 @@ LR_END_AVX512VNNI
 
 namespace {
 
-constexpr int kQ4K = q::Q4_K::kBytes, kQ6K = q::Q6_K::kBytes;
+constexpr int kQ2K = q::Q2_K::kBytes, kQ3K = q::Q3_K::kBytes, kQ4K = q::Q4_K::kBytes,
+              kQ6K = q::Q6_K::kBytes;
 
-uint64_t block_bytes(DType t) {
-  return t == DType::Q6_K ? kPanelBytesQ6K : kPanelBytesQ4K;
+int file_bytes(DType t) {
+  return t == DType::Q2_K ? kQ2K : t == DType::Q3_K ? kQ3K : t == DType::Q6_K ? kQ6K : kQ4K;
 }
 
-// Super-block b of rows 16p .. 16p + 15 into its place o in the panel form.
-void repack_q4k(const uint8_t* const blk[16], uint8_t* o) {
-  for (int i = 0; i < 16; ++i) {
-    for (int g = 0; g < 32; ++g) std::memcpy(o + 64 * g + 4 * i, blk[i] + q::Q4_K::kQs + 4 * g, 4);
-    uint8_t sc[8], mn[8];
-    q::k4_scales(blk[i] + q::Q4_K::kScales, sc, mn);
-    for (int c = 0; c < 8; ++c) o[2048 + 16 * c + i] = sc[c];
-    for (int k = 0; k < 4; ++k) {
-      o[2176 + 32 * k + 2 * i] = mn[2 * k];
-      o[2176 + 32 * k + 2 * i + 1] = mn[2 * k + 1];
-    }
-    std::memcpy(o + 2304 + 2 * i, blk[i] + q::Q4_K::kD, 2);
-    std::memcpy(o + 2336 + 2 * i, blk[i] + q::Q4_K::kDmin, 2);
+// Row i's super-block `blk` into its place o (a panel's super-block) and
+// back: each format's pair of inverses.
+void pack_q4k(const uint8_t* blk, int i, uint8_t* o) {
+  for (int g = 0; g < 32; ++g) std::memcpy(o + 64 * g + 4 * i, blk + q::Q4_K::kQs + 4 * g, 4);
+  uint8_t sc[8], mn[8];
+  q::k4_scales(blk + q::Q4_K::kScales, sc, mn);
+  for (int c = 0; c < 8; ++c) o[2048 + 16 * c + i] = sc[c];
+  for (int k = 0; k < 4; ++k) {
+    o[2176 + 32 * k + 2 * i] = mn[2 * k];
+    o[2176 + 32 * k + 2 * i + 1] = mn[2 * k + 1];
   }
+  std::memcpy(o + 2304 + 2 * i, blk + q::Q4_K::kD, 2);
+  std::memcpy(o + 2336 + 2 * i, blk + q::Q4_K::kDmin, 2);
 }
 
-void repack_q6k(const uint8_t* const blk[16], uint8_t* o) {
-  for (int i = 0; i < 16; ++i) {
-    for (int h = 0; h < 2; ++h)
-      for (int j = 0; j < 8; ++j) {
-        uint8_t* g = o + 192 * (8 * h + j) + 4 * i;
-        std::memcpy(g, blk[i] + q::Q6_K::kQh + 32 * h + 4 * j, 4);
-        std::memcpy(g + 64, blk[i] + q::Q6_K::kQl + 64 * h + 4 * j, 4);
-        std::memcpy(g + 128, blk[i] + q::Q6_K::kQl + 64 * h + 32 + 4 * j, 4);
-      }
-    for (int k = 0; k < 8; ++k)
-      std::memcpy(o + 3072 + 32 * k + 2 * i, blk[i] + q::Q6_K::kScales + 2 * k, 2);
-    std::memcpy(o + 3328 + 2 * i, blk[i] + q::Q6_K::kD, 2);
-  }
-}
-
-// The inverses, one row's super-block from its place in the panel form.
 void unpack_q4k(const uint8_t* o, int i, uint8_t* blk) {
   for (int g = 0; g < 32; ++g) std::memcpy(blk + q::Q4_K::kQs + 4 * g, o + 64 * g + 4 * i, 4);
   uint8_t sc[8], mn[8];
@@ -95,17 +79,121 @@ void unpack_q4k(const uint8_t* o, int i, uint8_t* blk) {
   std::memcpy(blk + q::Q4_K::kDmin, o + 2336 + 2 * i, 2);
 }
 
-void unpack_q6k(const uint8_t* o, int i, uint8_t* blk) {
+// Q6_K: for h and j, qh bytes 32h + 4j, then ql 64h + 4j and 64h + 32 + 4j.
+template <bool kPack>
+void move_q6k(uint8_t* blk, int i, uint8_t* o) {
+  auto mv = [](uint8_t* panel, uint8_t* file, int n) {
+    if constexpr (kPack)
+      std::memcpy(panel, file, size_t(n));
+    else
+      std::memcpy(file, panel, size_t(n));
+  };
   for (int h = 0; h < 2; ++h)
     for (int j = 0; j < 8; ++j) {
-      const uint8_t* g = o + 192 * (8 * h + j) + 4 * i;
-      std::memcpy(blk + q::Q6_K::kQh + 32 * h + 4 * j, g, 4);
-      std::memcpy(blk + q::Q6_K::kQl + 64 * h + 4 * j, g + 64, 4);
-      std::memcpy(blk + q::Q6_K::kQl + 64 * h + 32 + 4 * j, g + 128, 4);
+      uint8_t* g = o + 192 * (8 * h + j) + 4 * i;
+      mv(g, blk + q::Q6_K::kQh + 32 * h + 4 * j, 4);
+      mv(g + 64, blk + q::Q6_K::kQl + 64 * h + 4 * j, 4);
+      mv(g + 128, blk + q::Q6_K::kQl + 64 * h + 32 + 4 * j, 4);
     }
-  for (int k = 0; k < 8; ++k)
-    std::memcpy(blk + q::Q6_K::kScales + 2 * k, o + 3072 + 32 * k + 2 * i, 2);
-  std::memcpy(blk + q::Q6_K::kD, o + 3328 + 2 * i, 2);
+  for (int k = 0; k < 8; ++k) mv(o + 3072 + 32 * k + 2 * i, blk + q::Q6_K::kScales + 2 * k, 2);
+  mv(o + 3328 + 2 * i, blk + q::Q6_K::kD, 2);
+}
+
+// Q2_K: qs groups, the scale bytes as pairs, d, dmin.
+template <bool kPack>
+void move_q2k(uint8_t* blk, int i, uint8_t* o) {
+  auto mv = [](uint8_t* panel, uint8_t* file, int n) {
+    if constexpr (kPack)
+      std::memcpy(panel, file, size_t(n));
+    else
+      std::memcpy(file, panel, size_t(n));
+  };
+  for (int h = 0; h < 2; ++h)
+    for (int j = 0; j < 8; ++j)
+      mv(o + 64 * (8 * h + j) + 4 * i, blk + q::Q2_K::kQs + 32 * h + 4 * j, 4);
+  for (int k = 0; k < 8; ++k) mv(o + 1024 + 32 * k + 2 * i, blk + q::Q2_K::kScales + 2 * k, 2);
+  mv(o + 1280 + 2 * i, blk + q::Q2_K::kD, 2);
+  mv(o + 1312 + 2 * i, blk + q::Q2_K::kDmin, 2);
+}
+
+// Q3_K's high-bit nibble of lane byte k (row k / 4, byte k % 4 of a group):
+// its byte in the group's 32 (panels.h) and which nibble.
+int nibble_byte(int k) {
+  return k < 32 ? k % 16 : 16 + k % 16;
+}
+int nibble_shift(int k) {
+  return (k / 16) % 2 ? 4 : 0;
+}
+
+void pack_q3k(const uint8_t* blk, int i, uint8_t* o) {
+  for (int h = 0; h < 2; ++h)
+    for (int j = 0; j < 8; ++j) {
+      uint8_t* g = o + 96 * (8 * h + j);
+      std::memcpy(g + 4 * i, blk + q::Q3_K::kQs + 32 * h + 4 * j, 4);
+      for (int p = 0; p < 4; ++p) {
+        const int k = 4 * i + p;
+        const int nib = (blk[q::Q3_K::kHmask + 4 * j + p] >> (4 * h)) & 15;
+        uint8_t& b = g[64 + nibble_byte(k)];
+        b = uint8_t((b & ~(15 << nibble_shift(k))) | nib << nibble_shift(k));
+      }
+    }
+  int8_t sc[16];
+  q::k3_scales(blk + q::Q3_K::kScales, sc);
+  for (int k = 0; k < 8; ++k) std::memcpy(o + 1536 + 32 * k + 2 * i, sc + 2 * k, 2);
+  std::memcpy(o + 1792 + 2 * i, blk + q::Q3_K::kD, 2);
+}
+
+void unpack_q3k(const uint8_t* o, int i, uint8_t* blk) {
+  std::memset(blk + q::Q3_K::kHmask, 0, 32);
+  for (int h = 0; h < 2; ++h)
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* g = o + 96 * (8 * h + j);
+      std::memcpy(blk + q::Q3_K::kQs + 32 * h + 4 * j, g + 4 * i, 4);
+      for (int p = 0; p < 4; ++p) {
+        const int k = 4 * i + p;
+        const int nib = (g[64 + nibble_byte(k)] >> nibble_shift(k)) & 15;
+        blk[q::Q3_K::kHmask + 4 * j + p] =
+            uint8_t(blk[q::Q3_K::kHmask + 4 * j + p] | nib << (4 * h));
+      }
+    }
+  int8_t sc[16];
+  for (int k = 0; k < 8; ++k) std::memcpy(sc + 2 * k, o + 1536 + 32 * k + 2 * i, 2);
+  uint8_t* s = blk + q::Q3_K::kScales;  // the packing q::k3_scales reads (scale + 32)
+  std::memset(s, 0, 12);
+  for (int g = 0; g < 16; ++g) {
+    const int v = sc[g] + 32;
+    s[g % 8] = uint8_t(s[g % 8] | (v & 15) << (g < 8 ? 0 : 4));
+    s[8 + g % 4] = uint8_t(s[8 + g % 4] | ((v >> 4) & 3) << (2 * (g / 4)));
+  }
+  std::memcpy(blk + q::Q3_K::kD, o + 1792 + 2 * i, 2);
+}
+
+void pack_row(DType t, const uint8_t* blk, int i, uint8_t* o) {
+  auto* b = const_cast<uint8_t*>(blk);  // read only when packing
+  switch (t) {
+    case DType::Q2_K:
+      return move_q2k<true>(b, i, o);
+    case DType::Q3_K:
+      return pack_q3k(blk, i, o);
+    case DType::Q6_K:
+      return move_q6k<true>(b, i, o);
+    default:
+      return pack_q4k(blk, i, o);
+  }
+}
+
+void unpack_row(DType t, const uint8_t* o, int i, uint8_t* blk) {
+  auto* p = const_cast<uint8_t*>(o);  // read only when unpacking
+  switch (t) {
+    case DType::Q2_K:
+      return move_q2k<false>(blk, i, p);
+    case DType::Q3_K:
+      return unpack_q3k(o, i, blk);
+    case DType::Q6_K:
+      return move_q6k<false>(blk, i, p);
+    default:
+      return unpack_q4k(o, i, blk);
+  }
 }
 
 float half_at(const uint8_t* p) {
@@ -152,6 +240,42 @@ void twin_q6k(const uint8_t* blk, const Acts& a, int64_t b, float& acc) {
   acc = std::fma(half_at(blk + q::Q6_K::kD) * a.d[b], float(S - 32 * M), acc);
 }
 
+void twin_q2k(const uint8_t* blk, const Acts& a, int64_t b, float& acc, float& corr) {
+  int32_t S = 0, M = 0;
+  for (int c = 0; c < 8; ++c)
+    for (int part = 0; part < 2; ++part) {
+      int32_t s = 0;
+      for (int l = 16 * part; l < 16 * part + 16; ++l)
+        s += ((blk[q::Q2_K::kQs + 32 * (c / 4) + l] >> (2 * (c % 4))) & 3) *
+             a.q[256 * b + 32 * c + l];
+      const int g = 2 * c + part, sc = blk[q::Q2_K::kScales + g];
+      S += (sc & 15) * s;
+      M += (sc >> 4) * a.s16[16 * b + g];
+    }
+  const float xd = a.d[b];
+  acc = std::fma(half_at(blk + q::Q2_K::kD) * xd, float(S), acc);
+  corr = std::fma(half_at(blk + q::Q2_K::kDmin) * xd, float(M), corr);
+}
+
+void twin_q3k(const uint8_t* blk, const Acts& a, int64_t b, float& acc) {
+  int8_t sc[16];
+  q::k3_scales(blk + q::Q3_K::kScales, sc);
+  int32_t S = 0, M = 0;
+  for (int c = 0; c < 8; ++c)
+    for (int part = 0; part < 2; ++part) {
+      int32_t s = 0;
+      for (int l = 16 * part; l < 16 * part + 16; ++l) {
+        const int lo = (blk[q::Q3_K::kQs + 32 * (c / 4) + l] >> (2 * (c % 4))) & 3;
+        const int hi = (blk[q::Q3_K::kHmask + l] >> c) & 1;
+        s += (lo | hi << 2) * a.q[256 * b + 32 * c + l];
+      }
+      const int g = 2 * c + part;
+      S += sc[g] * s;
+      M += sc[g] * a.s16[16 * b + g];
+    }
+  acc = std::fma(half_at(blk + q::Q3_K::kD) * a.d[b], float(S - 4 * M), acc);
+}
+
 }  // namespace
 
 // A buffer in 2 MiB pages where the kernel grants them (transparent huge
@@ -169,31 +293,25 @@ std::shared_ptr<uint8_t[]> huge_page_buffer(uint64_t bytes) {
 }
 
 bool panels_fit(DType t, int64_t rows, int64_t cols) {
-  return (t == DType::Q4_K || t == DType::Q6_K) && rows > 0 && rows % kPanelRows == 0 && cols > 0 &&
-         cols % 256 == 0;
+  const bool format = t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q6_K;
+  return format && rows > 0 && rows % kPanelRows == 0 && cols > 0 && cols % 256 == 0;
 }
 
 uint64_t panel_bytes(DType t, int64_t rows, int64_t cols) {
-  return uint64_t(rows / kPanelRows) * uint64_t(cols / 256) * block_bytes(t);
+  return uint64_t(rows / kPanelRows) * uint64_t(cols / 256) * panel_block_bytes(t);
 }
 
 std::shared_ptr<const uint8_t[]> repack_panels(DType t, const uint8_t* W, uint64_t rb, int64_t rows,
                                                int64_t cols) {
-  const int bytes = t == DType::Q6_K ? kQ6K : kQ4K;
-  LR_ASSERT(panels_fit(t, rows, cols) && rb == uint64_t(cols / 256) * uint64_t(bytes));
+  const uint64_t bytes = uint64_t(file_bytes(t));
+  LR_ASSERT(panels_fit(t, rows, cols) && rb == uint64_t(cols / 256) * bytes);
   const int64_t nb = cols / 256;
   std::shared_ptr<uint8_t[]> out = huge_page_buffer(panel_bytes(t, rows, cols));
-  for (int64_t p = 0; p < rows / kPanelRows; ++p)
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* blk[16];
-      for (int i = 0; i < 16; ++i)
-        blk[i] = W + uint64_t(kPanelRows * p + i) * rb + uint64_t(b) * uint64_t(bytes);
-      uint8_t* o = out.get() + uint64_t(p * nb + b) * block_bytes(t);
-      if (t == DType::Q6_K)
-        repack_q6k(blk, o);
-      else
-        repack_q4k(blk, o);
-    }
+  std::memset(out.get(), 0, panel_bytes(t, rows, cols));  // Q3_K's nibbles are or-ed in
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < nb; ++b)
+      pack_row(t, W + uint64_t(r) * rb + uint64_t(b) * bytes, int(r % kPanelRows),
+               out.get() + uint64_t(r / kPanelRows * nb + b) * panel_block_bytes(t));
   return out;
 }
 
@@ -212,45 +330,56 @@ void matvec_panels_n(DType t, const uint8_t* P, const float* X, int64_t ldx, flo
 void unpack_panels(DType t, const uint8_t* P, int64_t cols, int64_t r0, int64_t r1, uint8_t* out) {
   LR_ASSERT(r0 % kPanelRows == 0 && r1 % kPanelRows == 0 && cols % 256 == 0);
   const int64_t nb = cols / 256;
-  const uint64_t bytes = t == DType::Q6_K ? kQ6K : kQ4K, rb = uint64_t(nb) * bytes;
+  const uint64_t bytes = uint64_t(file_bytes(t)), rb = uint64_t(nb) * bytes;
   for (int64_t r = r0; r < r1; ++r)
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* o = P + uint64_t(r / kPanelRows * nb + b) * block_bytes(t);
-      uint8_t* blk = out + uint64_t(r - r0) * rb + uint64_t(b) * bytes;
-      if (t == DType::Q6_K)
-        unpack_q6k(o, int(r % kPanelRows), blk);
-      else
-        unpack_q4k(o, int(r % kPanelRows), blk);
-    }
+    for (int64_t b = 0; b < nb; ++b)
+      unpack_row(t, P + uint64_t(r / kPanelRows * nb + b) * panel_block_bytes(t),
+                 int(r % kPanelRows), out + uint64_t(r - r0) * rb + uint64_t(b) * bytes);
 }
 
 void matmul_panels(DType t, const uint8_t* P, const float* X, float* Y, int64_t n, int64_t cols,
                    int64_t ldx, int64_t ldy, int64_t r0, int64_t r1, MatmulPath path) {
-  // 1024 rows a chunk: the int8 kernel quantizes the tokens once per call,
-  // about 1% of the chunk's multiply-adds.
+  // 1024 rows at a time back in the file's layout; on AVX-512 VNNI the
+  // tokens are quantized once for all chunks.
   constexpr int64_t kChunk = 1024;
   thread_local std::vector<uint8_t> rows;
-  const uint64_t rb = uint64_t(cols / 256) * (t == DType::Q6_K ? kQ6K : kQ4K);
+  const uint64_t rb = uint64_t(cols / 256) * uint64_t(file_bytes(t));
+  const bool int8 = kernel_isa() == Isa::Avx512Vnni;
+  const Acts* in = int8 ? quantize_block_inputs(X, cols, n, ldx, 256).data() : nullptr;
   for (int64_t r = r0; r < r1; r += kChunk) {
     const int64_t e = std::min(r1, r + kChunk);
     rows.resize(uint64_t(e - r) * rb);
     unpack_panels(t, P, cols, r, e, rows.data());
-    matmul_blocks(t, rows.data(), rb, X, Y + r, n, cols, ldx, ldy, 0, e - r, path);
+    if (int8)
+      matmul_blocks_int8_acts(t, rows.data(), rb, in, Y + r, n, cols, ldy, 0, e - r);
+    else
+      matmul_blocks_f32(t, rows.data(), rb, X, Y + r, n, cols, ldx, ldy, 0, e - r, path);
   }
 }
 
 void matvec_panel_twin(DType t, const uint8_t* W, uint64_t rb, const float* x, float* y,
                        int64_t cols, int64_t r0, int64_t r1) {
-  LR_ASSERT(t == DType::Q4_K || t == DType::Q6_K);
+  LR_ASSERT(panels_fit(t, kPanelRows, cols));
   const Acts& a = quantize_block_inputs(x, cols, 1, cols, 256)[0];
+  const uint64_t bytes = uint64_t(file_bytes(t));
   for (int64_t r = r0; r < r1; ++r) {
     float acc = 0, corr = 0;
     for (int64_t b = 0; b < cols / 256; ++b) {
-      const uint8_t* blk = W + uint64_t(r) * rb;
-      if (t == DType::Q6_K)
-        twin_q6k(blk + uint64_t(b) * kQ6K, a, b, acc);
-      else
-        twin_q4k(blk + uint64_t(b) * kQ4K, a, b, acc, corr);
+      const uint8_t* blk = W + uint64_t(r) * rb + uint64_t(b) * bytes;
+      switch (t) {
+        case DType::Q2_K:
+          twin_q2k(blk, a, b, acc, corr);
+          break;
+        case DType::Q3_K:
+          twin_q3k(blk, a, b, acc);
+          break;
+        case DType::Q6_K:
+          twin_q6k(blk, a, b, acc);
+          break;
+        default:
+          twin_q4k(blk, a, b, acc, corr);
+          break;
+      }
     }
     y[r] = acc - corr;
   }

@@ -77,8 +77,9 @@ inline VI or_i(VI a, VI b) {
 inline VI sub_i(VI a, VI b) {
   return _mm512_sub_epi32(a, b);
 }
-inline VI shl32_5(VI v) {
-  return _mm512_maskz_slli_epi32(kAll, v, 5);
+template <int N>
+inline VI shl32(VI v) {
+  return _mm512_maskz_slli_epi32(kAll, v, N);
 }
 inline VI add_i(VI a, VI b) {
   return _mm512_add_epi32(a, b);
@@ -107,6 +108,17 @@ inline void store_f(float* p, VF a, VF b) {
 }
 inline void store_f(float* p, VF a) {
   _mm512_storeu_ps(p, a);
+}
+// 32 bytes of nibbles as 64 lanes' bytes (panels.h, Q3_K's high bits):
+// 128-bit lanes [low nibbles of bytes 0-15, their high nibbles, low of 16-31, high].
+inline VI nibble_bytes(const uint8_t* p, int) {
+  const __m512i b = _mm512_maskz_loadu_epi64(__mmask8(0x0f), p);  // bytes 0-31, zeros above
+  const __m512i v = _mm512_maskz_shuffle_i64x2(__mmask8(0xff), b, b, 0x50);  // lanes 0, 0, 1, 1
+  const __m512i n = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4);
+  return and8(_mm512_maskz_srlv_epi32(kAll, v, n), 0x0F);
+}
+inline VI and16(VI v, uint16_t m) {
+  return _mm512_and_si512(v, _mm512_set1_epi16(short(m)));
 }
 #else
 using VI = __m256i;
@@ -166,8 +178,9 @@ inline VI or_i(VI a, VI b) {
 inline VI sub_i(VI a, VI b) {
   return _mm256_sub_epi32(a, b);
 }
-inline VI shl32_5(VI v) {
-  return _mm256_slli_epi32(v, 5);
+template <int N>
+inline VI shl32(VI v) {
+  return _mm256_slli_epi32(v, N);
 }
 inline VI add_i(VI a, VI b) {
   return _mm256_add_epi32(a, b);
@@ -195,6 +208,15 @@ inline void store_f(float* p, VF a, VF b) {
 }
 inline void store_f(float* p, VF a) {
   _mm256_storeu_ps(p, a);
+}
+// The half's 16 bytes of nibbles as 32 lanes' bytes: [low nibbles, high nibbles].
+inline VI nibble_bytes(const uint8_t* p, int half) {
+  const __m256i v =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + half / 2)));
+  return and8(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), 0x0F);
+}
+inline VI and16(VI v, uint16_t m) {
+  return _mm256_and_si256(v, _mm256_set1_epi16(short(m)));
 }
 #endif
 
@@ -299,9 +321,83 @@ inline void panel_dot_q6k(const uint8_t* P, int half, int64_t nb, const Acts* x,
     }
     const VF d = halves_f(pb + 3328 + half / 2);
     for (int t = 0; t < T; ++t)
-      acc[t] = fma_f(mul_f(d, set_f(x[t].d[b])), to_f(sub_i(S[t], shl32_5(M[t]))), acc[t]);
+      acc[t] = fma_f(mul_f(d, set_f(x[t].d[b])), to_f(sub_i(S[t], shl32<5>(M[t]))), acc[t]);
   }
   for (int t = 0; t < T; ++t) store_f(out + t * ldo, acc[t]);
+}
+
+// Q2_K and Q3_K: 2-bit values, four chunks to a byte (chunk 4h + s in bits
+// 2s of qs byte 32h + l), and for Q3_K a high bit from hmask (bit c of
+// byte l), the value u = low | high << 2 minus 4. Sub-blocks of 16. Q2_K:
+// scale and min nibbles, S = sum_g sc_g sum(u q), M = sum_g m_g sum(q),
+// acc = fma(d dx, S, acc), corr = fma(dmin dx, M, corr). Q3_K: signed 6-bit
+// scales, acc = fma(d dx, S - 4 M, acc) with M = sum_g sc_g sum(q).
+template <bool kQ3, int T>
+inline void panel_dot_k23(const uint8_t* P, int half, int64_t nb, const Acts* x, float* out,
+                          int64_t ldo) {
+  constexpr uint64_t kBlock = kQ3 ? kPanelBytesQ3K : kPanelBytesQ2K;
+  constexpr int kGroup = kQ3 ? 96 : 64;       // bytes per (h, j): qs, then Q3_K's high-bit nibbles
+  constexpr int kScales = kQ3 ? 1536 : 1024;  // scale pairs, 32 bytes per pair of sub-blocks
+  VF acc[T], corr[T];
+  for (int t = 0; t < T; ++t) acc[t] = zero_f(), corr[t] = zero_f();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* pb = P + uint64_t(b) * kBlock;
+    VI S[T], M[T];
+    for (int t = 0; t < T; ++t) S[t] = zero_i(), M[t] = zero_i();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 2
+      for (int part = 0; part < 2; ++part) {
+        VI a[T][4];
+        for (int t = 0; t < T; ++t)
+          for (int c = 0; c < 4; ++c) a[t][c] = zero_i();
+#pragma GCC unroll 4
+        for (int j = 4 * part; j < 4 * part + 4; ++j) {
+          const uint8_t* g = pb + kGroup * (8 * h + j);
+          const VI q = load_i(g + half);
+          VI u[4] = {and8(q, 3), and8(shr16<2>(q), 3), and8(shr16<4>(q), 3), and8(shr16<6>(q), 3)};
+          if constexpr (kQ3) {
+            const VI hi = shl16<2>(nibble_bytes(g + 64, half));  // chunk 4h + s's bit at 2 + s
+            u[0] = or_i(u[0], and8(hi, 4));
+            u[1] = or_i(u[1], and8(shr16<1>(hi), 4));
+            u[2] = or_i(u[2], and8(shr16<2>(hi), 4));
+            u[3] = or_i(u[3], and8(shr16<3>(hi), 4));
+          }
+          for (int t = 0; t < T; ++t) {
+            const int8_t* xq = x[t].q + 256 * b + 128 * h + 4 * j;
+            for (int c = 0; c < 4; ++c) a[t][c] = dot4(a[t][c], u[c], load32(xq + 32 * c));
+          }
+        }
+        // Sub-block 2c + part of chunk c = 4h + s: pair c, element `part`.
+        for (int c = 0; c < 4; ++c) {
+          const uint8_t* pc = pb + kScales + 32 * (4 * h + c) + half / 2;
+          const VI v = kQ3 ? spairs_i8(pc) : and16(pairs_u8(pc), 0x0F);
+          const VI sc = part ? hi16(v) : lo16(v);
+          for (int t = 0; t < T; ++t) S[t] = add_i(S[t], mul_i(a[t][c], sc));
+        }
+      }
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const uint8_t* pk = pb + kScales + 32 * k + half / 2;
+      const VI m = kQ3 ? spairs_i8(pk) : shr16<4>(pairs_u8(pk));
+      for (int t = 0; t < T; ++t)
+        M[t] = dot2_16(M[t], m,
+                       int32_t(uint32_t(uint16_t(x[t].s16[16 * b + 2 * k])) |
+                               uint32_t(uint16_t(x[t].s16[16 * b + 2 * k + 1])) << 16));
+    }
+    const VF d = halves_f(pb + kScales + 256 + half / 2);
+    for (int t = 0; t < T; ++t) {
+      const VF xd = set_f(x[t].d[b]);
+      if constexpr (kQ3) {
+        acc[t] = fma_f(mul_f(d, xd), to_f(sub_i(S[t], shl32<2>(M[t]))), acc[t]);
+      } else {
+        const VF dm = halves_f(pb + kScales + 288 + half / 2);
+        acc[t] = fma_f(mul_f(d, xd), to_f(S[t]), acc[t]);
+        corr[t] = fma_f(mul_f(dm, xd), to_f(M[t]), corr[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) store_f(out + t * ldo, acc[t], corr[t]);
 }
 
 // Panels [p0, p1) against inputs x[0 .. n): Y[k * ldy + 16 p + i].
@@ -310,19 +406,20 @@ constexpr int kInputs = 4;  // inputs per pass over a panel
 #else
 constexpr int kInputs = 2;
 #endif
-template <bool kQ6>
+template <DType kT>
 void matvec_panels_t(const uint8_t* P, int64_t nb, const Acts* x, int64_t n, float* Y, int64_t ldy,
                      int64_t p0, int64_t p1) {
-  const uint64_t pbytes = kQ6 ? kPanelBytesQ6K : kPanelBytesQ4K;
   auto dot = [&](auto tn, const uint8_t* pp, int half, const Acts* xk, float* y) {
     constexpr int T = decltype(tn)::value;
-    if constexpr (kQ6)
+    if constexpr (kT == DType::Q6_K)
       panel_dot_q6k<T>(pp, half, nb, xk, y, ldy);
-    else
+    else if constexpr (kT == DType::Q4_K)
       panel_dot_q4k<T>(pp, half, nb, xk, y, ldy);
+    else
+      panel_dot_k23<kT == DType::Q3_K, T>(pp, half, nb, xk, y, ldy);
   };
   for (int64_t p = p0; p < p1; ++p) {
-    const uint8_t* pp = P + uint64_t(p * nb) * pbytes;
+    const uint8_t* pp = P + uint64_t(p * nb) * panel_block_bytes(kT);
     for (int half = 0; half < 64; half += 4 * kLanes) {
       float* y = Y + 16 * p + half / 4;
       int64_t k = 0;
@@ -338,10 +435,16 @@ void matvec_panels_t(const uint8_t* P, int64_t nb, const Acts* x, int64_t n, flo
 
 void matvec_panels(DType t, const uint8_t* P, int64_t nb, const Acts* x, int64_t n, float* Y,
                    int64_t ldy, int64_t p0, int64_t p1) {
-  if (t == DType::Q6_K)
-    matvec_panels_t<true>(P, nb, x, n, Y, ldy, p0, p1);
-  else
-    matvec_panels_t<false>(P, nb, x, n, Y, ldy, p0, p1);
+  switch (t) {
+    case DType::Q6_K:
+      return matvec_panels_t<DType::Q6_K>(P, nb, x, n, Y, ldy, p0, p1);
+    case DType::Q3_K:
+      return matvec_panels_t<DType::Q3_K>(P, nb, x, n, Y, ldy, p0, p1);
+    case DType::Q2_K:
+      return matvec_panels_t<DType::Q2_K>(P, nb, x, n, Y, ldy, p0, p1);
+    default:
+      return matvec_panels_t<DType::Q4_K>(P, nb, x, n, Y, ldy, p0, p1);
+  }
 }
 
 }  // namespace

@@ -1,10 +1,9 @@
-// Q4_K and Q6_K weights repacked for the decode products: 16 rows interleaved per
-// panel, so one 512-bit multiply-add (vpdpbusd) takes 4 values of each of 16
-// rows against 4 input bytes broadcast to every lane, and a row's sums stay
-// in one lane from the first block to the last. The file's own layout keeps
-// each row's values together, so a decode kernel over it sums along the row
-// and pays per block for the scales' shuffles and the lanes' reduction; over
-// panels that work is per 16 rows (as llama.cpp's CPU repack of Q4_K does).
+// K-quant weights (Q2_K, Q3_K, Q4_K, Q6_K) repacked for the decode products: 16 rows interleaved
+// per panel, so one 512-bit multiply-add (vpdpbusd) takes 4 values of each of 16 rows against 4
+// input bytes broadcast to every lane, and a row's sums stay in one lane from the first block to
+// the last. The file's own layout keeps each row's values together, so a decode kernel over it sums
+// along the row and pays per block for the scales' shuffles and the lanes' reduction; over panels
+// that work is per 16 rows (as llama.cpp's CPU repack of Q4_K does).
 //
 // Layout (panel p of rows 16p .. 16p + 15, super-block b; panels one after
 // another, each one's super-blocks in order). Q4_K, kPanelBytesQ4K = 16 x 148:
@@ -23,6 +22,20 @@
 //                 from DRAM: 14.7 against 30-41 GB/s on 2 threads, Zen 4)
 //   [3072, 3328)  int8 scales as pairs: sub-blocks 2k, 2k + 1 of row i at 32k + 2i
 //   [3328, 3360)  d, f16 per row
+// Q2_K, kPanelBytesQ2K = 16 x 84 (the file's size):
+//   [0, 1024)     for h = 0, 1 and j = 0..7, 64 bytes: qs bytes 32h + 4j .. + 3
+//                 of each row (four chunks' 2-bit values in each byte)
+//   [1024, 1280)  scale bytes (scale | min << 4) as pairs: sub-blocks 2k, 2k + 1
+//                 of row i at 32k + 2i
+//   [1280, 1312)  d, f16 per row;  [1312, 1344) dmin
+// Q3_K, kPanelBytesQ3K = 16 x 114 (the file's 110, the scales unpacked):
+//   [0, 1536)     for h and j, 96 bytes: the qs group as Q2_K's, then the
+//                 high bits of its four chunks (hmask bits 4h .. 4h + 3 of
+//                 bytes 4j .. 4j + 3) as nibbles, 32 bytes: byte b < 16 holds
+//                 the group's byte b (low nibble) and b + 16 (high); byte
+//                 16 + b holds 32 + b and 48 + b (so 8 rows' half is 16 bytes)
+//   [1536, 1792)  int8 scales (k3_scales, minus 32) as pairs, as Q2_K's
+//   [1792, 1824)  d, f16 per row
 // The values are the file's, bit for bit.
 //
 // The product of a row with an input quantized per 256 (block_input.h) is
@@ -30,6 +43,8 @@
 // sum_c mn_c sum(q), then acc = fma(d dx, S, acc), corr = fma(dmin dx, M,
 // corr) in f32, and y = acc - corr. Q6_K (u = q + 32, scales per 16): S =
 // sum_g sc_g sum(u q), M = sum_g sc_g sum(q), acc = fma(d dx, S - 32 M, acc).
+// Q2_K as Q4_K with scales and mins per 16; Q3_K as Q6_K with u = q + 4 and
+// S - 4 M.
 // Both instruction-set paths and the scalar twin (matvec_panel_twin) do
 // exactly that, so all three give the same bits, and a batch of inputs gets
 // each input's bits alone.
@@ -44,11 +59,19 @@
 namespace lr::cpu {
 
 constexpr int64_t kPanelRows = 16;
-constexpr uint64_t kPanelBytesQ4K = 16 * 148;  // one super-block of a panel
+constexpr uint64_t kPanelBytesQ2K = 16 * 84;  // one super-block of a panel
+constexpr uint64_t kPanelBytesQ3K = 16 * 114;
+constexpr uint64_t kPanelBytesQ4K = 16 * 148;
 constexpr uint64_t kPanelBytesQ6K = 16 * 210;
+constexpr uint64_t panel_block_bytes(DType t) {
+  return t == DType::Q2_K   ? kPanelBytesQ2K
+         : t == DType::Q3_K ? kPanelBytesQ3K
+         : t == DType::Q6_K ? kPanelBytesQ6K
+                            : kPanelBytesQ4K;
+}
 
-// Whether a matrix of type t and this shape has a panel form (Q4_K or Q6_K,
-// rows a multiple of 16).
+// Whether a matrix of type t and this shape has a panel form (Q2_K, Q3_K,
+// Q4_K or Q6_K, rows a multiple of 16).
 bool panels_fit(DType t, int64_t rows, int64_t cols);
 // The panel form of rows x cols rows of type t, rb bytes each (asserts panels_fit).
 std::shared_ptr<const uint8_t[]> repack_panels(DType t, const uint8_t* W, uint64_t rb, int64_t rows,
