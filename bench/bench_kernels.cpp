@@ -316,7 +316,7 @@ BENCHMARK(BM_matvec_blocks_cold)
     ->Args({12, 8960, 1536, 2})
     ->Args({10, 8960, 1536, 2})->Args({11, 8960, 1536, 2})
     ->UseRealTime();
-// K-quant rows (Q2_K, Q3_K, Q4_K, Q6_K) repacked into panels of 16 (backend/cpu/panels.h), in
+// Block-format rows (Q4_0 .. Q5_1 and the K-quants) repacked into panels of 16 (backend/cpu/panels.h), in
 // cache on one thread and from DRAM (arg 3 = 1; arg 2 threads) as
 // BM_matvec_blocks(_cold); bytes are the file's bytes, so the rates compare
 // with those benchmarks'.
@@ -351,6 +351,7 @@ BENCHMARK(BM_matvec_panels)
     ->Args({12, 8960, 1536, 1, 0})->Args({14, 1536, 8960, 1, 0})->Args({12, 8960, 1536, 2, 1})
     ->Args({14, 1536, 8960, 2, 1})->Args({14, 896, 4864, 2, 1})->Args({10, 8960, 1536, 1, 0})
     ->Args({11, 8960, 1536, 1, 0})->Args({10, 8960, 1536, 2, 1})->Args({11, 8960, 1536, 2, 1})
+    ->Args({6, 4864, 896, 1, 0})->Args({6, 4864, 896, 2, 1})->Args({6, 896, 4864, 2, 1})->Args({3, 1536, 576, 1, 0})
     ->UseRealTime();
 // Arg 3: the kernel (0: decoded to f32 then f32 tiles; 1: 8-bit integers,
 // AVX-512 VNNI only); arg 4: tokens.

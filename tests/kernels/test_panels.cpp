@@ -1,8 +1,7 @@
-// Q2_K, Q3_K, Q4_K and Q6_K in panels of 16 rows (backend/cpu/panels.h) against their scalar twin
-// over the file's own rows, bit for bit on every instruction-set path, for
-// any number of inputs; the twin against the f32 reference product
-// (ref::matvec_blocks: the same input quantization, the integer products
-// summed in double) within 1e-5 of sum |w x|.
+// Q4_0 .. Q5_1, Q2_K, Q3_K, Q4_K and Q6_K in panels of 16 rows (backend/cpu/panels.h) against their
+// scalar twin over the file's own rows, bit for bit on every instruction-set path, for any number
+// of inputs; the twin against the f32 reference product (ref::matvec_blocks: the same input
+// quantization, the integer products summed in double) within 1e-5 of sum |w x|.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -38,7 +37,8 @@ uint32_t bits(float f) {
   return u;
 }
 
-constexpr DType kPanelTypes[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q6_K};
+constexpr DType kPanelTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                                 DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q6_K};
 
 TEST(Panels, EveryInputCountIsTheTwinBitForBit) {
   for (lr::Isa isa : lr::test::supported_isas()) {
@@ -138,8 +138,11 @@ TEST(Panels, RowRangesAndExtremeBlocks) {
       } else if (t == DType::Q6_K) {
         std::memset(blk, 0xff, 192);
         std::memset(blk + 192, 0x80, 16);
-      } else {
+      } else if (t == DType::Q2_K || t == DType::Q3_K) {
         std::memset(blk, 0xff, t == DType::Q2_K ? 80 : 108);  // values and scales, not d
+      } else {
+        const int d = t == DType::Q4_1 || t == DType::Q5_1 ? 4 : 2;  // after d (and m)
+        std::memset(blk + d, 0xff, size_t(bytes - d));
       }
     }
     std::vector<float> x(static_cast<size_t>(cols));

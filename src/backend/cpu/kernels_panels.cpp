@@ -43,7 +43,13 @@ constexpr int kQ2K = q::Q2_K::kBytes, kQ3K = q::Q3_K::kBytes, kQ4K = q::Q4_K::kB
               kQ6K = q::Q6_K::kBytes;
 
 int file_bytes(DType t) {
-  return t == DType::Q2_K ? kQ2K : t == DType::Q3_K ? kQ3K : t == DType::Q6_K ? kQ6K : kQ4K;
+  return int(dtype_info(t).block_bytes);
+}
+int64_t block_elems(DType t) {
+  return int64_t(dtype_info(t).block_elems);
+}
+bool small_format(DType t) {
+  return block_elems(t) == 32;
 }
 
 // Row i's super-block `blk` into its place o (a panel's super-block) and
@@ -168,8 +174,62 @@ void unpack_q3k(const uint8_t* o, int i, uint8_t* blk) {
   std::memcpy(blk + q::Q3_K::kD, o + 1792 + 2 * i, 2);
 }
 
+// Q4_0 .. Q5_1: the nibble groups (after Q5's high-bit bytes), d, m.
+struct SmallLayout {
+  int qs, d, m, qh;  // offsets in the file's block (m, qh: -1 when absent)
+};
+SmallLayout small_layout(DType t) {
+  switch (t) {
+    case DType::Q4_0:
+      return {q::Q4_0::kQs, 0, -1, -1};
+    case DType::Q4_1:
+      return {q::Q4_1::kQs, 0, 2, -1};
+    case DType::Q5_0:
+      return {q::Q5_0::kQs, 0, -1, q::Q5_0::kQh};
+    default:
+      return {q::Q5_1::kQs, 0, 2, q::Q5_1::kQh};
+  }
+}
+
+void pack_small(DType t, const uint8_t* blk, int i, uint8_t* o) {
+  const SmallLayout f = small_layout(t);
+  const int qs = f.qh >= 0 ? 64 : 0;
+  for (int g = 0; g < 4; ++g) std::memcpy(o + qs + 64 * g + 4 * i, blk + f.qs + 4 * g, 4);
+  std::memcpy(o + qs + 256 + 2 * i, blk + f.d, 2);
+  if (f.m >= 0) std::memcpy(o + qs + 288 + 2 * i, blk + f.m, 2);
+  if (f.qh >= 0) {
+    uint32_t h;
+    std::memcpy(&h, blk + f.qh, 4);
+    for (int p = 0; p < 4; ++p) {
+      int v = 0;
+      for (int g = 0; g < 4; ++g)
+        v |= int((h >> (4 * g + p)) & 1) << (2 * g) | int((h >> (16 + 4 * g + p)) & 1)
+                                                          << (2 * g + 1);
+      o[4 * i + p] = uint8_t(v);
+    }
+  }
+}
+
+void unpack_small(DType t, const uint8_t* o, int i, uint8_t* blk) {
+  const SmallLayout f = small_layout(t);
+  const int qs = f.qh >= 0 ? 64 : 0;
+  for (int g = 0; g < 4; ++g) std::memcpy(blk + f.qs + 4 * g, o + qs + 64 * g + 4 * i, 4);
+  std::memcpy(blk + f.d, o + qs + 256 + 2 * i, 2);
+  if (f.m >= 0) std::memcpy(blk + f.m, o + qs + 288 + 2 * i, 2);
+  if (f.qh >= 0) {
+    uint32_t h = 0;
+    for (int p = 0; p < 4; ++p)
+      for (int g = 0; g < 4; ++g) {
+        h |= uint32_t((o[4 * i + p] >> (2 * g)) & 1) << (4 * g + p);
+        h |= uint32_t((o[4 * i + p] >> (2 * g + 1)) & 1) << (16 + 4 * g + p);
+      }
+    std::memcpy(blk + f.qh, &h, 4);
+  }
+}
+
 void pack_row(DType t, const uint8_t* blk, int i, uint8_t* o) {
   auto* b = const_cast<uint8_t*>(blk);  // read only when packing
+  if (small_format(t)) return pack_small(t, blk, i, o);
   switch (t) {
     case DType::Q2_K:
       return move_q2k<true>(b, i, o);
@@ -184,6 +244,7 @@ void pack_row(DType t, const uint8_t* blk, int i, uint8_t* o) {
 
 void unpack_row(DType t, const uint8_t* o, int i, uint8_t* blk) {
   auto* p = const_cast<uint8_t*>(o);  // read only when unpacking
+  if (small_format(t)) return unpack_small(t, o, i, blk);
   switch (t) {
     case DType::Q2_K:
       return move_q2k<false>(blk, i, p);
@@ -276,6 +337,25 @@ void twin_q3k(const uint8_t* blk, const Acts& a, int64_t b, float& acc) {
   acc = std::fma(half_at(blk + q::Q3_K::kD) * a.d[b], float(S - 4 * M), acc);
 }
 
+// Q4_0 .. Q5_1, one block of 32: S = sum(u q), then acc and corr as panels.h says.
+void twin_small(DType t, const uint8_t* blk, const Acts& a, int64_t b, float& acc, float& corr) {
+  const SmallLayout f = small_layout(t);
+  uint32_t h = 0;
+  if (f.qh >= 0) std::memcpy(&h, blk + f.qh, 4);
+  int32_t S = 0;
+  for (int v = 0; v < 32; ++v) {
+    const int u = ((blk[f.qs + v % 16] >> (v < 16 ? 0 : 4)) & 15) | int((h >> v) & 1) << 4;
+    S += u * a.q[32 * b + v];
+  }
+  const float ddx = half_at(blk + f.d) * a.d[b];
+  if (f.m >= 0) {
+    acc = std::fma(ddx, float(S), acc);
+    corr = std::fma(half_at(blk + f.m), a.dsum[b], corr);
+  } else {
+    acc = std::fma(ddx, float(S - (t == DType::Q5_0 ? 16 : 8) * a.s32[b]), acc);
+  }
+}
+
 }  // namespace
 
 // A buffer in 2 MiB pages where the kernel grants them (transparent huge
@@ -293,19 +373,21 @@ std::shared_ptr<uint8_t[]> huge_page_buffer(uint64_t bytes) {
 }
 
 bool panels_fit(DType t, int64_t rows, int64_t cols) {
-  const bool format = t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q6_K;
-  return format && rows > 0 && rows % kPanelRows == 0 && cols > 0 && cols % 256 == 0;
+  const bool format = t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 ||
+                      t == DType::Q5_1 || t == DType::Q2_K || t == DType::Q3_K ||
+                      t == DType::Q4_K || t == DType::Q6_K;
+  return format && rows > 0 && rows % kPanelRows == 0 && cols > 0 && cols % block_elems(t) == 0;
 }
 
 uint64_t panel_bytes(DType t, int64_t rows, int64_t cols) {
-  return uint64_t(rows / kPanelRows) * uint64_t(cols / 256) * panel_block_bytes(t);
+  return uint64_t(rows / kPanelRows) * uint64_t(cols / block_elems(t)) * panel_block_bytes(t);
 }
 
 std::shared_ptr<const uint8_t[]> repack_panels(DType t, const uint8_t* W, uint64_t rb, int64_t rows,
                                                int64_t cols) {
   const uint64_t bytes = uint64_t(file_bytes(t));
-  LR_ASSERT(panels_fit(t, rows, cols) && rb == uint64_t(cols / 256) * bytes);
-  const int64_t nb = cols / 256;
+  LR_ASSERT(panels_fit(t, rows, cols) && rb == uint64_t(cols / block_elems(t)) * bytes);
+  const int64_t nb = cols / block_elems(t);
   std::shared_ptr<uint8_t[]> out = huge_page_buffer(panel_bytes(t, rows, cols));
   std::memset(out.get(), 0, panel_bytes(t, rows, cols));  // Q3_K's nibbles are or-ed in
   for (int64_t r = 0; r < rows; ++r)
@@ -318,9 +400,9 @@ std::shared_ptr<const uint8_t[]> repack_panels(DType t, const uint8_t* W, uint64
 void matvec_panels_n(DType t, const uint8_t* P, const float* X, int64_t ldx, float* Y, int64_t ldy,
                      int64_t n, int64_t cols, int64_t r0, int64_t r1) {
   if (r1 <= r0 || n <= 0) return;
-  LR_ASSERT(r0 % kPanelRows == 0 && r1 % kPanelRows == 0 && cols % 256 == 0);
-  const std::vector<Acts>& a = quantize_block_inputs(X, cols, n, ldx, 256);
-  const int64_t nb = cols / 256;
+  LR_ASSERT(r0 % kPanelRows == 0 && r1 % kPanelRows == 0 && cols % block_elems(t) == 0);
+  const std::vector<Acts>& a = quantize_block_inputs(X, cols, n, ldx, int(block_elems(t)));
+  const int64_t nb = cols / block_elems(t);
   if (kernel_isa() == Isa::Avx512Vnni)
     avx512vnni::matvec_panels(t, P, nb, a.data(), n, Y, ldy, r0 / kPanelRows, r1 / kPanelRows);
   else
@@ -328,8 +410,8 @@ void matvec_panels_n(DType t, const uint8_t* P, const float* X, int64_t ldx, flo
 }
 
 void unpack_panels(DType t, const uint8_t* P, int64_t cols, int64_t r0, int64_t r1, uint8_t* out) {
-  LR_ASSERT(r0 % kPanelRows == 0 && r1 % kPanelRows == 0 && cols % 256 == 0);
-  const int64_t nb = cols / 256;
+  LR_ASSERT(r0 % kPanelRows == 0 && r1 % kPanelRows == 0 && cols % block_elems(t) == 0);
+  const int64_t nb = cols / block_elems(t);
   const uint64_t bytes = uint64_t(file_bytes(t)), rb = uint64_t(nb) * bytes;
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t b = 0; b < nb; ++b)
@@ -343,9 +425,10 @@ void matmul_panels(DType t, const uint8_t* P, const float* X, float* Y, int64_t 
   // tokens are quantized once for all chunks.
   constexpr int64_t kChunk = 1024;
   thread_local std::vector<uint8_t> rows;
-  const uint64_t rb = uint64_t(cols / 256) * uint64_t(file_bytes(t));
+  const uint64_t rb = uint64_t(cols / block_elems(t)) * uint64_t(file_bytes(t));
   const bool int8 = kernel_isa() == Isa::Avx512Vnni;
-  const Acts* in = int8 ? quantize_block_inputs(X, cols, n, ldx, 256).data() : nullptr;
+  const Acts* in =
+      int8 ? quantize_block_inputs(X, cols, n, ldx, int(block_elems(t))).data() : nullptr;
   for (int64_t r = r0; r < r1; r += kChunk) {
     const int64_t e = std::min(r1, r + kChunk);
     rows.resize(uint64_t(e - r) * rb);
@@ -360,12 +443,16 @@ void matmul_panels(DType t, const uint8_t* P, const float* X, float* Y, int64_t 
 void matvec_panel_twin(DType t, const uint8_t* W, uint64_t rb, const float* x, float* y,
                        int64_t cols, int64_t r0, int64_t r1) {
   LR_ASSERT(panels_fit(t, kPanelRows, cols));
-  const Acts& a = quantize_block_inputs(x, cols, 1, cols, 256)[0];
+  const Acts& a = quantize_block_inputs(x, cols, 1, cols, int(block_elems(t)))[0];
   const uint64_t bytes = uint64_t(file_bytes(t));
   for (int64_t r = r0; r < r1; ++r) {
     float acc = 0, corr = 0;
-    for (int64_t b = 0; b < cols / 256; ++b) {
+    for (int64_t b = 0; b < cols / block_elems(t); ++b) {
       const uint8_t* blk = W + uint64_t(r) * rb + uint64_t(b) * bytes;
+      if (small_format(t)) {
+        twin_small(t, blk, a, b, acc, corr);
+        continue;
+      }
       switch (t) {
         case DType::Q2_K:
           twin_q2k(blk, a, b, acc, corr);
@@ -381,7 +468,7 @@ void matvec_panel_twin(DType t, const uint8_t* W, uint64_t rb, const float* x, f
           break;
       }
     }
-    y[r] = acc - corr;
+    y[r] = small_format(t) ? acc + corr : acc - corr;  // a min adds, a K-quant min subtracts
   }
 }
 

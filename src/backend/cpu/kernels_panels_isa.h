@@ -103,6 +103,12 @@ inline VF to_f(VI a) {
 inline VF set_f(float v) {
   return _mm512_set1_ps(v);
 }
+inline VI set_i(int32_t v) {
+  return _mm512_set1_epi32(v);
+}
+inline void store_sum_f(float* p, VF a, VF b) {
+  _mm512_storeu_ps(p, _mm512_add_ps(a, b));
+}
 inline void store_f(float* p, VF a, VF b) {
   _mm512_storeu_ps(p, _mm512_sub_ps(a, b));
 }
@@ -202,6 +208,12 @@ inline VF to_f(VI a) {
 }
 inline VF set_f(float v) {
   return _mm256_set1_ps(v);
+}
+inline VI set_i(int32_t v) {
+  return _mm256_set1_epi32(v);
+}
+inline void store_sum_f(float* p, VF a, VF b) {
+  _mm256_storeu_ps(p, _mm256_add_ps(a, b));
 }
 inline void store_f(float* p, VF a, VF b) {
   _mm256_storeu_ps(p, _mm256_sub_ps(a, b));
@@ -400,6 +412,62 @@ inline void panel_dot_k23(const uint8_t* P, int half, int64_t nb, const Acts* x,
   for (int t = 0; t < T; ++t) store_f(out + t * ldo, acc[t], corr[t]);
 }
 
+// The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1): per block of 32 and 16
+// rows, four 64-byte groups of nibbles (values 4g + p low, 16 + 4g + p high),
+// Q5's high bits beside them, one byte per lane byte (bit 2g: value 4g + p,
+// bit 2g + 1: 16 + 4g + p). S = sum(u q) per block; the input's scale is per
+// 32 too, so each block meets f32: acc = fma(d dx, S - off sum(q), acc)
+// (off 8 or 16), or for the formats with a min acc = fma(d dx, S, acc) and
+// corr = fma(m, dx sum(q), corr), y = acc + corr.
+template <DType kT, int T>
+inline void panel_dot_small(const uint8_t* P, int half, int64_t nb, const Acts* x, float* out,
+                            int64_t ldo) {
+  constexpr bool kQ5 = kT == DType::Q5_0 || kT == DType::Q5_1;
+  constexpr bool kMin = kT == DType::Q4_1 || kT == DType::Q5_1;
+  constexpr int kQs = kQ5 ? 64 : 0, kOff = kT == DType::Q5_0 ? 16 : 8;
+  constexpr uint64_t kBlock = panel_block_bytes(kT);
+  VF acc[T], corr[T];
+  for (int t = 0; t < T; ++t) acc[t] = zero_f(), corr[t] = zero_f();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* pb = P + uint64_t(b) * kBlock;
+    VI lo[T], hi[T];
+    for (int t = 0; t < T; ++t) lo[t] = zero_i(), hi[t] = zero_i();
+    VI hb = zero_i();
+    if constexpr (kQ5) hb = load_i(pb + half);
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      const VI q = load_i(pb + kQs + 64 * g + half);
+      VI ul = and8(q, 0x0F), uh = and8(shr16<4>(q), 0x0F);
+      if constexpr (kQ5) {  // bit 2g to bit 4, bit 2g + 1 to bit 4
+        const VI bl = g == 0 ? shl16<4>(hb) : g == 1 ? shl16<2>(hb) : g == 2 ? hb : shr16<2>(hb);
+        const VI bh = g == 0   ? shl16<3>(hb)
+                      : g == 1 ? shl16<1>(hb)
+                      : g == 2 ? shr16<1>(hb)
+                               : shr16<3>(hb);
+        ul = or_i(ul, and8(bl, 0x10));
+        uh = or_i(uh, and8(bh, 0x10));
+      }
+      for (int t = 0; t < T; ++t) {
+        const int8_t* xq = x[t].q + 32 * b + 4 * g;
+        lo[t] = dot4(lo[t], ul, load32(xq));
+        hi[t] = dot4(hi[t], uh, load32(xq + 16));
+      }
+    }
+    const VF d = halves_f(pb + kQs + 256 + half / 2);
+    for (int t = 0; t < T; ++t) {
+      const VF ddx = mul_f(d, set_f(x[t].d[b]));
+      const VI S = add_i(lo[t], hi[t]);
+      if constexpr (kMin) {
+        acc[t] = fma_f(ddx, to_f(S), acc[t]);
+        corr[t] = fma_f(halves_f(pb + kQs + 288 + half / 2), set_f(x[t].dsum[b]), corr[t]);
+      } else {
+        acc[t] = fma_f(ddx, to_f(sub_i(S, set_i(kOff * int32_t(x[t].s32[b])))), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) store_sum_f(out + t * ldo, acc[t], corr[t]);
+}
+
 // Panels [p0, p1) against inputs x[0 .. n): Y[k * ldy + 16 p + i].
 #if LR_PANELS_512
 constexpr int kInputs = 4;  // inputs per pass over a panel
@@ -415,8 +483,10 @@ void matvec_panels_t(const uint8_t* P, int64_t nb, const Acts* x, int64_t n, flo
       panel_dot_q6k<T>(pp, half, nb, xk, y, ldy);
     else if constexpr (kT == DType::Q4_K)
       panel_dot_q4k<T>(pp, half, nb, xk, y, ldy);
-    else
+    else if constexpr (kT == DType::Q2_K || kT == DType::Q3_K)
       panel_dot_k23<kT == DType::Q3_K, T>(pp, half, nb, xk, y, ldy);
+    else
+      panel_dot_small<kT, T>(pp, half, nb, xk, y, ldy);
   };
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* pp = P + uint64_t(p * nb) * panel_block_bytes(kT);
@@ -442,6 +512,14 @@ void matvec_panels(DType t, const uint8_t* P, int64_t nb, const Acts* x, int64_t
       return matvec_panels_t<DType::Q3_K>(P, nb, x, n, Y, ldy, p0, p1);
     case DType::Q2_K:
       return matvec_panels_t<DType::Q2_K>(P, nb, x, n, Y, ldy, p0, p1);
+    case DType::Q4_0:
+      return matvec_panels_t<DType::Q4_0>(P, nb, x, n, Y, ldy, p0, p1);
+    case DType::Q4_1:
+      return matvec_panels_t<DType::Q4_1>(P, nb, x, n, Y, ldy, p0, p1);
+    case DType::Q5_0:
+      return matvec_panels_t<DType::Q5_0>(P, nb, x, n, Y, ldy, p0, p1);
+    case DType::Q5_1:
+      return matvec_panels_t<DType::Q5_1>(P, nb, x, n, Y, ldy, p0, p1);
     default:
       return matvec_panels_t<DType::Q4_K>(P, nb, x, n, Y, ldy, p0, p1);
   }

@@ -1,9 +1,9 @@
-// K-quant weights (Q2_K, Q3_K, Q4_K, Q6_K) repacked for the decode products: 16 rows interleaved
-// per panel, so one 512-bit multiply-add (vpdpbusd) takes 4 values of each of 16 rows against 4
-// input bytes broadcast to every lane, and a row's sums stay in one lane from the first block to
-// the last. The file's own layout keeps each row's values together, so a decode kernel over it sums
-// along the row and pays per block for the scales' shuffles and the lanes' reduction; over panels
-// that work is per 16 rows (as llama.cpp's CPU repack of Q4_K does).
+// Block-format weights (Q4_0 .. Q5_1, Q2_K, Q3_K, Q4_K, Q6_K) repacked for the decode products: 16
+// rows interleaved per panel, so one 512-bit multiply-add (vpdpbusd) takes 4 values of each of 16
+// rows against 4 input bytes broadcast to every lane, and a row's sums stay in one lane from the
+// first block to the last. The file's own layout keeps each row's values together, so a decode
+// kernel over it sums along the row and pays per block for the scales' shuffles and the lanes'
+// reduction; over panels that work is per 16 rows (as llama.cpp's CPU repack of Q4_K does).
 //
 // Layout (panel p of rows 16p .. 16p + 15, super-block b; panels one after
 // another, each one's super-blocks in order). Q4_K, kPanelBytesQ4K = 16 x 148:
@@ -36,6 +36,11 @@
 //                 16 + b holds 32 + b and 48 + b (so 8 rows' half is 16 bytes)
 //   [1536, 1792)  int8 scales (k3_scales, minus 32) as pairs, as Q2_K's
 //   [1792, 1824)  d, f16 per row
+// Q4_0, Q4_1, Q5_0, Q5_1 (blocks of 32 values, the file's size), per block:
+//   Q5 only: 64 bytes of high bits, one byte per lane byte (row i, p = 0..3
+//            at 4i + p): bit 2g = value 4g + p's, bit 2g + 1 = 16 + 4g + p's
+//   4 groups of 64 bytes: qs bytes 4g .. 4g + 3 of each row (low nibbles:
+//   values 4g + p, high: 16 + 4g + p); then d, f16 per row; then m (Q4_1, Q5_1)
 // The values are the file's, bit for bit.
 //
 // The product of a row with an input quantized per 256 (block_input.h) is
@@ -59,19 +64,27 @@
 namespace lr::cpu {
 
 constexpr int64_t kPanelRows = 16;
+constexpr uint64_t kPanelBytesQ4_0 = 16 * 18;  // one block of 32 values of a panel
+constexpr uint64_t kPanelBytesQ4_1 = 16 * 20;
+constexpr uint64_t kPanelBytesQ5_0 = 16 * 22;
+constexpr uint64_t kPanelBytesQ5_1 = 16 * 24;
 constexpr uint64_t kPanelBytesQ2K = 16 * 84;  // one super-block of a panel
 constexpr uint64_t kPanelBytesQ3K = 16 * 114;
 constexpr uint64_t kPanelBytesQ4K = 16 * 148;
 constexpr uint64_t kPanelBytesQ6K = 16 * 210;
 constexpr uint64_t panel_block_bytes(DType t) {
-  return t == DType::Q2_K   ? kPanelBytesQ2K
+  return t == DType::Q4_0   ? kPanelBytesQ4_0
+         : t == DType::Q4_1 ? kPanelBytesQ4_1
+         : t == DType::Q5_0 ? kPanelBytesQ5_0
+         : t == DType::Q5_1 ? kPanelBytesQ5_1
+         : t == DType::Q2_K ? kPanelBytesQ2K
          : t == DType::Q3_K ? kPanelBytesQ3K
          : t == DType::Q6_K ? kPanelBytesQ6K
                             : kPanelBytesQ4K;
 }
 
-// Whether a matrix of type t and this shape has a panel form (Q2_K, Q3_K,
-// Q4_K or Q6_K, rows a multiple of 16).
+// Whether a matrix of type t and this shape has a panel form (Q4_0 .. Q5_1,
+// Q2_K, Q3_K, Q4_K, Q6_K; rows a multiple of 16, whole blocks).
 bool panels_fit(DType t, int64_t rows, int64_t cols);
 // The panel form of rows x cols rows of type t, rb bytes each (asserts panels_fit).
 std::shared_ptr<const uint8_t[]> repack_panels(DType t, const uint8_t* W, uint64_t rb, int64_t rows,
@@ -79,7 +92,9 @@ std::shared_ptr<const uint8_t[]> repack_panels(DType t, const uint8_t* W, uint64
 uint64_t panel_bytes(DType t, int64_t rows, int64_t cols);
 
 // Y[k * ldy + r] = row r . X[k * ldx ..] for k < n and rows [r0, r1) (both
-// multiples of 16), from the panel form of type t.
+// multiples of 16), from the panel form of type t. The 32-value formats: per
+// block acc = fma(d dx, S - off sum(q), acc) (Q4_0: off 8, Q5_0: 16), or
+// acc = fma(d dx, S, acc), corr = fma(m, dx sum(q), corr), y = acc + corr.
 void matvec_panels_n(DType t, const uint8_t* P, const float* X, int64_t ldx, float* Y, int64_t ldy,
                      int64_t n, int64_t cols, int64_t r0, int64_t r1);
 
