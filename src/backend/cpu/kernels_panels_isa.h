@@ -37,6 +37,13 @@ inline VI nibbles_hi(VI q) {
 inline VI dot4(VI acc, VI u, int32_t x4) {
   return _mm512_dpbusd_epi32(acc, u, _mm512_set1_epi32(x4));
 }
+// A sum of several dot4 steps: on AVX-512 VNNI the int32 lanes themselves.
+inline VI dot4p(VI acc, VI u, int32_t x4) {
+  return dot4(acc, u, x4);
+}
+inline VI finish(VI acc) {
+  return acc;
+}
 inline VI dot2_16(VI acc, VI a, int32_t b2) {
   return _mm512_dpwssd_epi32(acc, a, _mm512_set1_epi32(b2));
 }
@@ -149,6 +156,15 @@ inline VI dot4(VI acc, VI u, int32_t x4) {
   return _mm256_add_epi32(
       acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_set1_epi32(x4)), _mm256_set1_epi16(1)));
 }
+// A sum of several dot4 steps kept in int16 pairs until finish() widens it
+// (one madd for the lot): exact while the steps' pair sums stay below 2^15,
+// which the callers keep (at most 8 steps of u <= 15, 4 of u <= 31).
+inline VI dot4p(VI acc, VI u, int32_t x4) {
+  return _mm256_add_epi16(acc, _mm256_maddubs_epi16(u, _mm256_set1_epi32(x4)));
+}
+inline VI finish(VI acc) {
+  return _mm256_madd_epi16(acc, _mm256_set1_epi16(1));
+}
 inline VI dot2_16(VI acc, VI a, int32_t b2) {
   return _mm256_add_epi32(acc, _mm256_madd_epi16(a, _mm256_set1_epi32(b2)));
 }
@@ -260,15 +276,15 @@ inline void panel_dot_q4k(const uint8_t* P, int half, int64_t nb, const Acts* x,
         const VI ql = nibbles_lo(q), qh = nibbles_hi(q);
         for (int t = 0; t < T; ++t) {
           const int8_t* xq = x[t].q + 256 * b + 64 * k + 4 * j;
-          lo[t] = dot4(lo[t], ql, load32(xq));
-          hi[t] = dot4(hi[t], qh, load32(xq + 32));
+          lo[t] = dot4p(lo[t], ql, load32(xq));  // 8 steps of u <= 15
+          hi[t] = dot4p(hi[t], qh, load32(xq + 32));
         }
       }
       const VI sl = scales_u8(pb + 2048 + 32 * k + half / 4);  // chunk 2k, these rows
       const VI sh = scales_u8(pb + 2048 + 32 * k + 16 + half / 4);
       const VI mn = pairs_u8(pb + 2176 + 32 * k + half / 2);
       for (int t = 0; t < T; ++t) {
-        S[t] = add_i(S[t], add_i(mul_i(lo[t], sl), mul_i(hi[t], sh)));
+        S[t] = add_i(S[t], add_i(mul_i(finish(lo[t]), sl), mul_i(finish(hi[t]), sh)));
         M[t] = dot2_16(M[t], mn, sum_pair(x[t], 8 * b + 2 * k));
       }
     }
@@ -377,7 +393,8 @@ inline void panel_dot_k23(const uint8_t* P, int half, int64_t nb, const Acts* x,
           }
           for (int t = 0; t < T; ++t) {
             const int8_t* xq = x[t].q + 256 * b + 128 * h + 4 * j;
-            for (int c = 0; c < 4; ++c) a[t][c] = dot4(a[t][c], u[c], load32(xq + 32 * c));
+            for (int c = 0; c < 4; ++c)
+              a[t][c] = dot4p(a[t][c], u[c], load32(xq + 32 * c));  // 4 of u <= 7
           }
         }
         // Sub-block 2c + part of chunk c = 4h + s: pair c, element `part`.
@@ -385,7 +402,7 @@ inline void panel_dot_k23(const uint8_t* P, int half, int64_t nb, const Acts* x,
           const uint8_t* pc = pb + kScales + 32 * (4 * h + c) + half / 2;
           const VI v = kQ3 ? spairs_i8(pc) : and16(pairs_u8(pc), 0x0F);
           const VI sc = part ? hi16(v) : lo16(v);
-          for (int t = 0; t < T; ++t) S[t] = add_i(S[t], mul_i(a[t][c], sc));
+          for (int t = 0; t < T; ++t) S[t] = add_i(S[t], mul_i(finish(a[t][c]), sc));
         }
       }
 #pragma GCC unroll 8
@@ -449,14 +466,14 @@ inline void panel_dot_small(const uint8_t* P, int half, int64_t nb, const Acts* 
       }
       for (int t = 0; t < T; ++t) {
         const int8_t* xq = x[t].q + 32 * b + 4 * g;
-        lo[t] = dot4(lo[t], ul, load32(xq));
-        hi[t] = dot4(hi[t], uh, load32(xq + 16));
+        lo[t] = dot4p(lo[t], ul, load32(xq));  // 4 steps of u <= 31
+        hi[t] = dot4p(hi[t], uh, load32(xq + 16));
       }
     }
     const VF d = halves_f(pb + kQs + 256 + half / 2);
     for (int t = 0; t < T; ++t) {
       const VF ddx = mul_f(d, set_f(x[t].d[b]));
-      const VI S = add_i(lo[t], hi[t]);
+      const VI S = add_i(finish(lo[t]), finish(hi[t]));
       if constexpr (kMin) {
         acc[t] = fma_f(ddx, to_f(S), acc[t]);
         corr[t] = fma_f(halves_f(pb + kQs + 288 + half / 2), set_f(x[t].dsum[b]), corr[t]);
