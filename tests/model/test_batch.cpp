@@ -105,7 +105,7 @@ TEST(Batch, PanelMatricesDecodeFromTheirPanels) {
   s.dim = 256;
   s.ffn_dim = 512;
   const Model m = load_model(test::write_tiny(tmp, s, "m.gguf"), std::nullopt);
-  const auto w = cpu::with_panels(m.weights);
+  auto w = cpu::with_panels(m.weights);
   ASSERT_NE(w.get(), m.weights.get());
   EXPECT_EQ(cpu::with_panels(m.weights).get(), w.get());  // one set of panels per model while it lives
   for (size_t l = 0; l < w->layers.size(); ++l) {
@@ -113,6 +113,9 @@ TEST(Batch, PanelMatricesDecodeFromTheirPanels) {
     EXPECT_TRUE(w->layers[l].down.w.panels != nullptr) << "layer " << l;
     EXPECT_TRUE(m.weights->layers[l].gate.w.panels == nullptr) << "the loaded weights stay as they are";
   }
+  const Weights* first = w.get();
+  w.reset();  // no backend holds the copy now
+  EXPECT_EQ(cpu::with_panels(m.weights).get(), first);  // kept while the model lives
 }
 
 using test::AllLogits;

@@ -38,8 +38,12 @@ void release_pages(const uint8_t* p, uint64_t n) {
   if (e > a) (void)madvise(reinterpret_cast<void*>(a), e - a, MADV_PAGEOUT);
 }
 
+// The copy stays while its source lives (backends of one model made one
+// after another, as the tests and bench's modes make them, pack once), and
+// goes at the first call after the source is freed.
 struct Entry {
-  std::weak_ptr<const Weights> source, with;
+  std::weak_ptr<const Weights> source;
+  std::shared_ptr<const Weights> with;
 };
 std::mutex g_mu;
 std::map<const Weights*, Entry> g_cache;
@@ -49,10 +53,9 @@ std::map<const Weights*, Entry> g_cache;
 std::shared_ptr<const Weights> with_panels(std::shared_ptr<const Weights> w) {
   std::lock_guard<std::mutex> lock(g_mu);
   for (auto it = g_cache.begin(); it != g_cache.end();)  // drop the entries of freed weights
-    it = it->second.source.expired() || it->second.with.expired() ? g_cache.erase(it)
-                                                                  : std::next(it);
+    it = it->second.source.expired() ? g_cache.erase(it) : std::next(it);
   if (auto it = g_cache.find(w.get()); it != g_cache.end() && it->second.source.lock() == w)
-    if (auto with = it->second.with.lock()) return with;
+    return it->second.with;
   bool any = false;
   for_each_product_matrix(*w, [&](const Matrix& m) { any |= panels_fit(m.dtype, m.rows, m.cols); });
   if (!any) return w;

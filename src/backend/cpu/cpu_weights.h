@@ -12,9 +12,9 @@
 namespace lr::cpu {
 
 // `w` with panels added (a shallow copy: the matrices share their storage),
-// or `w` itself when no matrix has a panel form. While the copy lives,
-// another call with the same `w` returns it, so backends of one model (the
-// server's, a bench's modes) share one set of panels.
+// or `w` itself when no matrix has a panel form. While `w` lives, another
+// call with it returns the same copy, so backends of one model (the
+// server's, a bench's modes, one after another) share one set of panels.
 std::shared_ptr<const Weights> with_panels(std::shared_ptr<const Weights> w);
 
 }  // namespace lr::cpu
