@@ -283,7 +283,7 @@ void BM_matvec_blocks(benchmark::State& st) {
 BENCHMARK(BM_matvec_blocks)
     ->Args({3, 1536, 576})->Args({3, 576, 1536})->Args({12, 896, 4864})->Args({14, 896, 4864})
     ->Args({6, 4864, 896})->Args({12, 8960, 1536})->Args({14, 1536, 8960})
-    ->Args({10, 8960, 1536})->Args({11, 8960, 1536});  // Q2_K, Q3_K (the 1.5B frontier's)
+    ->Args({10, 8960, 1536})->Args({11, 8960, 1536})->Args({13, 8960, 1536});  // Q2_K, Q3_K (the 1.5B frontier's)
 // The same from DRAM: rotating over 512 MiB of copies, on 1 or 2 threads
 // (arg 3), as a decode step streams a layer's weights.
 void BM_matvec_blocks_cold(benchmark::State& st) {
@@ -314,7 +314,7 @@ BENCHMARK(BM_matvec_blocks_cold)
     ->Args({6, 4864, 896, 1})->Args({6, 4864, 896, 2})->Args({12, 896, 4864, 1})->Args({12, 896, 4864, 2})
     ->Args({14, 896, 4864, 1})->Args({14, 896, 4864, 2})->Args({6, 896, 4864, 2})->Args({14, 1536, 8960, 2})
     ->Args({12, 8960, 1536, 2})
-    ->Args({10, 8960, 1536, 2})->Args({11, 8960, 1536, 2})
+    ->Args({10, 8960, 1536, 2})->Args({11, 8960, 1536, 2})->Args({13, 8960, 1536, 2})
     ->UseRealTime();
 // Block-format rows (Q4_0 .. Q5_1 and the K-quants) repacked into panels of 16 (backend/cpu/panels.h), in
 // cache on one thread and from DRAM (arg 3 = 1; arg 2 threads) as
@@ -352,6 +352,7 @@ BENCHMARK(BM_matvec_panels)
     ->Args({14, 1536, 8960, 2, 1})->Args({14, 896, 4864, 2, 1})->Args({10, 8960, 1536, 1, 0})
     ->Args({11, 8960, 1536, 1, 0})->Args({10, 8960, 1536, 2, 1})->Args({11, 8960, 1536, 2, 1})
     ->Args({6, 4864, 896, 1, 0})->Args({6, 4864, 896, 2, 1})->Args({6, 896, 4864, 2, 1})->Args({3, 1536, 576, 1, 0})
+    ->Args({13, 8960, 1536, 1, 0})->Args({13, 8960, 1536, 2, 1})
     ->UseRealTime();
 // Arg 3: the kernel (0: decoded to f32 then f32 tiles; 1: 8-bit integers,
 // AVX-512 VNNI only); arg 4: tokens.

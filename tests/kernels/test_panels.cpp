@@ -1,4 +1,4 @@
-// Q4_0 .. Q5_1, Q2_K, Q3_K, Q4_K and Q6_K in panels of 16 rows (backend/cpu/panels.h) against their
+// Q4_0 .. Q5_1 and Q2_K .. Q6_K in panels of 16 rows (backend/cpu/panels.h) against their
 // scalar twin over the file's own rows, bit for bit on every instruction-set path, for any number
 // of inputs; the twin against the f32 reference product (ref::matvec_blocks: the same input
 // quantization, the integer products summed in double) within 1e-5 of sum |w x|.
@@ -37,8 +37,8 @@ uint32_t bits(float f) {
   return u;
 }
 
-constexpr DType kPanelTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
-                                 DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q6_K};
+constexpr DType kPanelTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K,
+                                 DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 TEST(Panels, EveryInputCountIsTheTwinBitForBit) {
   for (lr::Isa isa : lr::test::supported_isas()) {
@@ -133,8 +133,8 @@ TEST(Panels, RowRangesAndExtremeBlocks) {
     for (int64_t b = 0; b < rows * cols / 256; ++b) {  // rows 16-31: all bits set but d, dmin
       if (b / (cols / 256) < 16 || b / (cols / 256) >= 32) continue;
       uint8_t* blk = &W[size_t(b * bytes)];
-      if (t == DType::Q4_K) {
-        std::memset(blk + 4, 0xff, 140);
+      if (t == DType::Q4_K || t == DType::Q5_K) {
+        std::memset(blk + 4, 0xff, size_t(bytes - 4));
       } else if (t == DType::Q6_K) {
         std::memset(blk, 0xff, 192);
         std::memset(blk + 192, 0x80, 16);
@@ -162,7 +162,7 @@ TEST(Panels, RowRangesAndExtremeBlocks) {
     }
   }
   EXPECT_FALSE(cpu::panels_fit(DType::Q4_K, 40, 256));  // rows not a multiple of 16
-  EXPECT_FALSE(cpu::panels_fit(DType::Q5_K, 48, 256));
+  EXPECT_FALSE(cpu::panels_fit(DType::Q8_0, 48, 256));
   EXPECT_FALSE(cpu::panels_fit(DType::Q4_K, 48, 128));  // rows shorter than a super-block
 }
 

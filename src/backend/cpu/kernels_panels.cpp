@@ -85,6 +85,34 @@ void unpack_q4k(const uint8_t* o, int i, uint8_t* blk) {
   std::memcpy(blk + q::Q4_K::kDmin, o + 2336 + 2 * i, 2);
 }
 
+// Q5_K: Q4_K's layout after 512 bytes, but the first 1024 bytes hold qh
+// group j and nibble group (0, j) side by side (panels.h).
+void pack_q5k(const uint8_t* blk, int i, uint8_t* o) {
+  uint8_t q4[q::Q4_K::kBytes];
+  std::memcpy(q4 + q::Q4_K::kD, blk + q::Q5_K::kD, 2);
+  std::memcpy(q4 + q::Q4_K::kDmin, blk + q::Q5_K::kDmin, 2);
+  std::memcpy(q4 + q::Q4_K::kScales, blk + q::Q5_K::kScales, 12);
+  std::memcpy(q4 + q::Q4_K::kQs, blk + q::Q5_K::kQs, 128);
+  pack_q4k(q4, i, o + 512);  // nibble groups (0, j) land in [512, 1024): rewritten below
+  for (int j = 0; j < 8; ++j) {
+    std::memcpy(o + 128 * j + 4 * i, blk + q::Q5_K::kQh + 4 * j, 4);
+    std::memcpy(o + 128 * j + 64 + 4 * i, blk + q::Q5_K::kQs + 4 * j, 4);
+  }
+}
+
+void unpack_q5k(const uint8_t* o, int i, uint8_t* blk) {
+  uint8_t q4[q::Q4_K::kBytes];
+  unpack_q4k(o + 512, i, q4);  // its first 32 nibble bytes are read below instead
+  std::memcpy(blk + q::Q5_K::kD, q4 + q::Q4_K::kD, 2);
+  std::memcpy(blk + q::Q5_K::kDmin, q4 + q::Q4_K::kDmin, 2);
+  std::memcpy(blk + q::Q5_K::kScales, q4 + q::Q4_K::kScales, 12);
+  std::memcpy(blk + q::Q5_K::kQs, q4 + q::Q4_K::kQs, 128);
+  for (int j = 0; j < 8; ++j) {
+    std::memcpy(blk + q::Q5_K::kQh + 4 * j, o + 128 * j + 4 * i, 4);
+    std::memcpy(blk + q::Q5_K::kQs + 4 * j, o + 128 * j + 64 + 4 * i, 4);
+  }
+}
+
 // Q6_K: for h and j, qh bytes 32h + 4j, then ql 64h + 4j and 64h + 32 + 4j.
 template <bool kPack>
 void move_q6k(uint8_t* blk, int i, uint8_t* o) {
@@ -235,6 +263,8 @@ void pack_row(DType t, const uint8_t* blk, int i, uint8_t* o) {
       return move_q2k<true>(b, i, o);
     case DType::Q3_K:
       return pack_q3k(blk, i, o);
+    case DType::Q5_K:
+      return pack_q5k(blk, i, o);
     case DType::Q6_K:
       return move_q6k<true>(b, i, o);
     default:
@@ -250,6 +280,8 @@ void unpack_row(DType t, const uint8_t* o, int i, uint8_t* blk) {
       return move_q2k<false>(blk, i, p);
     case DType::Q3_K:
       return unpack_q3k(o, i, blk);
+    case DType::Q5_K:
+      return unpack_q5k(o, i, blk);
     case DType::Q6_K:
       return move_q6k<false>(blk, i, p);
     default:
@@ -264,22 +296,25 @@ float half_at(const uint8_t* p) {
 }
 
 // One super-block's twin sums (integer) and its f32 step.
-void twin_q4k(const uint8_t* blk, const Acts& a, int64_t b, float& acc, float& corr) {
+void twin_q45k(bool q5, const uint8_t* blk, const Acts& a, int64_t b, float& acc, float& corr) {
+  const int sc_off = q5 ? q::Q5_K::kScales : q::Q4_K::kScales,
+            qs = q5 ? q::Q5_K::kQs : q::Q4_K::kQs;
   uint8_t sc[8], mn[8];
-  q::k4_scales(blk + q::Q4_K::kScales, sc, mn);
+  q::k4_scales(blk + sc_off, sc, mn);
   int32_t S = 0, M = 0;
   for (int c = 0; c < 8; ++c) {
     int32_t s = 0;
     for (int l = 0; l < 32; ++l) {
-      const int u = (blk[q::Q4_K::kQs + 32 * (c / 2) + l] >> (4 * (c % 2))) & 15;
+      int u = (blk[qs + 32 * (c / 2) + l] >> (4 * (c % 2))) & 15;
+      if (q5) u |= ((blk[q::Q5_K::kQh + l] >> c) & 1) << 4;
       s += u * a.q[256 * b + 32 * c + l];
     }
     S += sc[c] * s;
     M += mn[c] * a.s32[8 * b + c];
   }
   const float xd = a.d[b];
-  acc = std::fma(half_at(blk + q::Q4_K::kD) * xd, float(S), acc);
-  corr = std::fma(half_at(blk + q::Q4_K::kDmin) * xd, float(M), corr);
+  acc = std::fma(half_at(blk + (q5 ? q::Q5_K::kD : q::Q4_K::kD)) * xd, float(S), acc);
+  corr = std::fma(half_at(blk + (q5 ? q::Q5_K::kDmin : q::Q4_K::kDmin)) * xd, float(M), corr);
 }
 
 void twin_q6k(const uint8_t* blk, const Acts& a, int64_t b, float& acc) {
@@ -375,7 +410,7 @@ std::shared_ptr<uint8_t[]> huge_page_buffer(uint64_t bytes) {
 bool panels_fit(DType t, int64_t rows, int64_t cols) {
   const bool format = t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 ||
                       t == DType::Q5_1 || t == DType::Q2_K || t == DType::Q3_K ||
-                      t == DType::Q4_K || t == DType::Q6_K;
+                      t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
   return format && rows > 0 && rows % kPanelRows == 0 && cols > 0 && cols % block_elems(t) == 0;
 }
 
@@ -464,7 +499,7 @@ void matvec_panel_twin(DType t, const uint8_t* W, uint64_t rb, const float* x, f
           twin_q6k(blk, a, b, acc);
           break;
         default:
-          twin_q4k(blk, a, b, acc, corr);
+          twin_q45k(t == DType::Q5_K, blk, a, b, acc, corr);
           break;
       }
     }

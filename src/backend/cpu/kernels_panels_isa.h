@@ -254,16 +254,32 @@ inline int32_t sum_pair(const Acts& x, int64_t chunk) {
   return int32_t(uint32_t(uint16_t(x.s32[chunk])) | uint32_t(uint16_t(x.s32[chunk + 1])) << 16);
 }
 
+// Bits 2g and 2g + 1 of each byte moved to bit 4 (Q5_0, Q5_1 and Q5_K's
+// high bits: the low and the high nibble's value of group or chunk pair g).
+inline VI high_bit_lo(VI hb, int g) {
+  return and8(g == 0 ? shl16<4>(hb) : g == 1 ? shl16<2>(hb) : g == 2 ? hb : shr16<2>(hb), 0x10);
+}
+inline VI high_bit_hi(VI hb, int g) {
+  return and8(g == 0   ? shl16<3>(hb)
+              : g == 1 ? shl16<1>(hb)
+              : g == 2 ? shr16<1>(hb)
+                       : shr16<3>(hb),
+              0x10);
+}
+
 // kLanes rows of a panel (the half at byte offset `half` of each group:
 // 0, or 32 for AVX2's second 8 rows) against T inputs over nb super-blocks:
-// out[t * ldo + i]. Every (row, input) sum is independent of T.
-template <int T>
-inline void panel_dot_q4k(const uint8_t* P, int half, int64_t nb, const Acts* x, float* out,
-                          int64_t ldo) {
+// out[t * ldo + i]. Every (row, input) sum is independent of T. Q4_K, and
+// Q5_K (kQ5: the qh groups first, bit c of a byte chunk c's fifth bit).
+template <bool kQ5, int T>
+inline void panel_dot_q45k(const uint8_t* P, int half, int64_t nb, const Acts* x, float* out,
+                           int64_t ldo) {
+  constexpr uint64_t kBlock = kQ5 ? kPanelBytesQ5K : kPanelBytesQ4K;
+  constexpr int kV = kQ5 ? 512 : 0;  // the nibble groups, after Q5_K's 8 qh groups
   VF acc[T], corr[T];
   for (int t = 0; t < T; ++t) acc[t] = zero_f(), corr[t] = zero_f();
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* pb = P + uint64_t(b) * kPanelBytesQ4K;
+    const uint8_t* pb = P + uint64_t(b) * kBlock;
     VI S[T], M[T];
     for (int t = 0; t < T; ++t) S[t] = zero_i(), M[t] = zero_i();
 #pragma GCC unroll 4
@@ -272,23 +288,36 @@ inline void panel_dot_q4k(const uint8_t* P, int half, int64_t nb, const Acts* x,
       for (int t = 0; t < T; ++t) lo[t] = zero_i(), hi[t] = zero_i();
 #pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) {
-        const VI q = load_i(pb + 64 * (8 * k + j) + half);
-        const VI ql = nibbles_lo(q), qh = nibbles_hi(q);
+        // Q5_K: qh group j and nibble group (0, j) side by side (panels.h).
+        const int g = kQ5 && k == 0 ? 128 * j + 64 : kV + 64 * (8 * k + j);
+        const VI q = load_i(pb + g + half);
+        VI ql = nibbles_lo(q), qh = nibbles_hi(q);
+        if constexpr (kQ5) {
+          const VI hb = load_i(pb + 128 * j + half);
+          ql = or_i(ql, high_bit_lo(hb, k));
+          qh = or_i(qh, high_bit_hi(hb, k));
+        }
         for (int t = 0; t < T; ++t) {
           const int8_t* xq = x[t].q + 256 * b + 64 * k + 4 * j;
-          lo[t] = dot4p(lo[t], ql, load32(xq));  // 8 steps of u <= 15
-          hi[t] = dot4p(hi[t], qh, load32(xq + 32));
+          if constexpr (kQ5) {  // u <= 31: 8 steps would leave int16 on AVX2
+            lo[t] = dot4(lo[t], ql, load32(xq));
+            hi[t] = dot4(hi[t], qh, load32(xq + 32));
+          } else {
+            lo[t] = dot4p(lo[t], ql, load32(xq));  // 8 steps of u <= 15
+            hi[t] = dot4p(hi[t], qh, load32(xq + 32));
+          }
         }
       }
-      const VI sl = scales_u8(pb + 2048 + 32 * k + half / 4);  // chunk 2k, these rows
-      const VI sh = scales_u8(pb + 2048 + 32 * k + 16 + half / 4);
-      const VI mn = pairs_u8(pb + 2176 + 32 * k + half / 2);
+      const VI sl = scales_u8(pb + kV + 2048 + 32 * k + half / 4);  // chunk 2k, these rows
+      const VI sh = scales_u8(pb + kV + 2048 + 32 * k + 16 + half / 4);
+      const VI mn = pairs_u8(pb + kV + 2176 + 32 * k + half / 2);
       for (int t = 0; t < T; ++t) {
-        S[t] = add_i(S[t], add_i(mul_i(finish(lo[t]), sl), mul_i(finish(hi[t]), sh)));
+        const VI l = kQ5 ? lo[t] : finish(lo[t]), h = kQ5 ? hi[t] : finish(hi[t]);
+        S[t] = add_i(S[t], add_i(mul_i(l, sl), mul_i(h, sh)));
         M[t] = dot2_16(M[t], mn, sum_pair(x[t], 8 * b + 2 * k));
       }
     }
-    const VF d = halves_f(pb + 2304 + half / 2), dm = halves_f(pb + 2336 + half / 2);
+    const VF d = halves_f(pb + kV + 2304 + half / 2), dm = halves_f(pb + kV + 2336 + half / 2);
     for (int t = 0; t < T; ++t) {
       const VF xd = set_f(x[t].d[b]);
       acc[t] = fma_f(mul_f(d, xd), to_f(S[t]), acc[t]);
@@ -455,14 +484,9 @@ inline void panel_dot_small(const uint8_t* P, int half, int64_t nb, const Acts* 
     for (int g = 0; g < 4; ++g) {
       const VI q = load_i(pb + kQs + 64 * g + half);
       VI ul = and8(q, 0x0F), uh = and8(shr16<4>(q), 0x0F);
-      if constexpr (kQ5) {  // bit 2g to bit 4, bit 2g + 1 to bit 4
-        const VI bl = g == 0 ? shl16<4>(hb) : g == 1 ? shl16<2>(hb) : g == 2 ? hb : shr16<2>(hb);
-        const VI bh = g == 0   ? shl16<3>(hb)
-                      : g == 1 ? shl16<1>(hb)
-                      : g == 2 ? shr16<1>(hb)
-                               : shr16<3>(hb);
-        ul = or_i(ul, and8(bl, 0x10));
-        uh = or_i(uh, and8(bh, 0x10));
+      if constexpr (kQ5) {
+        ul = or_i(ul, high_bit_lo(hb, g));
+        uh = or_i(uh, high_bit_hi(hb, g));
       }
       for (int t = 0; t < T; ++t) {
         const int8_t* xq = x[t].q + 32 * b + 4 * g;
@@ -499,7 +523,9 @@ void matvec_panels_t(const uint8_t* P, int64_t nb, const Acts* x, int64_t n, flo
     if constexpr (kT == DType::Q6_K)
       panel_dot_q6k<T>(pp, half, nb, xk, y, ldy);
     else if constexpr (kT == DType::Q4_K)
-      panel_dot_q4k<T>(pp, half, nb, xk, y, ldy);
+      panel_dot_q45k<false, T>(pp, half, nb, xk, y, ldy);
+    else if constexpr (kT == DType::Q5_K)
+      panel_dot_q45k<true, T>(pp, half, nb, xk, y, ldy);
     else if constexpr (kT == DType::Q2_K || kT == DType::Q3_K)
       panel_dot_k23<kT == DType::Q3_K, T>(pp, half, nb, xk, y, ldy);
     else
@@ -525,6 +551,8 @@ void matvec_panels(DType t, const uint8_t* P, int64_t nb, const Acts* x, int64_t
   switch (t) {
     case DType::Q6_K:
       return matvec_panels_t<DType::Q6_K>(P, nb, x, n, Y, ldy, p0, p1);
+    case DType::Q5_K:
+      return matvec_panels_t<DType::Q5_K>(P, nb, x, n, Y, ldy, p0, p1);
     case DType::Q3_K:
       return matvec_panels_t<DType::Q3_K>(P, nb, x, n, Y, ldy, p0, p1);
     case DType::Q2_K:

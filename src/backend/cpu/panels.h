@@ -1,4 +1,4 @@
-// Block-format weights (Q4_0 .. Q5_1, Q2_K, Q3_K, Q4_K, Q6_K) repacked for the decode products: 16
+// Block-format weights (Q4_0 .. Q5_1, Q2_K .. Q6_K) repacked for the decode products: 16
 // rows interleaved per panel, so one 512-bit multiply-add (vpdpbusd) takes 4 values of each of 16
 // rows against 4 input bytes broadcast to every lane, and a row's sums stay in one lane from the
 // first block to the last. The file's own layout keeps each row's values together, so a decode
@@ -14,7 +14,12 @@
 //   [2176, 2304)  mins, as pairs: for chunks 2k and 2k + 1, row i's two at 32k + 2i
 //   [2304, 2336)  d, f16 per row;  [2336, 2368) dmin, f16 per row
 // 148 bytes per row and super-block against the file's 144 (the scales
-// unpacked to bytes). Q6_K, kPanelBytesQ6K = 16 x 210 (the file's size):
+// unpacked to bytes). Q5_K, kPanelBytesQ5K = 16 x 180 (the file's 176):
+// Q4_K's layout from byte 512 on, except that [0, 1024) holds, for j = 0..7,
+// qh bytes 4j .. 4j + 3 of each row (bit c: chunk c's fifth bit) and then
+// nibble group j of chunks 0 and 1, in the kernel's reading order (the qh
+// groups apart from the nibbles streamed at 19-20 GB/s from DRAM). Q6_K, kPanelBytesQ6K = 16 x 210
+// (the file's size):
 //   [0, 3072)     in the order the kernel reads them, for h = 0, 1 and
 //                 j = 0..7, 192 bytes: qh bytes 32h + 4j .. + 3 of each row
 //                 (row i at 4i), then ql bytes 64h + 4j .. and 64h + 32 + 4j ..
@@ -71,6 +76,7 @@ constexpr uint64_t kPanelBytesQ5_1 = 16 * 24;
 constexpr uint64_t kPanelBytesQ2K = 16 * 84;  // one super-block of a panel
 constexpr uint64_t kPanelBytesQ3K = 16 * 114;
 constexpr uint64_t kPanelBytesQ4K = 16 * 148;
+constexpr uint64_t kPanelBytesQ5K = 16 * 180;
 constexpr uint64_t kPanelBytesQ6K = 16 * 210;
 constexpr uint64_t panel_block_bytes(DType t) {
   return t == DType::Q4_0   ? kPanelBytesQ4_0
@@ -80,11 +86,12 @@ constexpr uint64_t panel_block_bytes(DType t) {
          : t == DType::Q2_K ? kPanelBytesQ2K
          : t == DType::Q3_K ? kPanelBytesQ3K
          : t == DType::Q6_K ? kPanelBytesQ6K
+         : t == DType::Q5_K ? kPanelBytesQ5K
                             : kPanelBytesQ4K;
 }
 
 // Whether a matrix of type t and this shape has a panel form (Q4_0 .. Q5_1,
-// Q2_K, Q3_K, Q4_K, Q6_K; rows a multiple of 16, whole blocks).
+// Q2_K .. Q6_K; rows a multiple of 16, whole blocks).
 bool panels_fit(DType t, int64_t rows, int64_t cols);
 // The panel form of rows x cols rows of type t, rb bytes each (asserts panels_fit).
 std::shared_ptr<const uint8_t[]> repack_panels(DType t, const uint8_t* W, uint64_t rb, int64_t rows,
