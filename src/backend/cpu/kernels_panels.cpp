@@ -113,41 +113,41 @@ void unpack_q5k(const uint8_t* o, int i, uint8_t* blk) {
   }
 }
 
+// n bytes from the file's block into the panel (kPack) or back: the formats
+// whose panels only move bytes describe both directions once.
+template <bool kPack>
+void mv(uint8_t* panel, uint8_t* file, int n) {
+  if constexpr (kPack)
+    std::memcpy(panel, file, size_t(n));
+  else
+    std::memcpy(file, panel, size_t(n));
+}
+
 // Q6_K: for h and j, qh bytes 32h + 4j, then ql 64h + 4j and 64h + 32 + 4j.
 template <bool kPack>
 void move_q6k(uint8_t* blk, int i, uint8_t* o) {
-  auto mv = [](uint8_t* panel, uint8_t* file, int n) {
-    if constexpr (kPack)
-      std::memcpy(panel, file, size_t(n));
-    else
-      std::memcpy(file, panel, size_t(n));
-  };
   for (int h = 0; h < 2; ++h)
     for (int j = 0; j < 8; ++j) {
       uint8_t* g = o + 192 * (8 * h + j) + 4 * i;
-      mv(g, blk + q::Q6_K::kQh + 32 * h + 4 * j, 4);
-      mv(g + 64, blk + q::Q6_K::kQl + 64 * h + 4 * j, 4);
-      mv(g + 128, blk + q::Q6_K::kQl + 64 * h + 32 + 4 * j, 4);
+      mv<kPack>(g, blk + q::Q6_K::kQh + 32 * h + 4 * j, 4);
+      mv<kPack>(g + 64, blk + q::Q6_K::kQl + 64 * h + 4 * j, 4);
+      mv<kPack>(g + 128, blk + q::Q6_K::kQl + 64 * h + 32 + 4 * j, 4);
     }
-  for (int k = 0; k < 8; ++k) mv(o + 3072 + 32 * k + 2 * i, blk + q::Q6_K::kScales + 2 * k, 2);
-  mv(o + 3328 + 2 * i, blk + q::Q6_K::kD, 2);
+  for (int k = 0; k < 8; ++k)
+    mv<kPack>(o + 3072 + 32 * k + 2 * i, blk + q::Q6_K::kScales + 2 * k, 2);
+  mv<kPack>(o + 3328 + 2 * i, blk + q::Q6_K::kD, 2);
 }
 
 // Q2_K: qs groups, the scale bytes as pairs, d, dmin.
 template <bool kPack>
 void move_q2k(uint8_t* blk, int i, uint8_t* o) {
-  auto mv = [](uint8_t* panel, uint8_t* file, int n) {
-    if constexpr (kPack)
-      std::memcpy(panel, file, size_t(n));
-    else
-      std::memcpy(file, panel, size_t(n));
-  };
   for (int h = 0; h < 2; ++h)
     for (int j = 0; j < 8; ++j)
-      mv(o + 64 * (8 * h + j) + 4 * i, blk + q::Q2_K::kQs + 32 * h + 4 * j, 4);
-  for (int k = 0; k < 8; ++k) mv(o + 1024 + 32 * k + 2 * i, blk + q::Q2_K::kScales + 2 * k, 2);
-  mv(o + 1280 + 2 * i, blk + q::Q2_K::kD, 2);
-  mv(o + 1312 + 2 * i, blk + q::Q2_K::kDmin, 2);
+      mv<kPack>(o + 64 * (8 * h + j) + 4 * i, blk + q::Q2_K::kQs + 32 * h + 4 * j, 4);
+  for (int k = 0; k < 8; ++k)
+    mv<kPack>(o + 1024 + 32 * k + 2 * i, blk + q::Q2_K::kScales + 2 * k, 2);
+  mv<kPack>(o + 1280 + 2 * i, blk + q::Q2_K::kD, 2);
+  mv<kPack>(o + 1312 + 2 * i, blk + q::Q2_K::kDmin, 2);
 }
 
 // Q3_K's high-bit nibble of lane byte k (row k / 4, byte k % 4 of a group):
