@@ -11,10 +11,10 @@ token with the Pareto frontier marked. Standard library only; not run in CI.
 Candidates (--set full): the source file; `lowrank quantize` to q8_0, q6_k,
 q5_k, q4_k, q3_k, q2_k, plain and activation-weighted (`-aw`; rows a K-quant
 does not fit fall back as llama.cpp does); `lowrank compress` whitened low
-rank at keep 0.5 and 0.8 with q8_0 and q4_k factors, plain and pivoted
-(`--pivoted`, `lowrank-piv-*`); the residual form
-`--residual q2_k` and `q3_k` with corrections of keep 0.05 and 0.1 (q8_0
-factors). Everything lands in DIR and DIR/frontier.json caches each
+rank at keep 0.5 and 0.8 with f16, q8_0 and q4_k factors, plain and pivoted
+(`--storage pivoted`, `lowrank-piv-*`), all twelve from one calibration and
+decomposition; the residual form `--residual q2_k`, `q3_k` and `q4_k` (2, 3
+and 4 bits) with corrections of keep 0.05 and 0.1 (q8_0 factors). Everything lands in DIR and DIR/frontier.json caches each
 measurement: a rerun skips what exists, so an interrupted run resumes.
 Decode speed: one `lowrank bench` over all candidates (per-token plan,
 --prompt 64 --gen 64, median of 3), the source as the `dense` row.
@@ -39,10 +39,10 @@ def candidates(kind):
     c += [(t + "-aw", "quantize", {"type": t, "aw": True}) for t in types]
     keeps = ["0.5", "0.8"] if kind == "full" else ["0.8"]
     for piv in (False, True):
-        for ft in (["q8_0", "q4_k"] if kind == "full" else ["q8_0"]):
+        for ft in (["f16", "q8_0", "q4_k"] if kind == "full" else ["q8_0"]):
             c += [(f"lowrank-{'piv-' if piv else ''}{ft}-{k}", "compress",
                    {"keep": k, "factor": ft, "pivoted": piv}) for k in keeps]
-    for q in (["q2_k", "q3_k"] if kind == "full" else ["q2_k"]):
+    for q in (["q2_k", "q3_k", "q4_k"] if kind == "full" else ["q2_k"]):
         for k in (["0.05", "0.1"] if kind == "full" else ["0.1"]):
             c.append((f"residual-{q}-{k}", "residual", {"type": q, "keep": k}))
     return c
@@ -88,14 +88,25 @@ class Frontier:
                 out = os.path.join(self.a.out, "{type}" + ("-aw" if aw else "") + ".gguf")
                 self.run([lr, "quantize", "-m", self.a.model, "--type", ",".join(todo), "-o", out,
                           "--fallback"] + (self.calib() if aw else []) + t)
-        for ft, piv in sorted({(a["factor"], a["pivoted"]) for n, k, a in cands if k == "compress"}):
-            keeps = [a["keep"] for n, k, a in cands if k == "compress" and a["factor"] == ft
-                     and a["pivoted"] == piv and not os.path.exists(self.file(n))]
-            if keeps:
-                stem = f"lowrank-{'piv-' if piv else ''}{ft}"
-                self.run([lr, "compress", "-m", self.a.model, "--keep", ",".join(keeps),
-                          "--factor-type", ft] + (["--pivoted"] if piv else []) + ["-o",
-                          os.path.join(self.a.out, stem + "-{keep}.gguf")] + self.calib() + t)
+        # Every missing low-rank file from one run (one calibration and
+        # decomposition for all keeps, factor types and storages); the run
+        # writes the lists' every combination, and each lands under its name.
+        todo = [a for n, k, a in cands if k == "compress" and not os.path.exists(self.file(n))]
+        if todo:
+            uniq = lambda key: sorted({a[key] for a in todo})
+            pattern = os.path.join(self.a.out, "lowrank-{storage}-{factor}-{keep}.gguf")
+            self.run([lr, "compress", "-m", self.a.model, "--keep", ",".join(uniq("keep")),
+                      "--factor-type", ",".join(uniq("factor")), "--storage",
+                      ",".join("pivoted" if p else "plain" for p in uniq("pivoted")), "-o", pattern]
+                     + self.calib() + t)
+            for n, k, a in cands:
+                made = pattern.format(storage="pivoted" if a.get("pivoted") else "plain",
+                                      factor=a.get("factor"), keep=a.get("keep"))
+                if k == "compress" and os.path.exists(made):
+                    os.replace(made, self.file(n))
+            for left in [f for f in os.listdir(self.a.out) if f.startswith("lowrank-plain-")
+                         or f.startswith("lowrank-pivoted-")]:
+                os.remove(os.path.join(self.a.out, left))  # combinations no candidate asked for
         for q in sorted({a["type"] for n, k, a in cands if k == "residual"}):
             keeps = [a["keep"] for n, k, a in cands
                      if k == "residual" and a["type"] == q and not os.path.exists(self.file(n))]

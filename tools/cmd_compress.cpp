@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -30,6 +31,7 @@ struct CompressCli {
   std::vector<std::string> ranks;
   std::string matrices;
   std::string factor_type = "auto";
+  std::string storage;  // plain, pivoted, or both (a list); empty: --pivoted decides
   std::string residual;
   std::string calib;
   int calib_samples = 64, calib_len = 512;
@@ -84,10 +86,22 @@ int run(const CompressCli& o) {
   opt.calib_samples = o.calib_samples;
   opt.calib_len = o.calib_len;
   opt.calib_memory = uint64_t(o.calib_memory_mb) << 20;
-  opt.factor_type = parse_factor_type(o.factor_type == "auto" ? (o.residual.empty() ? "f16" : "q8_0")
-                                                             : o.factor_type);
+  // --factor-type and --storage may list several: one output per combination
+  // (with each keep), all from one calibration and one decomposition.
+  std::vector<DType> factor_types;
+  for (const std::string& f : split(o.factor_type, ','))
+    factor_types.push_back(parse_factor_type(f == "auto" ? (o.residual.empty() ? "f16" : "q8_0") : f));
+  if (factor_types.empty()) fail("--factor-type: no value");
+  std::vector<bool> storages;
+  if (!o.storage.empty() && o.pivoted) fail("--pivoted is --storage pivoted: pass one of them");
+  for (const std::string& st : split(o.storage.empty() ? (o.pivoted ? "pivoted" : "plain") : o.storage, ',')) {
+    if (st != "plain" && st != "pivoted") fail("unknown --storage '{}' (expected plain or pivoted)", st);
+    storages.push_back(st == "pivoted");
+  }
+  if (storages.empty()) fail("--storage: no value");
+  opt.factor_type = factor_types[0];
+  opt.pivoted = storages[0];
   if (!o.residual.empty()) opt.residual = parse_quant_type(o.residual, "--residual");
-  opt.pivoted = o.pivoted;
   opt.sequential = o.sequential;
   opt.refit = o.refit;
   opt.n_threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
@@ -112,14 +126,24 @@ int run(const CompressCli& o) {
   for (double k : keeps)
     if (!(k > 0 && k <= 1)) fail("{} must be in (0, 1], got {}", flag, k);
   std::vector<CompressJob> jobs;
-  const std::string mark = bytes ? "{budget}" : "{keep}";
-  for (double k : keeps) {
-    std::string path = o.out;
+  // Each listed dimension's value goes into the -o path at its mark.
+  auto place = [&](std::string& path, const std::string& mark, const std::string& value, size_t count,
+                   const char* what) {
     auto at = path.find(mark);
-    if (at != std::string::npos) path.replace(at, mark.size(), fmt::format("{}", k));
-    else if (keeps.size() > 1) fail("several {} values need '{}' in the -o path", flag, mark);
-    jobs.push_back({k, path});
-  }
+    if (at != std::string::npos) path.replace(at, mark.size(), value);
+    else if (count > 1) fail("several {} values need '{}' in the -o path", what, mark);
+  };
+  for (bool piv : storages)
+    for (DType ft : factor_types)
+      for (double k : keeps) {
+        std::string path = o.out;
+        place(path, bytes ? "{budget}" : "{keep}", fmt::format("{}", k), keeps.size(), flag);
+        std::string name(dtype_name(ft));
+        for (char& ch : name) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+        place(path, "{factor}", name, factor_types.size(), "--factor-type");
+        place(path, "{storage}", piv ? "pivoted" : "plain", storages.size(), "--storage");
+        jobs.push_back({k, path, ft, piv});
+      }
   std::string in = o.model.empty() ? default_model_path() : o.model;
   auto results = compress_model(in, jobs, opt, [](int done, int total, const char* phase) {
     std::fprintf(stderr, "\r%s %d/%d ", phase, done, total);
@@ -128,8 +152,8 @@ int run(const CompressCli& o) {
   });
   for (size_t i = 0; i < jobs.size(); ++i) {
     const CompressResult& r = results[i];
-    std::printf("%s (%s %.2f%s):\n", jobs[i].out_path.c_str(), bytes ? "budget" : "keep",
-                jobs[i].keep,
+    std::printf("%s (%s %.2f, %s factors%s%s):\n", jobs[i].out_path.c_str(), bytes ? "budget" : "keep",
+                jobs[i].keep, std::string(dtype_name(*jobs[i].factor_type)).c_str(), *jobs[i].pivoted ? ", pivoted" : "",
                 opt.allocate_scope == AllocateScope::Matrix ? ""
                 : opt.allocate_scope == AllocateScope::Type ? ", ranks moved between layers"
                                                             : ", ranks moved between all matrices");
@@ -181,7 +205,7 @@ Runner add_compress_command(CLI::App& app) {
   auto o = std::make_shared<CompressCli>();
   CLI::App* sub = app.add_subcommand("compress", "factorize a dense model into low-rank matrices");
   sub->add_option("-m,--model", o->model, "dense GGUF model (default: the default model)");
-  sub->add_option("-o,--output", o->out, "output GGUF ('{keep}' is replaced by the keep value)")->required();
+  sub->add_option("-o,--output", o->out, "output GGUF ('{keep}', '{budget}', '{factor}' and '{storage}' are replaced by each output's values)")->required();
   sub->add_option("--keep", o->keep, "fraction of each matrix's parameters kept, rank = floor(keep*m*n/(m+n)); a comma list compresses several")->capture_default_str();
   sub->add_option("--remove", o->remove, "1 - keep (SVD-LLM's 'compression ratio')");
   sub->add_option("--method", o->method, "svd | whiten (SVD-LLM closed form)")->capture_default_str();
@@ -193,7 +217,8 @@ Runner add_compress_command(CLI::App& app) {
   sub->add_option("--basis-sharing", o->basis_sharing, "groups of g consecutive layers share one input basis for q, k, v, gate, up");
   sub->add_option("--rank", o->ranks, "explicit rank per matrix type, KIND=R (attn_q=64, all=max)");
   sub->add_option("--matrices", o->matrices, "comma list of matrix types to compress (default: all seven per block)");
-  sub->add_option("--factor-type", o->factor_type, "storage type of the factors: auto (f16; q8_0 with --residual), f16, bf16, f32, q8_0, q6_k, q5_k, q4_k (quantized: ranks rounded down to a multiple of 32; a row a K-quant's 256 does not divide is stored as q8_0)")->capture_default_str();
+  sub->add_option("--factor-type", o->factor_type, "storage type of the factors: auto (f16; q8_0 with --residual), f16, bf16, f32, q8_0, q6_k, q5_k, q4_k (quantized: ranks rounded down to a multiple of 32; a row a K-quant's 256 does not divide is stored as q8_0); a comma list writes one file per type ('{factor}' in -o)")->capture_default_str();
+  sub->add_option("--storage", o->storage, "plain | pivoted (the same as --pivoted) | plain,pivoted: one file per storage ('{storage}' in -o), from one calibration and decomposition");
   sub->add_option("--calib", o->calib, "calibration text (whiten, basis sharing)");
   sub->add_option("--calib-samples", o->calib_samples, "calibration windows")->capture_default_str();
   sub->add_option("--calib-len", o->calib_len, "tokens per calibration window")->capture_default_str();

@@ -280,6 +280,18 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
   if (jobs.empty()) fail("compress: nothing to do (no output)");
   for (const CompressJob& j : jobs)
     if (!(j.keep > 0 && j.keep <= 1)) fail("--keep must be in (0, 1], got {}", j.keep);
+  // Each job's options: the shared ones with its keep, factor type and storage.
+  std::vector<CompressOptions> opts(jobs.size(), opt_in);
+  bool any_pivoted = false, one_factor_type = true;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    opts[j].keep = jobs[j].keep;
+    if (jobs[j].factor_type) opts[j].factor_type = *jobs[j].factor_type;
+    if (jobs[j].pivoted) opts[j].pivoted = *jobs[j].pivoted;
+    check_factor_type(opts[j].factor_type);
+    any_pivoted = any_pivoted || opts[j].pivoted;
+    one_factor_type = one_factor_type && opts[j].factor_type == opts[0].factor_type;
+  }
+  auto quantized = [](DType t) { return t == DType::Q8_0 || is_block_format(t); };
   if (opt_in.basis_sharing == 1 || opt_in.basis_sharing < 0)
     fail("--basis-sharing takes a group size of at least 2 (got {})", opt_in.basis_sharing);
   if (opt_in.sequential && (opt_in.method != CompressMethod::Whiten || opt_in.basis_sharing >= 2 ||
@@ -287,12 +299,10 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
     fail("sequential calibration (--sequential) compresses one --keep with --method whiten, without "
          "--basis-sharing or a global budget");
   if (opt_in.refit && !opt_in.sequential) fail("--refit refits against sequential calibration: add --sequential");
-  if (opt_in.pivoted && (opt_in.basis_sharing >= 2 || opt_in.budget != RankBudget::PerMatrix))
+  if (any_pivoted && (opt_in.basis_sharing >= 2 || opt_in.budget != RankBudget::PerMatrix))
     fail("pivoted storage (--pivoted) takes --keep or --rank, without --basis-sharing (a shared "
          "basis is not rows of each layer's matrix) or a global budget");
   for (const std::string& k : opt_in.kinds) block_linear_spec(k);  // known kinds only
-  check_factor_type(opt_in.factor_type);
-  const bool quantized_factors = opt_in.factor_type == DType::Q8_0 || is_block_format(opt_in.factor_type);
   // Weights as stored (a quantized file stays mapped, not widened): each
   // matrix is decoded to f32 only while it is factorized.
   Model m = load_model(in_path, std::nullopt);
@@ -308,6 +318,8 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
     fail("a global budget (--budget, --allocate) does not combine with --basis-sharing");
   if (allocating && !opt_in.ranks.empty())
     fail("--rank and a global budget (--budget, --allocate) both choose ranks: pass one");
+  if (allocating && !one_factor_type)
+    fail("a global budget (--budget, --allocate) weighs one factor type's bytes: pass one --factor-type");
   if (opt_in.residual && (opt_in.basis_sharing >= 2 || allocating))
     fail("the residual form (--residual) takes --keep or --rank, without --basis-sharing or a "
          "global budget");
@@ -315,16 +327,14 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
     fail("--residual quantizes to a block format (q2_k, q3_k, q4_k, ...), not {}",
          dtype_name(*opt_in.residual));
   int64_t calib_tokens = 0;
-  const int64_t granularity = quantized_factors ? 32 : 1;
+  const int64_t granularity = quantized(opts[0].factor_type) ? 32 : 1;  // (one type when allocating)
 
   // Every job's factors are prefixes of one decomposition at the largest rank
   // any job asks for (U_r sqrt(S_r) and sqrt(S_r) Vt_r S^-1 are leading
   // columns / rows), so each matrix is decomposed once for all jobs.
-  std::vector<CompressOptions> opts(jobs.size(), opt_in);
   std::vector<std::shared_ptr<Weights>> outs;
   std::vector<CompressResult> results(jobs.size());
   for (size_t j = 0; j < jobs.size(); ++j) {
-    opts[j].keep = jobs[j].keep;
     outs.push_back(std::make_shared<Weights>(*m.weights));  // shares the dense matrices
     results[j].params_before = m.weights->parameters();
   }
@@ -344,7 +354,7 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
       if (d.quantized.rows > 0) dst.w = d.quantized;
       if (r == 0) continue;
       if (d.quantized.rows == 0) dst.w = Matrix();
-      if (opt_in.pivoted) {
+      if (opts[j].pivoted) {
         if (r >= d.rows)
           fail("{}: pivoted storage needs a rank below the {} rows (got {})", rep.name, d.rows, r);
         compress::PivotedFactors p = compress::pivot_factors(d.outs[0], d.in, r);
@@ -397,7 +407,7 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
       d.g1 = share ? std::min(c.n_layers, l + opt_in.basis_sharing) : l + 1;
       d.rows = rows;
       d.cols = cols;
-      d.cand = rank_candidate(opt_in, src.w, granularity);
+      d.cand = rank_candidate(opts[0], src.w, granularity);
       std::vector<int64_t> rank(jobs.size());
       for (size_t j = 0; j < jobs.size(); ++j) {
         bool explicit_rank = opts[j].ranks.count(spec.kind) || opts[j].ranks.count("all");
@@ -408,7 +418,7 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
                         ? (opts[j].keep >= 1.0 ? 0
                                                : compress::shared_rank_for_keep(opts[j].keep, rows, cols, d.g1 - d.g0))
                         : rank_of(opts[j], spec.kind, rows, cols);
-        if (quantized_factors && !explicit_rank && rank[j] >= 32) rank[j] = rank[j] / 32 * 32;
+        if (quantized(opts[j].factor_type) && !explicit_rank && rank[j] >= 32) rank[j] = rank[j] / 32 * 32;
       }
       const int64_t r_max = *std::max_element(rank.begin(), rank.end());
       std::string residual_note;

@@ -92,10 +92,15 @@ using CompressProgress = std::function<void(int, int, const char*)>;
 struct CompressJob {
   double keep;  // the fraction kept: of each matrix (PerMatrix) or of all of them (a budget)
   std::string out_path;
+  // This job's factor storage and pivoting, when it differs from the options'.
+  std::optional<DType> factor_type = std::nullopt;
+  std::optional<bool> pivoted = std::nullopt;
 };
 
-// Compresses the dense model at `in_path` once per job (opt.keep is replaced by
-// each job's keep); the calibration pass runs once for all of them.
+// Compresses the dense model at `in_path` once per job (opt.keep, and where a
+// job sets them opt.factor_type and opt.pivoted, replaced by the job's): the
+// calibration pass runs once, and each matrix is decomposed once at the
+// largest rank any job needs, for all of them.
 std::vector<CompressResult> compress_model(const std::string& in_path,
                                            const std::vector<CompressJob>& jobs,
                                            const CompressOptions& opt,

@@ -5,6 +5,9 @@
 // plain factors at the same rank, in fewer bytes.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+
 #include "../error_of.h"
 #include "backend/backend.h"
 #include "compress/compress_model.h"
@@ -131,6 +134,52 @@ TEST(Pivoted, TheResidualFormsCorrectionPivoted) {
   test::expect_prompt_close([&] { return run(m.weights, 0); }, ref);
   EXPECT_LT(rel_err(run(m.weights, 1), ref), 1e-4);
   EXPECT_LT(rel_err(run(m.weights, 2), ref), 1e-4);
+}
+
+// One run with several keeps, factor types and storages (the CLI's lists)
+// writes each file exactly as its own run does: one calibration and one
+// decomposition serve them all.
+TEST(Pivoted, OneRunWritesEachStorageAndFactorTypeAsItsOwnRunDoes) {
+  TempDir t;
+  const std::string dense = write_tiny(t, spec(), "dense.gguf");
+  CompressOptions o;
+  o.calib_path = test::write_calib(t);
+  o.calib_samples = 4;
+  o.calib_len = 16;
+  const std::vector<CompressJob> jobs = {{0.5, t.file("a.gguf"), DType::F16, false},
+                                         {0.5, t.file("b.gguf"), DType::F16, true},
+                                         {0.7, t.file("c.gguf"), DType::Q8_0, false},
+                                         {0.7, t.file("d.gguf"), DType::Q8_0, true}};
+  const std::vector<CompressResult> all = compress_model(dense, jobs, o);
+  ASSERT_EQ(all.size(), 4u);
+  auto bytes = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    CompressOptions one = o;
+    one.factor_type = *jobs[j].factor_type;
+    one.pivoted = *jobs[j].pivoted;
+    const std::string alone = t.file("alone" + std::to_string(j) + ".gguf");
+    const std::vector<CompressResult> r = compress_model(dense, {{jobs[j].keep, alone}}, one);
+    const std::string a = bytes(jobs[j].out_path), b = bytes(alone);
+    EXPECT_GT(a.size(), 1000u);
+    EXPECT_TRUE(a == b) << jobs[j].out_path << ": " << a.size() << " vs " << b.size() << " bytes";
+    ASSERT_EQ(r[0].matrices.size(), all[j].matrices.size());
+    for (size_t i = 0; i < r[0].matrices.size(); ++i)
+      EXPECT_EQ(all[j].matrices[i].rank, r[0].matrices[i].rank) << all[j].matrices[i].name;
+  }
+  // attn_q [64, 64]: keep 0.5 plain rank 16, pivoted 18 (r (128 - r) <= 2048).
+  EXPECT_EQ(all[0].matrices[0].rank, 16);
+  EXPECT_EQ(all[1].matrices[0].rank, 18);
+  auto f = gguf::File::open(t.file("d.gguf"));
+  EXPECT_EQ(f->get_ints("lowrank.pivots.blk.0.attn_q").size(), size_t(all[3].matrices[0].rank));
+  // A global budget weighs one factor type's bytes.
+  o.budget = RankBudget::Bytes;
+  LR_EXPECT_ERROR_HAS(error_of([&] {
+                        compress_model(dense, {jobs[0], jobs[2]}, o);
+                      }),
+                      "weighs one factor type's bytes");
 }
 
 // The file at `path` with its metadata key `key` set to `v`.
