@@ -110,9 +110,9 @@ class Frontier:
         for q in sorted({a["type"] for n, k, a in cands if k == "residual"}):
             keeps = [a["keep"] for n, k, a in cands
                      if k == "residual" and a["type"] == q and not os.path.exists(self.file(n))]
-            for k in keeps:  # one residual type per run (its quantization differs)
-                self.run([lr, "compress", "-m", self.a.model, "--residual", q, "--keep", k, "-o",
-                          self.file(f"residual-{q}-{k}")] + self.calib() + t)
+            if keeps:  # one run per residual type (its quantization differs), every keep
+                self.run([lr, "compress", "-m", self.a.model, "--residual", q, "--keep", ",".join(keeps),
+                          "-o", self.file(f"residual-{q}-{{keep}}")] + self.calib() + t)
 
     def perplexity(self, name):
         out = self.run([self.a.lowrank, "perplexity", "-m", self.file(name), "-f", self.a.eval, "-c",
