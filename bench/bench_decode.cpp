@@ -102,7 +102,8 @@ void BM_matvec_q8_0(benchmark::State& st) {
   }
   st.SetBytesProcessed(int64_t(st.iterations()) * (rows * cols + rows * nb * 4));
 }
-BENCHMARK(BM_matvec_q8_0)->Args({1536, 209})->Args({209, 1536})->Args({49152, 576});
+BENCHMARK(BM_matvec_q8_0)->Args({1536, 209})->Args({209, 1536})->Args({49152, 576})
+    ->Args({8960, 96})->Args({96, 8960})->Args({1536, 64});  // a residual correction's U and V (the 1.5B)
 
 }  // namespace
 

@@ -354,6 +354,27 @@ BENCHMARK(BM_matvec_panels)
     ->Args({6, 4864, 896, 1, 0})->Args({6, 4864, 896, 2, 1})->Args({6, 896, 4864, 2, 1})->Args({3, 1536, 576, 1, 0})
     ->Args({13, 8960, 1536, 1, 0})->Args({13, 8960, 1536, 2, 1})
     ->UseRealTime();
+// A batch step's decode products from panels: n inputs (arg 3) against rows in
+// cache on one thread (multiply-adds/s, as BM_matvec_blocks_n).
+void BM_matvec_panels_n(benchmark::State& st) {
+  const auto t = lr::DType(st.range(0));
+  const int64_t rows = st.range(1), cols = st.range(2), n = st.range(3);
+  const auto w = random_blocks(t, rows, cols);
+  const auto P = lr::cpu::repack_panels(t, w.data(), *lr::row_bytes(t, uint64_t(cols)), rows, cols);
+  const auto X = rand_f32(n * cols, 8);
+  std::vector<float> Y(static_cast<size_t>(n * rows));
+  for (auto _ : st) {
+    lr::cpu::matvec_panels_n(t, P.get(), X.data(), cols, Y.data(), rows, n, cols, 0, rows);
+    benchmark::DoNotOptimize(Y.data());
+  }
+  st.SetItemsProcessed(int64_t(st.iterations()) * n * rows * cols);
+  st.SetLabel(std::string(lr::dtype_name(t)));
+}
+BENCHMARK(BM_matvec_panels_n)
+    ->ArgsProduct({{12}, {1536}, {1536}, {1, 4, 8}})
+    ->ArgsProduct({{14}, {1536}, {8960}, {1, 4, 8}})
+    ->ArgsProduct({{6}, {896}, {896}, {1, 4, 8}})
+    ->Unit(benchmark::kMicrosecond);
 // Arg 3: the kernel (0: decoded to f32 then f32 tiles; 1: 8-bit integers,
 // AVX-512 VNNI only); arg 4: tokens.
 void BM_matmul_blocks(benchmark::State& st) {

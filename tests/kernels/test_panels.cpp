@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "backend/cpu/panels.h"
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/ref_kernels.h"
+#include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/quants.h"
 #include "isa_util.h"
@@ -94,9 +96,10 @@ TEST(Panels, TwinIsTheReferenceProduct) {
 }
 
 // The panel form unpacks to the file's bytes exactly, and the prompt
-// products from it are matmul_blocks' bits over the rows as stored.
+// products from it are matmul_blocks' bits over the rows as stored, below and
+// above the prompt length that takes the panels directly on AVX-512 VNNI.
 TEST(Panels, UnpackIsTheFileAndPromptsAreMatmulBlocks) {
-  const int64_t rows = 64, cols = 768, n = 11, ldx = cols + 3, ldy = rows + 2;
+  const int64_t rows = 64, cols = 768, ldx = cols + 3, ldy = rows + 2;
   for (DType t : kPanelTypes) {
     const uint64_t rb = *lr::row_bytes(t, uint64_t(cols));
     const auto W = lr::test::random_rows(t, rows, cols, 21);
@@ -106,16 +109,41 @@ TEST(Panels, UnpackIsTheFileAndPromptsAreMatmulBlocks) {
     ASSERT_EQ(back, W) << lr::dtype_name(t);
     cpu::unpack_panels(t, P.get(), cols, 16, 48, back.data());  // a range lands at the start
     ASSERT_EQ(std::memcmp(back.data(), W.data() + 16 * rb, 32 * rb), 0) << lr::dtype_name(t);
-    const auto X = random_x(n * ldx, 22);
-    for (lr::Isa isa : lr::test::supported_isas()) {
-      lr::test::IsaScope scope(isa);
-      std::vector<float> want(static_cast<size_t>(n * ldy), -9.f), got(want.size(), -9.f);
-      cpu::matmul_blocks(t, W.data(), rb, X.data(), want.data(), n, cols, ldx, ldy, 16, rows,
-                         cpu::MatmulPath::Tiles);
-      cpu::matmul_panels(t, P.get(), X.data(), got.data(), n, cols, ldx, ldy, 16, rows,
-                         cpu::MatmulPath::Tiles);
-      ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
-          << lr::isa_name(isa) << " " << lr::dtype_name(t);
+    for (int64_t n : {int64_t(1), int64_t(11), cpu::kPanelPromptTokens, cpu::kPanelPromptTokens + 1}) {
+      const auto X = random_x(n * ldx, uint32_t(22 + n));
+      for (lr::Isa isa : lr::test::supported_isas()) {
+        lr::test::IsaScope scope(isa);
+        std::vector<float> want(static_cast<size_t>(n * ldy), -9.f), got(want.size(), -9.f);
+        cpu::matmul_blocks(t, W.data(), rb, X.data(), want.data(), n, cols, ldx, ldy, 16, rows,
+                           cpu::MatmulPath::Tiles);
+        cpu::matmul_panels(t, P.get(), X.data(), got.data(), n, cols, ldx, ldy, 16, rows,
+                           cpu::MatmulPath::Tiles);
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
+            << lr::isa_name(isa) << " " << lr::dtype_name(t) << " tokens " << n;
+      }
+    }
+  }
+}
+
+// On AVX-512 VNNI a token's products are the same bits in a prompt (the
+// 8-bit prompt kernel over the file's rows) and in decode (the panels): the
+// same integer sums meet the same f32 steps.
+TEST(Panels, DecodeIsThePromptKernelsBitsOnVnni) {
+  if (!lr::cpu_supports(lr::Isa::Avx512Vnni)) GTEST_SKIP() << "no AVX-512 VNNI on this host";
+  lr::test::IsaScope scope(lr::Isa::Avx512Vnni);
+  const int64_t rows = 48, cols = 1536, ldx = cols + 1, ldy = rows + 5;
+  for (DType t : kPanelTypes) {
+    const uint64_t rb = *lr::row_bytes(t, uint64_t(cols));
+    const auto W = lr::test::random_rows(t, rows, cols, 31);
+    const auto P = cpu::repack_panels(t, W.data(), rb, rows, cols);
+    for (int64_t n : {1, 4, 9}) {
+      const auto X = random_x(n * ldx, uint32_t(40 + n));
+      std::vector<float> prompt(static_cast<size_t>(n * ldy), -9.f), decode(prompt.size(), -9.f);
+      cpu::matmul_blocks_int8(t, W.data(), rb, X.data(), prompt.data(), n, cols, ldx, ldy, 0, rows);
+      cpu::matvec_panels_n(t, P.get(), X.data(), ldx, decode.data(), ldy, n, cols, 0, rows);
+      for (size_t i = 0; i < prompt.size(); ++i)
+        ASSERT_EQ(bits(decode[i]), bits(prompt[i]))
+            << lr::dtype_name(t) << " inputs " << n << " at " << i << ": " << decode[i] << " vs " << prompt[i];
     }
   }
 }

@@ -104,6 +104,9 @@ inline VF mul_f(VF a, VF b) {
 inline VF fma_f(VF a, VF b, VF c) {
   return _mm512_fmadd_ps(a, b, c);
 }
+inline VF fnma_f(VF a, VF b, VF c) {  // c - a b, rounded once
+  return _mm512_fnmadd_ps(a, b, c);
+}
 inline VF to_f(VI a) {
   return _mm512_maskz_cvtepi32_ps(__mmask16(0xffff), a);
 }
@@ -112,12 +115,6 @@ inline VF set_f(float v) {
 }
 inline VI set_i(int32_t v) {
   return _mm512_set1_epi32(v);
-}
-inline void store_sum_f(float* p, VF a, VF b) {
-  _mm512_storeu_ps(p, _mm512_add_ps(a, b));
-}
-inline void store_f(float* p, VF a, VF b) {
-  _mm512_storeu_ps(p, _mm512_sub_ps(a, b));
 }
 inline void store_f(float* p, VF a) {
   _mm512_storeu_ps(p, a);
@@ -219,6 +216,9 @@ inline VF mul_f(VF a, VF b) {
 inline VF fma_f(VF a, VF b, VF c) {
   return _mm256_fmadd_ps(a, b, c);
 }
+inline VF fnma_f(VF a, VF b, VF c) {
+  return _mm256_fnmadd_ps(a, b, c);
+}
 inline VF to_f(VI a) {
   return _mm256_cvtepi32_ps(a);
 }
@@ -227,12 +227,6 @@ inline VF set_f(float v) {
 }
 inline VI set_i(int32_t v) {
   return _mm256_set1_epi32(v);
-}
-inline void store_sum_f(float* p, VF a, VF b) {
-  _mm256_storeu_ps(p, _mm256_add_ps(a, b));
-}
-inline void store_f(float* p, VF a, VF b) {
-  _mm256_storeu_ps(p, _mm256_sub_ps(a, b));
 }
 inline void store_f(float* p, VF a) {
   _mm256_storeu_ps(p, a);
@@ -276,8 +270,8 @@ inline void panel_dot_q45k(const uint8_t* P, int half, int64_t nb, const Acts* x
                            int64_t ldo) {
   constexpr uint64_t kBlock = kQ5 ? kPanelBytesQ5K : kPanelBytesQ4K;
   constexpr int kV = kQ5 ? 512 : 0;  // the nibble groups, after Q5_K's 8 qh groups
-  VF acc[T], corr[T];
-  for (int t = 0; t < T; ++t) acc[t] = zero_f(), corr[t] = zero_f();
+  VF acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = zero_f();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* pb = P + uint64_t(b) * kBlock;
     VI S[T], M[T];
@@ -320,11 +314,10 @@ inline void panel_dot_q45k(const uint8_t* P, int half, int64_t nb, const Acts* x
     const VF d = halves_f(pb + kV + 2304 + half / 2), dm = halves_f(pb + kV + 2336 + half / 2);
     for (int t = 0; t < T; ++t) {
       const VF xd = set_f(x[t].d[b]);
-      acc[t] = fma_f(mul_f(d, xd), to_f(S[t]), acc[t]);
-      corr[t] = fma_f(mul_f(dm, xd), to_f(M[t]), corr[t]);
+      acc[t] = fnma_f(mul_f(dm, xd), to_f(M[t]), fma_f(mul_f(d, xd), to_f(S[t]), acc[t]));
     }
   }
-  for (int t = 0; t < T; ++t) store_f(out + t * ldo, acc[t], corr[t]);
+  for (int t = 0; t < T; ++t) store_f(out + t * ldo, acc[t]);
 }
 
 // Q6_K: u = 6-bit values (0..63) of sub-blocks g of 16 with int8 scales;
@@ -387,16 +380,16 @@ inline void panel_dot_q6k(const uint8_t* P, int half, int64_t nb, const Acts* x,
 // 2s of qs byte 32h + l), and for Q3_K a high bit from hmask (bit c of
 // byte l), the value u = low | high << 2 minus 4. Sub-blocks of 16. Q2_K:
 // scale and min nibbles, S = sum_g sc_g sum(u q), M = sum_g m_g sum(q),
-// acc = fma(d dx, S, acc), corr = fma(dmin dx, M, corr). Q3_K: signed 6-bit
-// scales, acc = fma(d dx, S - 4 M, acc) with M = sum_g sc_g sum(q).
+// acc = fnma(dmin dx, M, fma(d dx, S, acc)). Q3_K: signed 6-bit scales,
+// acc = fma(d dx, S - 4 M, acc) with M = sum_g sc_g sum(q).
 template <bool kQ3, int T>
 inline void panel_dot_k23(const uint8_t* P, int half, int64_t nb, const Acts* x, float* out,
                           int64_t ldo) {
   constexpr uint64_t kBlock = kQ3 ? kPanelBytesQ3K : kPanelBytesQ2K;
   constexpr int kGroup = kQ3 ? 96 : 64;       // bytes per (h, j): qs, then Q3_K's high-bit nibbles
   constexpr int kScales = kQ3 ? 1536 : 1024;  // scale pairs, 32 bytes per pair of sub-blocks
-  VF acc[T], corr[T];
-  for (int t = 0; t < T; ++t) acc[t] = zero_f(), corr[t] = zero_f();
+  VF acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = zero_f();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* pb = P + uint64_t(b) * kBlock;
     VI S[T], M[T];
@@ -450,21 +443,19 @@ inline void panel_dot_k23(const uint8_t* P, int half, int64_t nb, const Acts* x,
         acc[t] = fma_f(mul_f(d, xd), to_f(sub_i(S[t], shl32<2>(M[t]))), acc[t]);
       } else {
         const VF dm = halves_f(pb + kScales + 288 + half / 2);
-        acc[t] = fma_f(mul_f(d, xd), to_f(S[t]), acc[t]);
-        corr[t] = fma_f(mul_f(dm, xd), to_f(M[t]), corr[t]);
+        acc[t] = fnma_f(mul_f(dm, xd), to_f(M[t]), fma_f(mul_f(d, xd), to_f(S[t]), acc[t]));
       }
     }
   }
-  for (int t = 0; t < T; ++t) store_f(out + t * ldo, acc[t], corr[t]);
+  for (int t = 0; t < T; ++t) store_f(out + t * ldo, acc[t]);
 }
 
 // The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1): per block of 32 and 16
 // rows, four 64-byte groups of nibbles (values 4g + p low, 16 + 4g + p high),
 // Q5's high bits beside them, one byte per lane byte (bit 2g: value 4g + p,
 // bit 2g + 1: 16 + 4g + p). S = sum(u q) per block; the input's scale is per
-// 32 too, so each block meets f32: acc = fma(d dx, S - off sum(q), acc)
-// (off 8 or 16), or for the formats with a min acc = fma(d dx, S, acc) and
-// corr = fma(m, dx sum(q), corr), y = acc + corr.
+// 32 too, so each block meets f32: acc = fnma(d2, dx sum(q), fma(d dx, S,
+// acc)), d2 = off d (off 8 or 16) or, for the formats with a min, -m.
 template <DType kT, int T>
 inline void panel_dot_small(const uint8_t* P, int half, int64_t nb, const Acts* x, float* out,
                             int64_t ldo) {
@@ -472,8 +463,8 @@ inline void panel_dot_small(const uint8_t* P, int half, int64_t nb, const Acts* 
   constexpr bool kMin = kT == DType::Q4_1 || kT == DType::Q5_1;
   constexpr int kQs = kQ5 ? 64 : 0, kOff = kT == DType::Q5_0 ? 16 : 8;
   constexpr uint64_t kBlock = panel_block_bytes(kT);
-  VF acc[T], corr[T];
-  for (int t = 0; t < T; ++t) acc[t] = zero_f(), corr[t] = zero_f();
+  VF acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = zero_f();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* pb = P + uint64_t(b) * kBlock;
     VI lo[T], hi[T];
@@ -495,18 +486,14 @@ inline void panel_dot_small(const uint8_t* P, int half, int64_t nb, const Acts* 
       }
     }
     const VF d = halves_f(pb + kQs + 256 + half / 2);
+    // what the offset or the min takes per input's dx sum(q): kOff d, or -m
+    const VF d2 = kMin ? mul_f(halves_f(pb + kQs + 288 + half / 2), set_f(-1.f)) : mul_f(d, set_f(kOff));
     for (int t = 0; t < T; ++t) {
-      const VF ddx = mul_f(d, set_f(x[t].d[b]));
       const VI S = add_i(finish(lo[t]), finish(hi[t]));
-      if constexpr (kMin) {
-        acc[t] = fma_f(ddx, to_f(S), acc[t]);
-        corr[t] = fma_f(halves_f(pb + kQs + 288 + half / 2), set_f(x[t].dsum[b]), corr[t]);
-      } else {
-        acc[t] = fma_f(ddx, to_f(sub_i(S, set_i(kOff * int32_t(x[t].s32[b])))), acc[t]);
-      }
+      acc[t] = fnma_f(d2, set_f(x[t].dsum[b]), fma_f(mul_f(d, set_f(x[t].d[b])), to_f(S), acc[t]));
     }
   }
-  for (int t = 0; t < T; ++t) store_sum_f(out + t * ldo, acc[t], corr[t]);
+  for (int t = 0; t < T; ++t) store_f(out + t * ldo, acc[t]);
 }
 
 // Panels [p0, p1) against inputs x[0 .. n): Y[k * ldy + 16 p + i].

@@ -50,14 +50,18 @@
 //
 // The product of a row with an input quantized per 256 (block_input.h) is
 // integer up to each super-block's end. Q4_K: S = sum_c sc_c sum(u q), M =
-// sum_c mn_c sum(q), then acc = fma(d dx, S, acc), corr = fma(dmin dx, M,
-// corr) in f32, and y = acc - corr. Q6_K (u = q + 32, scales per 16): S =
-// sum_g sc_g sum(u q), M = sum_g sc_g sum(q), acc = fma(d dx, S - 32 M, acc).
+// sum_c mn_c sum(q), then in f32 acc = fma(d dx, S, acc) and acc -= (dmin dx)
+// M (one fused step), y = acc. Q6_K (u = q + 32, scales per 16): S = sum_g
+// sc_g sum(u q), M = sum_g sc_g sum(q), acc = fma(d dx, S - 32 M, acc).
 // Q2_K as Q4_K with scales and mins per 16; Q3_K as Q6_K with u = q + 4 and
-// S - 4 M.
+// S - 4 M. The 32-value formats per block: acc = fma(d dx, S, acc), then acc
+// -= d2 (dx sum(q)) with d2 = off d (Q4_0: 8, Q5_0: 16) or -m (Q4_1, Q5_1).
 // Both instruction-set paths and the scalar twin (matvec_panel_twin) do
 // exactly that, so all three give the same bits, and a batch of inputs gets
-// each input's bits alone.
+// each input's bits alone. These are also the f32 steps of the prompt kernels
+// on AVX-512 VNNI (kernels_blocks_gemm.cpp) over the same integer sums, so
+// there a token's products are the same bits in a prompt as in decode, and
+// prompts of a few tokens can take the panels directly (matmul_panels).
 #pragma once
 
 #include <cstdint>
@@ -99,9 +103,7 @@ std::shared_ptr<const uint8_t[]> repack_panels(DType t, const uint8_t* W, uint64
 uint64_t panel_bytes(DType t, int64_t rows, int64_t cols);
 
 // Y[k * ldy + r] = row r . X[k * ldx ..] for k < n and rows [r0, r1) (both
-// multiples of 16), from the panel form of type t. The 32-value formats: per
-// block acc = fma(d dx, S - off sum(q), acc) (Q4_0: off 8, Q5_0: 16), or
-// acc = fma(d dx, S, acc), corr = fma(m, dx sum(q), corr), y = acc + corr.
+// multiples of 16), from the panel form of type t (the f32 steps above).
 void matvec_panels_n(DType t, const uint8_t* P, const float* X, int64_t ldx, float* Y, int64_t ldy,
                      int64_t n, int64_t cols, int64_t r0, int64_t r1);
 
@@ -111,7 +113,10 @@ void unpack_panels(DType t, const uint8_t* P, int64_t cols, int64_t r0, int64_t 
 
 // The prompt products from the panel form (so the rows as stored need not
 // stay in memory): a chunk of rows at a time back in the file's layout, then
-// matmul_blocks, whose bits these are (the same arguments as it takes).
+// matmul_blocks, whose bits these are (the same arguments as it takes); on
+// AVX-512 VNNI up to kPanelPromptTokens tokens from the panels directly,
+// with the same bits.
+constexpr int64_t kPanelPromptTokens = 128;
 void matmul_panels(DType t, const uint8_t* P, const float* X, float* Y, int64_t n, int64_t cols,
                    int64_t ldx, int64_t ldy, int64_t r0, int64_t r1, MatmulPath path);
 
