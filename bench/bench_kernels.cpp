@@ -14,7 +14,10 @@
 #include <random>
 #include <vector>
 
+#include <immintrin.h>
+
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/kernels_simd.h"
 #include "backend/cpu/panels.h"
 #include "core/cpu_features.h"
 #include "core/half.h"
@@ -354,6 +357,32 @@ BENCHMARK(BM_matvec_panels)
     ->Args({6, 4864, 896, 1, 0})->Args({6, 4864, 896, 2, 1})->Args({6, 896, 4864, 2, 1})->Args({3, 1536, 576, 1, 0})
     ->Args({13, 8960, 1536, 1, 0})->Args({13, 8960, 1536, 2, 1})
     ->UseRealTime();
+// The ceiling the integer kernels above are measured against: one core's
+// 512-bit vpdpbusd rate (12 independent accumulators, no loads), in
+// multiply-adds/s.
+LR_BEGIN_AVX512VNNI
+int32_t vnni_chain(int64_t reps) {
+  __m512i a[12], u = _mm512_set1_epi8(1);
+  for (auto& v : a) v = _mm512_setzero_si512();
+  for (int64_t n = 0; n < reps; ++n) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) a[i] = _mm512_dpbusd_epi32(a[i], u, u);
+    asm volatile("" : "+v"(u));
+  }
+  __m512i r = a[0];
+  for (int i = 1; i < 12; ++i) r = _mm512_add_epi32(r, a[i]);
+  alignas(64) int32_t lanes[16];
+  _mm512_store_si512(lanes, r);
+  return lanes[0];
+}
+LR_END_AVX512VNNI
+void BM_vnni_peak(benchmark::State& st) {
+  if (!lr::cpu_supports(lr::Isa::Avx512Vnni)) return st.SkipWithError("no AVX-512 VNNI");
+  constexpr int64_t kReps = 1 << 16;
+  for (auto _ : st) benchmark::DoNotOptimize(vnni_chain(kReps));
+  st.SetItemsProcessed(int64_t(st.iterations()) * kReps * 12 * 64);
+}
+BENCHMARK(BM_vnni_peak);
 // A batch step's decode products from panels: n inputs (arg 3) against rows in
 // cache on one thread (multiply-adds/s, as BM_matvec_blocks_n).
 void BM_matvec_panels_n(benchmark::State& st) {
