@@ -62,10 +62,14 @@ class Frontier:
     def file(self, name):
         return self.a.model if name == "source" else os.path.join(self.a.out, name + ".gguf")
 
-    def run(self, cmd):
+    def run(self, cmd, retry_on=None):
+        """stdout; on failure exits, or returns None when stderr holds retry_on."""
         print("  $ " + " ".join(cmd), file=sys.stderr, flush=True)
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if r.returncode != 0:
+            if retry_on and retry_on in r.stderr:
+                print("  (" + r.stderr.strip().splitlines()[-1] + ")", file=sys.stderr, flush=True)
+                return None
             sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr[-2000:]}")
         return r.stdout
 
@@ -88,31 +92,47 @@ class Frontier:
                 out = os.path.join(self.a.out, "{type}" + ("-aw" if aw else "") + ".gguf")
                 self.run([lr, "quantize", "-m", self.a.model, "--type", ",".join(todo), "-o", out,
                           "--fallback"] + (self.calib() if aw else []) + t)
-        # Every missing low-rank file from one run (one calibration and
-        # decomposition for all keeps, factor types and storages); the run
-        # writes the lists' every combination, and each lands under its name.
+        # The missing low-rank files from as few runs as memory allows (one
+        # calibration and decomposition serve a run's keeps, factor types and
+        # storages): all at once, else one run per factor type, per factor
+        # type and storage, per file (compress refuses, before calibrating,
+        # a run whose factors would not fit).
         todo = [a for n, k, a in cands if k == "compress" and not os.path.exists(self.file(n))]
-        if todo:
-            uniq = lambda key: sorted({a[key] for a in todo})
-            pattern = os.path.join(self.a.out, "lowrank-{storage}-{factor}-{keep}.gguf")
-            self.run([lr, "compress", "-m", self.a.model, "--keep", ",".join(uniq("keep")),
-                      "--factor-type", ",".join(uniq("factor")), "--storage",
-                      ",".join("pivoted" if p else "plain" for p in uniq("pivoted")), "-o", pattern]
-                     + self.calib() + t)
-            for n, k, a in cands:
-                made = pattern.format(storage="pivoted" if a.get("pivoted") else "plain",
-                                      factor=a.get("factor"), keep=a.get("keep"))
-                if k == "compress" and os.path.exists(made):
-                    os.replace(made, self.file(n))
-            for left in [f for f in os.listdir(self.a.out) if f.startswith("lowrank-plain-")
-                         or f.startswith("lowrank-pivoted-")]:
-                os.remove(os.path.join(self.a.out, left))  # combinations no candidate asked for
+        levels = [lambda a: 0, lambda a: a["factor"], lambda a: (a["factor"], a["pivoted"]),
+                  lambda a: (a["factor"], a["pivoted"], a["keep"])]
+        self.build_lowrank(todo, levels, t)
         for q in sorted({a["type"] for n, k, a in cands if k == "residual"}):
             keeps = [a["keep"] for n, k, a in cands
                      if k == "residual" and a["type"] == q and not os.path.exists(self.file(n))]
             if keeps:  # one run per residual type (its quantization differs), every keep
                 self.run([lr, "compress", "-m", self.a.model, "--residual", q, "--keep", ",".join(keeps),
                           "-o", self.file(f"residual-{q}-{{keep}}")] + self.calib() + t)
+
+    def build_lowrank(self, todo, levels, t):
+        groups = {}
+        for a in todo:
+            groups.setdefault(levels[0](a), []).append(a)
+        for group in groups.values():
+            uniq = lambda key: sorted({a[key] for a in group})
+            pattern = os.path.join(self.a.out, "lowrank-{storage}-{factor}-{keep}.gguf")
+            cmd = [self.a.lowrank, "compress", "-m", self.a.model, "--keep", ",".join(uniq("keep")),
+                   "--factor-type", ",".join(uniq("factor")), "--storage",
+                   ",".join("pivoted" if p else "plain" for p in uniq("pivoted")), "-o", pattern] \
+                + self.calib() + t
+            if self.run(cmd, retry_on="write fewer at once" if len(levels) > 1 else None) is None:
+                self.build_lowrank(group, levels[1:], t)
+                continue
+            for a in group:  # each lands under its name; combinations no candidate asked for go
+                made = pattern.format(storage="pivoted" if a["pivoted"] else "plain", factor=a["factor"],
+                                      keep=a["keep"])
+                os.replace(made, self.file(self.name_of(a)))
+            for left in [f for f in os.listdir(self.a.out)
+                         if f.startswith("lowrank-plain-") or f.startswith("lowrank-pivoted-")]:
+                os.remove(os.path.join(self.a.out, left))
+
+    @staticmethod
+    def name_of(a):
+        return f"lowrank-{'piv-' if a['pivoted'] else ''}{a['factor']}-{a['keep']}"
 
     def perplexity(self, name):
         out = self.run([self.a.lowrank, "perplexity", "-m", self.file(name), "-f", self.a.eval, "-c",

@@ -341,6 +341,25 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
   auto selected = [&](const WeightSpec& s) {
     return std::find(opt_in.kinds.begin(), opt_in.kinds.end(), s.kind) != opt_in.kinds.end();
   };
+  // Every output's factors stay in memory, in f32, until its file is written:
+  // beside the calibration's Grams (up to half the memory) they must fit.
+  uint64_t factor_bytes = 0;
+  for (size_t j = 0; j < jobs.size(); ++j)
+    for_each_linear(*m.weights, [&](const WeightSpec& spec, int, const Linear& lin) {
+      const int64_t rows = lin.w.rows, cols = lin.w.cols;
+      if (!spec.per_layer || !selected(spec) || rows == 0) return;
+      int64_t r = allocating ? int64_t(opts[j].keep * double(rows) * double(cols) / double(rows + cols))
+                             : rank_of(opts[j], spec.kind, rows, cols);
+      if (quantized(opts[j].factor_type) && r >= 32) r = r / 32 * 32;
+      factor_bytes += uint64_t(r) * uint64_t(rows + cols) * sizeof(float);
+    });
+  const uint64_t factor_limit =
+      opt_in.factor_memory > 0 ? opt_in.factor_memory : available_memory_bytes() / 100 * 45;
+  if (factor_limit > 0 && factor_bytes > factor_limit)
+    fail("compress: the {} outputs' factors take about {:.2f} GB until they are written, more than "
+         "the {:.2f} GB they may (45% of the available memory; the calibration holds up to half): "
+         "write fewer at once (fewer --keep, --factor-type or --storage values)",
+         jobs.size(), double(factor_bytes) / 1e9, double(factor_limit) / 1e9);
   // Writes job j's rank-r choice of d into its model (r = 0: left dense).
   auto assign = [&](size_t j, const Decomposition& d, int64_t r) {
     Matrix basis;

@@ -174,6 +174,14 @@ TEST(Pivoted, OneRunWritesEachStorageAndFactorTypeAsItsOwnRunDoes) {
   EXPECT_EQ(all[1].matrices[0].rank, 18);
   auto f = gguf::File::open(t.file("d.gguf"));
   EXPECT_EQ(f->get_ints("lowrank.pivots.blk.0.attn_q").size(), size_t(all[3].matrices[0].rank));
+  // The outputs' factors must fit in memory until written: 4 outputs of the
+  // tiny model take about 0.1 MB in f32 (attn_q alone at rank 16: 16 x 128 x 4 bytes per layer).
+  o.factor_memory = 50000;
+  LR_EXPECT_ERROR_HAS(error_of([&] { compress_model(dense, jobs, o); }),
+                      "the 4 outputs' factors take about 0.");
+  LR_EXPECT_ERROR_HAS(error_of([&] { compress_model(dense, jobs, o); }),
+                      "write fewer at once (fewer --keep, --factor-type or --storage values)");
+  o.factor_memory = 0;
   // A global budget weighs one factor type's bytes.
   o.budget = RankBudget::Bytes;
   LR_EXPECT_ERROR_HAS(error_of([&] {
