@@ -29,6 +29,7 @@ struct ServeOptions {
   int slots = 4;
   int queue = 32;
   int step_tokens = 512;
+  int decode_chunk = 128;
   int grace_s = 10;
   int max_body_kib = 8192;
   std::string alias;
@@ -89,6 +90,7 @@ int serve(const ServeOptions& o) {
   server::EngineOptions eo;
   eo.queue = o.queue;
   eo.step_tokens = o.step_tokens;
+  eo.decode_chunk = o.decode_chunk;
   eo.shutdown_grace = std::chrono::seconds(o.grace_s);
   s->engine = std::make_unique<server::Engine>(
       o.model.device == "cuda"
@@ -150,6 +152,11 @@ Runner add_serve_command(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 16));
   sub->add_option("-b,--batch", o->step_tokens,
                   "tokens per step at most (prompts are cut into chunks)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
+  sub->add_option("--decode-chunk", o->decode_chunk,
+                  "prompt tokens per step at most while other slots decode (bounds their "
+                  "inter-token time; a prompt alone takes --batch)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));
   sub->add_option("--host", o->host, "address to listen on")->capture_default_str();

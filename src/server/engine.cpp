@@ -207,6 +207,7 @@ void Engine::run_step() {
     owner.push_back(int(s));
     --budget;
   }
+  if (!chunks.empty()) budget = std::min(budget, opt_.decode_chunk);
   for (size_t s = 0; s < slots_.size() && budget > 0; ++s) {  // then prompt chunks
     Slot& sl = slots_[s];
     if (!sl.prefilling()) continue;

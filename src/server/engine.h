@@ -107,6 +107,10 @@ class Request {
 struct EngineOptions {
   int queue = 64;         // requests waiting for a slot at most
   int step_tokens = 512;  // tokens per step at most (prompt chunks fill what decoding leaves)
+  // Prompt tokens per step at most while other slots decode: a decoding
+  // slot's next token waits for the step, so its inter-token time is bounded
+  // by this chunk's cost (prompts alone take step_tokens).
+  int decode_chunk = 128;
   std::chrono::milliseconds shutdown_grace{10000};  // running requests may finish within this
 };
 

@@ -27,6 +27,7 @@ Metrics::Metrics() {
   s_.ttft = Histogram(latency_bounds());
   s_.itl = Histogram(latency_bounds());
   s_.e2e = Histogram(latency_bounds());
+  s_.step_sizes = Histogram({1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192});
 }
 
 void Metrics::set_gauges(int running, int waiting, int slots, double kv_usage) {
@@ -41,6 +42,7 @@ void Metrics::add_step(int tokens) {
   std::lock_guard<std::mutex> l(mu_);
   ++s_.steps;
   s_.step_tokens += uint64_t(tokens);
+  s_.step_sizes.observe(double(tokens));
 }
 
 void Metrics::add_prompt(int tokens, int cached) {
@@ -119,6 +121,8 @@ std::string prometheus_text(const Metrics::Snapshot& s) {
   histogram("lowrank_inter_token_latency_seconds",
             "Between consecutive generated tokens of a request.", s.itl);
   histogram("lowrank_e2e_request_latency_seconds", "From arrival to the end of a request.", s.e2e);
+  histogram("lowrank_iteration_tokens", "Tokens per batch step (decode rows and prompt chunks).",
+            s.step_sizes);
   return out;
 }
 

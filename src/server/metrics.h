@@ -30,6 +30,7 @@ class Metrics {
     std::map<std::string, uint64_t> finished;  // by finish reason
     uint64_t rejected = 0;                     // refused: queue full or stopping
     Histogram ttft, itl, e2e;
+    Histogram step_sizes;  // tokens per batch step
   };
   Metrics();
 

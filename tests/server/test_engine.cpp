@@ -26,13 +26,15 @@ struct Tiny {
     s.ctx_train = 512;
     m = load_model(test::write_tiny(t, s, "tiny.gguf"), std::nullopt);
   }
-  std::unique_ptr<Engine> engine(int slots, int ctx = 128, int queue = 16, int step_tokens = 24) {
+  std::unique_ptr<Engine> engine(int slots, int ctx = 128, int queue = 16, int step_tokens = 24,
+                                 int decode_chunk = 128) {
     BackendOptions o;
     o.ctx = ctx;
     o.n_threads = 2;
     EngineOptions e;
     e.queue = queue;
     e.step_tokens = step_tokens;
+    e.decode_chunk = decode_chunk;
     return std::make_unique<Engine>(make_cpu_batch_backend(m.weights, o, slots, step_tokens),
                                     *m.tokenizer, e);
   }
@@ -114,6 +116,36 @@ TEST(Engine, ARequestGivesTheSameTokensAloneAndAmongOthers) {
   const auto m = e->metrics();
   EXPECT_EQ(m.finished.at("length"), 8u);
   EXPECT_EQ(m.generated_tokens, 20u + (5 + 9 + 13 + 17 + 21 + 25 + 29));
+}
+
+// While a slot decodes, a newcomer's prompt goes in chunks of at most
+// decode_chunk tokens, so no step makes the decoding slot wait for a long
+// chunk; alone, a prompt takes the whole step. Its tokens are the same.
+TEST(Engine, PromptChunksStaySmallWhileOthersDecode) {
+  Tiny tiny;
+  const auto p = prompt(40, 5);
+  auto largest_step = [](const Metrics::Snapshot& m) {
+    double top = 0;
+    for (size_t i = 0; i < m.step_sizes.counts.size(); ++i)
+      if (m.step_sizes.counts[i] > 0) top = i < m.step_sizes.bounds.size() ? m.step_sizes.bounds[i] : 1e9;
+    return top;  // the bound of the highest bucket observed
+  };
+  std::vector<Result> newcomer;
+  for (int chunk : {3, 128}) {
+    auto e = tiny.engine(2, 128, 16, 24, chunk);
+    auto a = e->submit(prompt(3, 6), greedy(110));  // outlasts the newcomer's 14 chunks
+    for (int i = 0; i < 500 && a->take(10ms).tokens.empty(); ++i) {
+    }  // a decodes
+    newcomer.push_back(wait(*e->submit(p, greedy(3))));
+    wait(*a);
+    const auto m = e->metrics();
+    EXPECT_EQ(m.step_sizes.count, m.steps);
+    if (chunk == 3)
+      EXPECT_LE(largest_step(m), 4) << "a step took more than a's token and 3 prompt tokens";
+    else
+      EXPECT_GE(largest_step(m), 16) << "alone beside one decoding slot, the prompt fills the step";
+  }
+  expect_same(newcomer[0], newcomer[1]);
 }
 
 // The slot that served a prompt keeps it: a longer prompt that starts with it
