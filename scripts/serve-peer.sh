@@ -11,6 +11,7 @@
 # source package (pinned as in scripts/peer-bench.sh), built once into
 # ${XDG_CACHE_HOME:-~/.cache}/lowrank/peer/<version>-<flavour>.
 # Output: markdown tables on stdout; raw rows in $OUT_DIR (default /tmp/lowrank-serve-peer).
+# LOWRANK_SERVE_ARGS adds flags to lowrank serve (e.g. "--decode-chunk 512").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -76,7 +77,8 @@ for level in ${levels//,/ }; do
     run llama "$level" "$server" -m "$model" -t "$threads" -np "$slots" -c $((slots * (ptok + gen + 64))) \
       --host 127.0.0.1 --port
   fi
-  run lowrank "$level" build/lowrank serve -m "$model" -t "$threads" -np "$slots" -c $((ptok + gen + 64)) --port
+  # shellcheck disable=SC2086  # LOWRANK_SERVE_ARGS: more `lowrank serve` flags, split on spaces
+  run lowrank "$level" build/lowrank serve -m "$model" -t "$threads" -np "$slots" -c $((ptok + gen + 64)) ${LOWRANK_SERVE_ARGS:-} --port
   if [[ ${#files[@]} -ge 2 ]]; then
     run lowrank-second "$level" build/lowrank serve -m "${files[1]}" -t "$threads" -np "$slots" -c $((ptok + gen + 64)) --port
   fi
