@@ -119,16 +119,24 @@ inline VI set_i(int32_t v) {
 inline void store_f(float* p, VF a) {
   _mm512_storeu_ps(p, a);
 }
-// 32 bytes of nibbles as 64 lanes' bytes (panels.h, Q3_K's high bits):
-// 128-bit lanes [low nibbles of bytes 0-15, their high nibbles, low of 16-31, high].
-inline VI nibble_bytes(const uint8_t* p, int) {
-  const __m512i b = _mm512_maskz_loadu_epi64(__mmask8(0x0f), p);  // bytes 0-31, zeros above
-  const __m512i v = _mm512_maskz_shuffle_i64x2(__mmask8(0xff), b, b, 0x50);  // lanes 0, 0, 1, 1
-  const __m512i n = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4);
-  return and8(_mm512_maskz_srlv_epi32(kAll, v, n), 0x0F);
-}
 inline VI and16(VI v, uint16_t m) {
   return _mm512_and_si512(v, _mm512_set1_epi16(short(m)));
+}
+// Q3_K: u[c] += 4 where chunk c's high bit is set, from the 32 bytes of
+// nibbles at p (panels.h): each lane byte's bit tested where it lies (bit c
+// of the low nibbles' lanes, c + 4 of the high ones), no shifts.
+inline void add_high_bits(VI* u, const uint8_t* p, int) {
+  const __m512i b = _mm512_maskz_loadu_epi64(__mmask8(0x0f), p);
+  const __m512i v = _mm512_maskz_shuffle_i64x2(__mmask8(0xff), b, b, 0x50);  // lanes 0, 0, 1, 1
+  const __m512i four = _mm512_set1_epi8(4);
+  for (int c = 0; c < 4; ++c) {
+    const __m512i bit = _mm512_setr_epi32(
+        0x01010101 << c, 0x01010101 << c, 0x01010101 << c, 0x01010101 << c, 0x10101010 << c,
+        0x10101010 << c, 0x10101010 << c, 0x10101010 << c, 0x01010101 << c, 0x01010101 << c,
+        0x01010101 << c, 0x01010101 << c, 0x10101010 << c, 0x10101010 << c, 0x10101010 << c,
+        0x10101010 << c);
+    u[c] = _mm512_mask_add_epi8(u[c], _mm512_test_epi8_mask(v, bit), u[c], four);
+  }
 }
 #else
 using VI = __m256i;
@@ -239,6 +247,14 @@ inline VI nibble_bytes(const uint8_t* p, int half) {
 }
 inline VI and16(VI v, uint16_t m) {
   return _mm256_and_si256(v, _mm256_set1_epi16(short(m)));
+}
+// Q3_K: u[c] |= chunk c's high bit at bit 2.
+inline void add_high_bits(VI* u, const uint8_t* p, int half) {
+  const VI hi = shl16<2>(nibble_bytes(p, half));  // chunk 4h + c's bit at 2 + c
+  u[0] = or_i(u[0], and8(hi, 4));
+  u[1] = or_i(u[1], and8(shr16<1>(hi), 4));
+  u[2] = or_i(u[2], and8(shr16<2>(hi), 4));
+  u[3] = or_i(u[3], and8(shr16<3>(hi), 4));
 }
 #endif
 
@@ -427,13 +443,7 @@ inline void panel_dot_k23(const uint8_t* P, int half, int64_t nb, const Acts* x,
           const uint8_t* g = pb + kGroup * (8 * h + j);
           const VI q = load_i(g + half);
           VI u[4] = {and8(q, 3), and8(shr16<2>(q), 3), and8(shr16<4>(q), 3), and8(shr16<6>(q), 3)};
-          if constexpr (kQ3) {
-            const VI hi = shl16<2>(nibble_bytes(g + 64, half));  // chunk 4h + s's bit at 2 + s
-            u[0] = or_i(u[0], and8(hi, 4));
-            u[1] = or_i(u[1], and8(shr16<1>(hi), 4));
-            u[2] = or_i(u[2], and8(shr16<2>(hi), 4));
-            u[3] = or_i(u[3], and8(shr16<3>(hi), 4));
-          }
+          if constexpr (kQ3) add_high_bits(u, g + 64, half);
           for (int t = 0; t < T; ++t) {
             const int8_t* xq = x[t].q + 256 * b + 128 * h + 4 * j;
             for (int c = 0; c < 4; ++c)
