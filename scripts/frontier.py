@@ -7,6 +7,7 @@ token with the Pareto frontier marked. Standard library only; not run in CI.
   scripts/frontier.py -m MODEL.gguf --out DIR [--calib ../shared/data/wiki.calib.raw]
       [--eval ../shared/data/wiki.eval.raw] [--chunks 32] [--threads 2]
       [--calib-samples 64] [--set full|quick] [--only NAME,...] [--lowrank build/lowrank]
+      [--reps 3] [--remeasure]
 
 Candidates (--set full): the source file; `lowrank quantize` to q8_0, q6_k,
 q5_k, q4_k, q3_k, q2_k, plain and activation-weighted (`-aw`; rows a K-quant
@@ -17,7 +18,8 @@ decomposition; the residual form `--residual q2_k`, `q3_k` and `q4_k` (2, 3
 and 4 bits) with corrections of keep 0.05 and 0.1 (q8_0 factors). Everything lands in DIR and DIR/frontier.json caches each
 measurement: a rerun skips what exists, so an interrupted run resumes.
 Decode speed: one `lowrank bench` over all candidates (per-token plan,
---prompt 64 --gen 64, median of 3), the source as the `dense` row.
+--prompt 64 --gen 64, median of --reps), the source as the `dense` row;
+--remeasure runs it again over a cached set.
 """
 import argparse
 import json
@@ -147,7 +149,7 @@ class Frontier:
         js = os.path.join(self.a.out, "bench.json")
         others = [self.file(n) for n in names if n != "source"]
         self.run([self.a.lowrank, "bench", "-m", ",".join(others), "--dense", self.a.model, "--modes",
-                  "dense,per-token", "--prompt", "64", "--gen", "64", "--reps", "3", "-t",
+                  "dense,per-token", "--prompt", "64", "--gen", "64", "--reps", str(self.a.reps), "-t",
                   str(self.a.threads), "--json", js])
         self.read_speeds(names)
 
@@ -232,6 +234,10 @@ def main():
     ap.add_argument("--calib", default="../shared/data/wiki.calib.raw")
     ap.add_argument("--eval", default="../shared/data/wiki.eval.raw")
     ap.add_argument("--chunks", type=int, default=32)
+    ap.add_argument("--reps", type=int, default=3,
+                    help="decode repetitions per candidate and per source run beside it (this host's "
+                         "read rate switches between two levels: 9 or more steady the ratios)")
+    ap.add_argument("--remeasure", action="store_true", help="measure the decode speeds again")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--calib-samples", type=int, default=64)
     ap.add_argument("--set", choices=["full", "quick"], default="full")
@@ -256,7 +262,7 @@ def main():
             p, e = f.perplexity(n)
             f.cache.setdefault(n, {}).update(ppl=p, ppl_err=e, file_bytes=os.path.getsize(f.file(n)))
             f.save()
-    missing = [n for n, _, _ in cands if "tok_s" not in f.cache.get(n, {})]
+    missing = [n for n, _, _ in cands if a.remeasure or "tok_s" not in f.cache.get(n, {})]
     if missing:
         f.progress(len(cands), len(cands) + 1, "decode speed of every candidate")
         f.speed([n for n, _, _ in cands])
