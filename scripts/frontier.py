@@ -33,6 +33,11 @@ import time
 FORMATS = ["q8_0", "q6_k", "q5_k", "q4_k", "q3_k", "q2_k"]
 
 
+def lowrank_name(a):
+    """A low-rank candidate's name from its build arguments."""
+    return f"lowrank-{'piv-' if a['pivoted'] else ''}{a['factor']}-{a['keep']}"
+
+
 def candidates(kind):
     """(name, command builder kind, args) in build order."""
     c = [("source", "source", {})]
@@ -42,8 +47,8 @@ def candidates(kind):
     keeps = ["0.5", "0.8"] if kind == "full" else ["0.8"]
     for piv in (False, True):
         for ft in (["f16", "q8_0", "q4_k"] if kind == "full" else ["q8_0"]):
-            c += [(f"lowrank-{'piv-' if piv else ''}{ft}-{k}", "compress",
-                   {"keep": k, "factor": ft, "pivoted": piv}) for k in keeps]
+            c += [(lowrank_name(a), "compress", a)
+                  for a in ({"keep": k, "factor": ft, "pivoted": piv} for k in keeps)]
     for q in (["q2_k", "q3_k", "q4_k"] if kind == "full" else ["q2_k"]):
         for k in (["0.05", "0.1"] if kind == "full" else ["0.1"]):
             c.append((f"residual-{q}-{k}", "residual", {"type": q, "keep": k}))
@@ -127,14 +132,10 @@ class Frontier:
             for a in group:  # each lands under its name; combinations no candidate asked for go
                 made = pattern.format(storage="pivoted" if a["pivoted"] else "plain", factor=a["factor"],
                                       keep=a["keep"])
-                os.replace(made, self.file(self.name_of(a)))
+                os.replace(made, self.file(lowrank_name(a)))
             for left in [f for f in os.listdir(self.a.out)
                          if f.startswith("lowrank-plain-") or f.startswith("lowrank-pivoted-")]:
                 os.remove(os.path.join(self.a.out, left))
-
-    @staticmethod
-    def name_of(a):
-        return f"lowrank-{'piv-' if a['pivoted'] else ''}{a['factor']}-{a['keep']}"
 
     def perplexity(self, name):
         out = self.run([self.a.lowrank, "perplexity", "-m", self.file(name), "-f", self.a.eval, "-c",

@@ -207,6 +207,15 @@ const float* quantization_error(const Matrix& q, const float* W, std::vector<flo
   return buf.data();
 }
 
+bool quantized_factors(DType t) { return t == DType::Q8_0 || is_block_format(t); }
+
+// Rank r as job `opt` writes it: with quantized factors rounded down to a
+// multiple of 32 (whole Q8_0 rows), unless --rank set it for this kind.
+int64_t factor_rank(const CompressOptions& opt, const std::string& kind, int64_t r) {
+  const bool explicit_rank = opt.ranks.count(kind) || opt.ranks.count("all");
+  return quantized_factors(opt.factor_type) && !explicit_rank && r >= 32 ? r / 32 * 32 : r;
+}
+
 int64_t rank_of(const CompressOptions& opt, const std::string& kind, int64_t m, int64_t n) {
   auto it = opt.ranks.find(kind);
   if (it == opt.ranks.end()) it = opt.ranks.find("all");
@@ -291,7 +300,6 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
     any_pivoted = any_pivoted || opts[j].pivoted;
     one_factor_type = one_factor_type && opts[j].factor_type == opts[0].factor_type;
   }
-  auto quantized = [](DType t) { return t == DType::Q8_0 || is_block_format(t); };
   if (opt_in.basis_sharing == 1 || opt_in.basis_sharing < 0)
     fail("--basis-sharing takes a group size of at least 2 (got {})", opt_in.basis_sharing);
   if (opt_in.sequential && (opt_in.method != CompressMethod::Whiten || opt_in.basis_sharing >= 2 ||
@@ -327,7 +335,7 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
     fail("--residual quantizes to a block format (q2_k, q3_k, q4_k, ...), not {}",
          dtype_name(*opt_in.residual));
   int64_t calib_tokens = 0;
-  const int64_t granularity = quantized(opts[0].factor_type) ? 32 : 1;  // (one type when allocating)
+  const int64_t granularity = quantized_factors(opts[0].factor_type) ? 32 : 1;  // (one type when allocating)
 
   // Every job's factors are prefixes of one decomposition at the largest rank
   // any job asks for (U_r sqrt(S_r) and sqrt(S_r) Vt_r S^-1 are leading
@@ -348,9 +356,10 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
     for_each_linear(*m.weights, [&](const WeightSpec& spec, int, const Linear& lin) {
       const int64_t rows = lin.w.rows, cols = lin.w.cols;
       if (!spec.per_layer || !selected(spec) || rows == 0) return;
-      int64_t r = allocating ? int64_t(opts[j].keep * double(rows) * double(cols) / double(rows + cols))
-                             : rank_of(opts[j], spec.kind, rows, cols);
-      if (quantized(opts[j].factor_type) && r >= 32) r = r / 32 * 32;
+      const int64_t r = factor_rank(
+          opts[j], spec.kind,
+          allocating ? int64_t(opts[j].keep * double(rows) * double(cols) / double(rows + cols))
+                     : rank_of(opts[j], spec.kind, rows, cols));
       factor_bytes += uint64_t(r) * uint64_t(rows + cols) * sizeof(float);
     });
   const uint64_t factor_limit =
@@ -429,7 +438,7 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
       d.cand = rank_candidate(opts[0], src.w, granularity);
       std::vector<int64_t> rank(jobs.size());
       for (size_t j = 0; j < jobs.size(); ++j) {
-        bool explicit_rank = opts[j].ranks.count(spec.kind) || opts[j].ranks.count("all");
+        const bool explicit_rank = opts[j].ranks.count(spec.kind) || opts[j].ranks.count("all");
         if (allocating)
           rank[j] = compress::useful_rank(d.cand);  // the most an allocation may give it
         else
@@ -437,7 +446,7 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
                         ? (opts[j].keep >= 1.0 ? 0
                                                : compress::shared_rank_for_keep(opts[j].keep, rows, cols, d.g1 - d.g0))
                         : rank_of(opts[j], spec.kind, rows, cols);
-        if (quantized(opts[j].factor_type) && !explicit_rank && rank[j] >= 32) rank[j] = rank[j] / 32 * 32;
+        rank[j] = factor_rank(opts[j], spec.kind, rank[j]);
       }
       const int64_t r_max = *std::max_element(rank.begin(), rank.end());
       std::string residual_note;

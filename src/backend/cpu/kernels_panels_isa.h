@@ -113,9 +113,6 @@ inline VF to_f(VI a) {
 inline VF set_f(float v) {
   return _mm512_set1_ps(v);
 }
-inline VI set_i(int32_t v) {
-  return _mm512_set1_epi32(v);
-}
 inline void store_f(float* p, VF a) {
   _mm512_storeu_ps(p, a);
 }
@@ -232,9 +229,6 @@ inline VF to_f(VI a) {
 }
 inline VF set_f(float v) {
   return _mm256_set1_ps(v);
-}
-inline VI set_i(int32_t v) {
-  return _mm256_set1_epi32(v);
 }
 inline void store_f(float* p, VF a) {
   _mm256_storeu_ps(p, a);
