@@ -68,9 +68,12 @@ class ThreadPool {
     });
   }
 
-  // Sense-reversing spin barrier across the threads of the current dispatch.
+  // Sense-reversing barrier across the threads of the current dispatch.
   // Returns once every thread has called it; writes made before the barrier
-  // by any thread are visible to all threads after it.
+  // by any thread are visible to all threads after it. A waiting thread spins
+  // (pause, then yield) for tens of microseconds and then sleeps on a futex,
+  // so a thread descheduled by an oversubscribed host is not starved by the
+  // threads waiting for it.
   void barrier();
 
   // Number of run() calls and of completed barrier episodes (one per barrier
@@ -97,6 +100,7 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
   std::atomic<bool> spin_{true};
   alignas(64) std::atomic<int> remaining_{0};  // workers still running fn
+  std::atomic<int> caller_sleeps_{0};          // run()'s caller asleep on remaining_
   alignas(64) std::atomic<int> sleepers_{0};   // workers blocked on cv_
   std::mutex mu_;
   std::condition_variable cv_;
@@ -105,6 +109,7 @@ class ThreadPool {
   // (its parity is the "sense").
   alignas(64) std::atomic<int> bar_count_{0};
   alignas(64) std::atomic<uint32_t> bar_gen_{0};
+  std::atomic<int> bar_sleepers_{0};  // threads asleep on bar_gen_
 
   alignas(64) std::atomic<bool> running_{false};
   std::atomic<bool> abort_{false};

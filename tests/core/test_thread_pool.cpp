@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -145,6 +146,36 @@ TEST(ThreadPool, BarrierWaitsForSlowThread) {
     if (arrived.load() != n) early.fetch_add(1);
   });
   EXPECT_EQ(early.load(), 0);
+}
+
+// CPU time this process has used, in milliseconds.
+static double process_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
+}
+
+// Threads that wait long (for a thread the host has not scheduled, say) sleep
+// instead of holding their cores: 3 threads waiting 60 ms in a barrier, and
+// the caller waiting 60 ms for the last worker, use a few milliseconds of CPU
+// between them, not 60 ms each (as a spin or a yield loop does).
+TEST(ThreadPool, LongWaitsSleepInsteadOfSpinning) {
+  ThreadPool pool(4);
+  const auto late = std::chrono::milliseconds(60);
+  for (int where = 0; where < 2; ++where) {  // 0: in a barrier, 1: at the end
+    std::atomic<int> arrived{0};
+    const double cpu0 = process_cpu_ms();
+    pool.run([&](int tid, int n) {
+      if (tid == 3) std::this_thread::sleep_for(late);
+      arrived.fetch_add(1);
+      if (where == 0) {
+        pool.barrier();
+        EXPECT_EQ(arrived.load(), n);
+      }
+    });
+    const double used = process_cpu_ms() - cpu0;
+    EXPECT_LT(used, 15.0) << (where == 0 ? "barrier" : "end of dispatch") << " wait";
+  }
 }
 
 TEST(ThreadPool, CountersAreExact) {
