@@ -33,6 +33,7 @@ struct CompressCli {
   std::string factor_type = "auto";
   std::string storage;  // plain, pivoted, or both (a list); empty: --pivoted decides
   std::string residual;
+  int residual_rounds = 1;
   std::string calib;
   int calib_samples = 64, calib_len = 512;
   int64_t calib_memory_mb = 0;
@@ -102,6 +103,7 @@ int run(const CompressCli& o) {
   opt.factor_type = factor_types[0];
   opt.pivoted = storages[0];
   if (!o.residual.empty()) opt.residual = parse_quant_type(o.residual, "--residual");
+  opt.residual_rounds = o.residual_rounds;
   opt.sequential = o.sequential;
   opt.refit = o.refit;
   opt.n_threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
@@ -217,6 +219,7 @@ Runner add_compress_command(CLI::App& app) {
   sub->add_option("--basis-sharing", o->basis_sharing, "groups of g consecutive layers share one input basis for q, k, v, gate, up");
   sub->add_option("--rank", o->ranks, "explicit rank per matrix type, KIND=R (attn_q=64, all=max)");
   sub->add_option("--matrices", o->matrices, "comma list of matrix types to compress (default: all seven per block)");
+  sub->add_option("--residual-rounds", o->residual_rounds, "rounds of the residual form's fit: after the first, W - U V is quantized again and the factors refitted to its error (one --keep)")->capture_default_str();
   sub->add_option("--factor-type", o->factor_type, "storage type of the factors: auto (f16; q8_0 with --residual), f16, bf16, f32, q8_0, q6_k, q5_k, q4_k (quantized: ranks rounded down to a multiple of 32; a row a K-quant's 256 does not divide is stored as q8_0); a comma list writes one file per type ('{factor}' in -o)")->capture_default_str();
   sub->add_option("--storage", o->storage, "plain | pivoted (the same as --pivoted) | plain,pivoted: one file per storage ('{storage}' in -o), from one calibration and decomposition");
   sub->add_option("--calib", o->calib, "calibration text (whiten, basis sharing)");

@@ -207,6 +207,19 @@ const float* quantization_error(const Matrix& q, const float* W, std::vector<flo
   return buf.data();
 }
 
+// A[m, n] -= out[m, r] in[r, n].
+void subtract_product(const MatF& out, const MatF& in, float* A) {
+  const int64_t m = out.rows, r = out.cols, n = in.cols;
+  LR_ASSERT(in.rows == r);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t k = 0; k < r; ++k) {
+      const float a = out(i, k);
+      const float* v = &in.a[size_t(k * n)];
+      float* row = A + i * n;
+      for (int64_t c = 0; c < n; ++c) row[c] -= a * v[c];
+    }
+}
+
 bool quantized_factors(DType t) { return t == DType::Q8_0 || is_block_format(t); }
 
 // Rank r as job `opt` writes it: with quantized factors rounded down to a
@@ -331,6 +344,9 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
   if (opt_in.residual && (opt_in.basis_sharing >= 2 || allocating))
     fail("the residual form (--residual) takes --keep or --rank, without --basis-sharing or a "
          "global budget");
+  if (opt_in.residual_rounds < 1)
+    fail("--residual-rounds must be at least 1, got {}", opt_in.residual_rounds);
+  if (opt_in.residual_rounds > 1 && !opt_in.residual) fail("--residual-rounds refits the residual form: pass --residual");
   if (opt_in.residual && !compress::can_quantize(*opt_in.residual))
     fail("--residual quantizes to a block format (q2_k, q3_k, q4_k, ...), not {}",
          dtype_name(*opt_in.residual));
@@ -450,10 +466,12 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
       }
       const int64_t r_max = *std::max_element(rank.begin(), rank.end());
       std::string residual_note;
+      std::vector<float> dense_buf, imp;  // imp: the Gram's diagonal, each input feature's energy
       if (opt_in.residual) {
-        std::vector<float> buf;
-        const float* W = as_f32(src.w, buf);
-        std::vector<float> imp;  // the Gram's diagonal: each input feature's energy
+        if (opt_in.residual_rounds > 1 && std::any_of(rank.begin(), rank.end(), [&](int64_t r) { return r != r_max; }))
+          fail("--residual-rounds refits the quantized matrix to one correction: pass one --keep (blk.{}.{} "
+               "gets ranks {} and {})", l, spec.kind, *std::min_element(rank.begin(), rank.end()), r_max);
+        const float* W = as_f32(src.w, dense_buf);
         if (need_calib) {
           const MatD& g = gram_of(l, site);
           for (int64_t i = 0; i < cols; ++i) imp.push_back(float(g(i, i)));
@@ -480,11 +498,21 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
           wide.resize(1);
           const float* W = as_f32(src.w, wide[0]);
           if (d.quantized.rows > 0) W = quantization_error(d.quantized, W, wide[0]);
-          compress::Factors f =
-              opt_in.method == CompressMethod::Svd
-                  ? compress::svd_factorize(W, rows, cols, r_max)
-                  : compress::whiten_factorize(W, rows, cols, gram_of(l, site), r_max, &wr,
-                                               opt_in.whitening);
+          auto factorize = [&](const float* A) {
+            return opt_in.method == CompressMethod::Svd
+                       ? compress::svd_factorize(A, rows, cols, r_max)
+                       : compress::whiten_factorize(A, rows, cols, gram_of(l, site), r_max, &wr, opt_in.whitening);
+          };
+          compress::Factors f = factorize(W);
+          for (int round = 1; round < opt_in.residual_rounds && d.quantized.rows > 0; ++round) {
+            // Q refitted to what the correction leaves (W - U V), then U V to Q's new error.
+            const float* Wd = as_f32(src.w, dense_buf);
+            std::vector<float> left(Wd, Wd + rows * cols);
+            subtract_product(f.out, f.in, left.data());
+            d.quantized = quantize_matrix(*opt_in.residual, left.data(), rows, cols, imp, opt_in.n_threads,
+                                          residual_note);
+            f = factorize(quantization_error(d.quantized, Wd, wide[0]));
+          }
           d.in = std::move(f.in);
           if (seq && opt_in.refit) {  // U: the compressed stream's inputs onto the dense layer's outputs
             std::vector<float> dense_w, q;

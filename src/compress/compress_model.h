@@ -59,6 +59,11 @@ struct CompressOptions {
   // calibrated), then the factors fitted to W - Q(W); keep sizes the
   // correction. Unset: plain low rank.
   std::optional<DType> residual;
+  // Rounds of the residual form's fit (>= 1): after the first, W - U V is
+  // quantized again and the factors refitted to the new error, each round
+  // (the alternating fit of CALDERA and LoftQ). More than one needs every
+  // job at one rank (the quantized W depends on the correction).
+  int residual_rounds = 1;
   // Pivoted storage (compress/pivot.h): each matrix's factors written as r of
   // its rows plus coefficients for the others, at the rank r (m + n - r)
   // <= keep m n affords (higher than r (m + n) <= keep m n). Not with basis

@@ -33,10 +33,11 @@ std::vector<float> run(std::shared_ptr<const Weights> w, int how /* 0 fast, 1 sc
 std::vector<float> reference(const std::string& path) { return test::reference_logits(path, kToks); }
 
 std::string residual_file(const TempDir& t, const std::string& dense, DType q, double keep,
-                          const std::string& name) {
+                          const std::string& name, int rounds = 1) {
   CompressOptions o;
   o.method = CompressMethod::Svd;
   o.residual = q;
+  o.residual_rounds = rounds;
   o.factor_type = DType::F32;
   compress_model(dense, {{keep, t.file(name)}}, o);
   return t.file(name);
@@ -111,6 +112,58 @@ TEST(Residual, TheCorrectionCutsTheQuantizationError) {
   EXPECT_LT(r40, r10);
 }
 
+// ||W - Q - U V||^2 / ||W||^2 over every per-layer linear map of a residual
+// file against the dense file's W.
+double weight_error(const std::string& residual, const std::string& dense) {
+  Model r = load_model(residual, std::nullopt), d = load_model(dense, std::nullopt);
+  std::vector<const Linear*> dense_maps;
+  for_each_linear(*d.weights, [&](const WeightSpec& spec, int, const Linear& lin) {
+    if (spec.per_layer) dense_maps.push_back(&lin);
+  });
+  double err = 0, norm = 0;
+  size_t i = 0;
+  for_each_linear(*r.weights, [&](const WeightSpec& spec, int, const Linear& lin) {
+    if (!spec.per_layer) return;
+    const Linear& w = *dense_maps.at(i++);
+    const int64_t m = lin.w.rows, n = lin.w.cols, k = lin.rank();
+    const size_t nn = size_t(n), kk = size_t(k);
+    std::vector<float> q(nn), x(nn), v(kk * nn), u(kk);
+    for (int64_t j = 0; j < k; ++j) lin.v.row_to_f32(j, &v[size_t(j * n)]);
+    for (int64_t row = 0; row < m; ++row) {
+      lin.w.row_to_f32(row, q.data());
+      w.w.row_to_f32(row, x.data());
+      lin.u.row_to_f32(row, u.data());
+      for (int64_t c = 0; c < n; ++c) {
+        double uv = 0;
+        for (int64_t j = 0; j < k; ++j) uv += double(u[size_t(j)]) * v[size_t(j * n + c)];
+        const double e = double(x[size_t(c)]) - q[size_t(c)] - uv;
+        err += e * e;
+        norm += double(x[size_t(c)]) * x[size_t(c)];
+      }
+    }
+  });
+  return err / norm;
+}
+
+// Rounds of the alternating fit (--residual-rounds): W - U V quantized again,
+// U V refitted to the new error. What the rounds lower is the weights' error
+// ||W - Q - U V|| (with --method svd; whitened, its weighted form): on the
+// tiny model's Q2_K + keep 0.1 it falls with each round (the logits' error,
+// 43% here, does not follow it round by round); one round is the plain fit,
+// bit for bit.
+TEST(Residual, MoreRoundsCutTheWeightsErrorFurther) {
+  TempDir t;
+  const std::string dense = write_tiny(t, test::k_quant_spec(), "dense.gguf");
+  const std::string one = residual_file(t, dense, DType::Q2_K, 0.1, "r1.gguf", 1);
+  EXPECT_EQ(reference(residual_file(t, dense, DType::Q2_K, 0.1, "r0.gguf")), reference(one));
+  double last = weight_error(one, dense);  // 0.0598; rounds 2: 0.0546, 4: 0.0508
+  for (int rounds : {2, 4}) {
+    const double e = weight_error(residual_file(t, dense, DType::Q2_K, 0.1, "r.gguf", rounds), dense);
+    EXPECT_LT(e, last) << rounds << " rounds";
+    last = e;
+  }
+}
+
 TEST(Residual, Errors) {
   TempDir t;
   const std::string dense = write_tiny(t, test::k_quant_spec(), "dense.gguf");
@@ -133,6 +186,21 @@ TEST(Residual, Errors) {
                         compress_model(t.file("lr.gguf"), {{0.1, t.file("y.gguf")}}, o);
                       }),
                       "the model is already low-rank");
+  o.residual_rounds = 0;
+  LR_EXPECT_ERROR_HAS(error_of([&] {
+                        compress_model(dense, {{0.1, t.file("x.gguf")}}, o);
+                      }),
+                      "--residual-rounds must be at least 1, got 0");
+  o.residual_rounds = 3;
+  LR_EXPECT_ERROR_HAS(error_of([&] {
+                        compress_model(dense, {{0.1, t.file("x.gguf")}, {0.2, t.file("z.gguf")}}, o);
+                      }),
+                      "--residual-rounds refits the quantized matrix to one correction: pass one --keep");
+  o.residual.reset();
+  LR_EXPECT_ERROR_HAS(error_of([&] {
+                        compress_model(dense, {{0.1, t.file("x.gguf")}}, o);
+                      }),
+                      "--residual-rounds refits the residual form: pass --residual");
 }
 
 }  // namespace
