@@ -38,7 +38,7 @@ def lowrank_name(a):
     return f"lowrank-{'piv-' if a['pivoted'] else ''}{a['factor']}-{a['keep']}"
 
 
-def candidates(kind):
+def candidates(kind, rounds=1):
     """(name, command builder kind, args) in build order."""
     c = [("source", "source", {})]
     types = FORMATS if kind == "full" else ["q8_0", "q4_k", "q3_k"]
@@ -51,7 +51,8 @@ def candidates(kind):
                   for a in ({"keep": k, "factor": ft, "pivoted": piv} for k in keeps)]
     for q in (["q2_k", "q3_k", "q4_k"] if kind == "full" else ["q2_k"]):
         for k in (["0.05", "0.1"] if kind == "full" else ["0.1"]):
-            c.append((f"residual-{q}-{k}", "residual", {"type": q, "keep": k}))
+            c.append((f"residual-{q}-{k}" + (f"-r{rounds}" if rounds > 1 else ""), "residual",
+                      {"type": q, "keep": k, "rounds": rounds}))
     return c
 
 
@@ -109,11 +110,18 @@ class Frontier:
                   lambda a: (a["factor"], a["pivoted"], a["keep"])]
         self.build_lowrank(todo, levels, t)
         for q in sorted({a["type"] for n, k, a in cands if k == "residual"}):
-            keeps = [a["keep"] for n, k, a in cands
-                     if k == "residual" and a["type"] == q and not os.path.exists(self.file(n))]
-            if keeps:  # one run per residual type (its quantization differs), every keep
-                self.run([lr, "compress", "-m", self.a.model, "--residual", q, "--keep", ",".join(keeps),
-                          "-o", self.file(f"residual-{q}-{{keep}}")] + self.calib() + t)
+            todo = [(n, a["keep"]) for n, k, a in cands
+                    if k == "residual" and a["type"] == q and not os.path.exists(self.file(n))]
+            # One run per residual type (its quantization differs) for every keep;
+            # with several rounds one per keep (the quantized W follows the correction).
+            runs = [todo] if self.a.residual_rounds == 1 else [[x] for x in todo]
+            for run in runs:
+                if not run:
+                    continue
+                out = self.file(run[0][0]) if len(run) == 1 else self.file(f"residual-{q}-{{keep}}")
+                rounds = ["--residual-rounds", str(self.a.residual_rounds)] if self.a.residual_rounds > 1 else []
+                self.run([lr, "compress", "-m", self.a.model, "--residual", q, "--keep",
+                          ",".join(k for _, k in run)] + rounds + ["-o", out] + self.calib() + t)
 
     def build_lowrank(self, todo, levels, t):
         groups = {}
@@ -243,9 +251,12 @@ def main():
     ap.add_argument("--calib-samples", type=int, default=64)
     ap.add_argument("--set", choices=["full", "quick"], default="full")
     ap.add_argument("--only", help="a comma-separated subset of the set's candidate names (the source is always in)")
+    ap.add_argument("--residual-rounds", type=int, default=1,
+                    help="rounds of the residual form's alternating fit (compress --residual-rounds; "
+                         "names gain -rN)")
     ap.add_argument("--lowrank", default="build/lowrank")
     a = ap.parse_args()
-    cands = candidates(a.set)
+    cands = candidates(a.set, a.residual_rounds)
     if a.only:
         names = {n for n, _, _ in cands}
         want = set(a.only.split(",")) | {"source"}
