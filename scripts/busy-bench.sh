@@ -5,7 +5,7 @@
 # round. Shows what happens when a host has more runnable threads than cores.
 # Not run in CI.
 #
-#   scripts/busy-bench.sh [--rounds N] [--busy "0 1 2"] [--threads T] [--other BIN] [--llama-bench BIN] MODEL.gguf
+#   scripts/busy-bench.sh [--rounds N] [--busy "0 1 2"] [--threads T] [--other "BIN ..."] [--llama-bench BIN] MODEL.gguf
 #
 # Output: one line per (round, busy processes, program): decode tok/s
 # (`lowrank bench --modes per-token --prompt 16 --gen 64 --reps 3`, median;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <climits>
 #include <ctime>
+#include <utility>
 
 #include "core/error.h"
 
@@ -92,6 +93,8 @@ void wait_until(std::atomic<T>& word, std::atomic<int>& sleepers, Done&& done) {
 
 ThreadPool::ThreadPool(int n_threads) : n_(n_threads) {
   if (n_threads < 1) fail("thread pool: the number of threads must be at least 1, got {}", n_threads);
+  next_phase_.resize(size_t(n_threads));
+  reserve_phases(64);
   workers_.reserve(size_t(n_threads - 1));
   try {
     for (int tid = 1; tid < n_threads; ++tid) workers_.emplace_back([this, tid] { worker_main(tid); });
@@ -112,6 +115,51 @@ ThreadPool::~ThreadPool() {
   { std::lock_guard<std::mutex> lk(mu_); }
   cv_.notify_all();
   for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::reserve_phases(int n) {
+  if (n <= phase_cap_) return;
+  LR_ASSERT(!running_.load(std::memory_order_relaxed) && "ThreadPool::reserve_phases inside a dispatch");
+  phase_cap_ = std::max(n, 2 * phase_cap_);
+  phases_.reset(new Phase[size_t(phase_cap_)]);
+}
+
+ThreadPool::Phase& ThreadPool::enter_phase(int tid) {
+  const int p = next_phase_[size_t(tid)].p++;
+  LR_ASSERT(p < phase_cap_ && "ThreadPool::share: more calls in a dispatch than reserve_phases allowed");
+  return phases_[size_t(p)];
+}
+
+bool ThreadPool::claim(Phase& ph, int c) {
+  if (c >= 64) return true;  // only its owner runs it
+  if (abort_.load(std::memory_order_acquire)) throw Aborted{};
+  const uint64_t bit = uint64_t(1) << c;
+  if (ph.taken.load(std::memory_order_relaxed) & bit) return false;
+  return !(ph.taken.fetch_or(bit, std::memory_order_acq_rel) & bit);
+}
+
+void ThreadPool::finish(Phase& ph, int n_chunks, bool counted) {
+  // The last chunk done ends the phase: counted as a barrier episode, and
+  // whoever sleeps on it woken (wait_until's protocol).
+  if (ph.done.fetch_add(1, std::memory_order_seq_cst) + 1 != n_chunks) return;
+  if (counted) barriers_.fetch_add(1, std::memory_order_relaxed);
+  if (phase_sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(ph.done);
+}
+
+void ThreadPool::wait_phase(Phase& ph, int n_chunks) {
+  wait_until(ph.done, phase_sleepers_,
+             [&](int done) { return done == n_chunks || abort_.load(std::memory_order_acquire); });
+  if (ph.done.load(std::memory_order_acquire) != n_chunks) throw Aborted{};
+}
+
+// After a dispatch (every worker done): the phases it used, cleared.
+void ThreadPool::reset_phases() {
+  int used = 0;
+  for (NextPhase& np : next_phase_) used = std::max(used, std::exchange(np.p, 0));
+  for (int p = 0; p < used; ++p) {
+    phases_[size_t(p)].taken.store(0, std::memory_order_relaxed);
+    phases_[size_t(p)].done.store(0, std::memory_order_relaxed);
+  }
 }
 
 void ThreadPool::reset_counters() {
@@ -182,6 +230,10 @@ void ThreadPool::run(const std::function<void(int tid, int nth)>& fn) {
 
   dispatches_.fetch_add(1, std::memory_order_relaxed);
   if (n_ == 1) {
+    struct Reset {
+      ThreadPool& p;
+      ~Reset() { p.reset_phases(); }
+    } reset{*this};
     fn(0, 1);
     return;
   }
@@ -201,6 +253,7 @@ void ThreadPool::run(const std::function<void(int tid, int nth)>& fn) {
   run_on_this_thread(0);
   wait_until(remaining_, caller_sleeps_, [](int left) { return left == 0; });
   fn_ = nullptr;
+  reset_phases();
 
   if (first_ex_) {
     std::exception_ptr e = std::move(first_ex_);

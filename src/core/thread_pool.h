@@ -12,8 +12,8 @@
 // Rules:
 //  * run() must not be called concurrently from two threads, nor from inside fn
 //    (checked: LR_ASSERT).
-//  * barrier() may only be called from inside fn, and every thread of the
-//    dispatch must call it the same number of times.
+//  * barrier() and share() may only be called from inside fn, and every
+//    thread of the dispatch must call them the same number of times.
 //  * If fn throws on any thread, run() waits for all threads and rethrows the
 //    first exception caught. Threads waiting in barrier() at that time (or
 //    reaching one later in that dispatch) leave it by an internal exception,
@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -76,6 +77,28 @@ class ThreadPool {
   // threads waiting for it.
   void barrier();
 
+  // Work sharing inside a dispatch, in place of "f(tid, nth); barrier();":
+  // chunk c of [0, n_chunks) belongs to thread c % size(); each thread runs
+  // its own chunks, then any chunk no thread has taken yet (so a thread the
+  // host has not scheduled holds nobody up: the others take its chunk), and,
+  // with `wait`, returns once every chunk is done (their writes visible; one
+  // barrier episode in the counters). f(c) runs once per chunk, on whichever
+  // thread took it. Every thread of the dispatch calls share() the same
+  // number of times, with the same arguments (as barrier()); a dispatch
+  // holds at most reserve_phases() of them. Chunks from 64 on are not taken
+  // by other threads.
+  template <class F>
+  void share(int tid, int n_chunks, bool wait, F&& f) {
+    Phase& ph = enter_phase(tid);
+    for (int c = tid; c < n_chunks; c += n_)
+      if (claim(ph, c)) f(c), finish(ph, n_chunks, wait);
+    for (int c = 0; c < std::min(n_chunks, 64); ++c)
+      if (c % n_ != tid && claim(ph, c)) f(c), finish(ph, n_chunks, wait);
+    if (wait) wait_phase(ph, n_chunks);
+  }
+  // Room for `n` share() calls per dispatch; called outside a dispatch.
+  void reserve_phases(int n);
+
   // Number of run() calls and of completed barrier episodes (one per barrier
   // crossing of the whole pool, not one per thread) since construction or
   // the last reset_counters().
@@ -85,6 +108,17 @@ class ThreadPool {
 
  private:
   struct Aborted {};  // thrown out of barrier() when another thread has thrown
+
+  // A share() call's state: chunks taken (bit c) and done.
+  struct alignas(64) Phase {
+    std::atomic<uint64_t> taken{0};
+    std::atomic<int> done{0};
+  };
+  Phase& enter_phase(int tid);
+  bool claim(Phase& ph, int c);
+  void finish(Phase& ph, int n_chunks, bool counted);
+  void wait_phase(Phase& ph, int n_chunks);
+  void reset_phases();
 
   void worker_main(int tid);
   void run_on_this_thread(int tid) noexcept;
@@ -110,6 +144,16 @@ class ThreadPool {
   alignas(64) std::atomic<int> bar_count_{0};
   alignas(64) std::atomic<uint32_t> bar_gen_{0};
   std::atomic<int> bar_sleepers_{0};  // threads asleep on bar_gen_
+
+  // share() state: one Phase per call of the dispatch, and each thread's
+  // next call (a padded slot per thread).
+  std::unique_ptr<Phase[]> phases_;
+  int phase_cap_ = 0;
+  struct alignas(64) NextPhase {
+    int p = 0;
+  };
+  std::vector<NextPhase> next_phase_;
+  alignas(64) std::atomic<int> phase_sleepers_{0};
 
   alignas(64) std::atomic<bool> running_{false};
   std::atomic<bool> abort_{false};

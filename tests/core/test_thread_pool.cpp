@@ -178,6 +178,84 @@ TEST(ThreadPool, LongWaitsSleepInsteadOfSpinning) {
   }
 }
 
+// share(): every chunk runs once, whichever thread takes it, and a phase
+// with wait ends only when all its chunks are done; chunks from 64 on run
+// on their owners. Counters: one barrier episode per waited phase.
+TEST(ThreadPool, ShareRunsEveryChunkOnceAndWaitsForAll) {
+  for (int nth = 1; nth <= 4; ++nth)
+    for (int chunks : {1, nth, 3 * nth + 1, 70}) {
+      ThreadPool pool(nth);
+      constexpr int kPhases = 5;
+      pool.reserve_phases(kPhases);
+      std::vector<std::atomic<int>> ran(size_t(kPhases * chunks));
+      std::vector<std::atomic<int>> owner_ran(size_t(kPhases * chunks));
+      std::atomic<int> errors{0};
+      pool.run([&](int tid, int n) {
+        for (int p = 0; p < kPhases; ++p) {
+          pool.share(tid, chunks, p + 1 < kPhases, [&](int c) {
+            ran[size_t(p * chunks + c)].fetch_add(1);
+            if (c % n == tid) owner_ran[size_t(p * chunks + c)].fetch_add(1);
+          });
+          if (p + 1 == kPhases) break;
+          for (int c = 0; c < chunks; ++c)  // the whole phase is done
+            if (ran[size_t(p * chunks + c)].load() != 1) errors.fetch_add(1);
+        }
+      });
+      EXPECT_EQ(errors.load(), 0) << nth << " threads, " << chunks << " chunks";
+      for (int i = 0; i < kPhases * chunks; ++i) {
+        EXPECT_EQ(ran[size_t(i)].load(), 1) << i;
+        if (i % chunks >= 64) {
+          EXPECT_EQ(owner_ran[size_t(i)].load(), 1) << i;
+        }
+      }
+      EXPECT_EQ(pool.barriers(), uint64_t(kPhases - 1));
+      pool.reset_counters();
+    }
+}
+
+// A thread that comes late (not scheduled, here asleep) holds nobody up:
+// the others run its chunks of three phases, then it passes through them.
+TEST(ThreadPool, ShareGivesALateThreadsChunksToTheOthers) {
+  ThreadPool pool(2);
+  std::atomic<bool> late_arrived{false};
+  std::atomic<int> by_other{0}, done_before{0};
+  pool.run([&](int tid, int) {
+    if (tid == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      late_arrived.store(true);
+    }
+    for (int p = 0; p < 3; ++p) {
+      pool.share(tid, 2, true, [&](int c) {
+        if (c != tid) by_other.fetch_add(1);
+      });
+      if (tid == 0 && !late_arrived.load()) done_before.fetch_add(1);
+    }
+  });
+  EXPECT_EQ(by_other.load(), 3);      // thread 0 ran thread 1's chunk of each phase
+  EXPECT_EQ(done_before.load(), 3);   // without waiting for it
+}
+
+// A chunk that throws: the others leave their waits, run() rethrows it, and
+// the pool (its phases cleared) works afterwards.
+TEST(ThreadPool, ShareExceptionPropagatesAndPoolStaysUsable) {
+  for (int nth = 2; nth <= 4; ++nth) {
+    ThreadPool pool(nth);
+    EXPECT_THROW(pool.run([&](int tid, int n) {
+      pool.share(tid, n, true, [&](int) {});
+      pool.share(tid, n, true, [&](int c) {
+        if (c == n - 1) throw std::logic_error("in phase 2");
+      });
+      pool.share(tid, n, true, [&](int) {});
+    }),
+                 std::logic_error);
+    std::atomic<int> sum{0};
+    pool.run([&](int tid, int n) {
+      for (int p = 0; p < 3; ++p) pool.share(tid, n, true, [&](int c) { sum.fetch_add(c + 1); });
+    });
+    EXPECT_EQ(sum.load(), 3 * nth * (nth + 1) / 2);
+  }
+}
+
 TEST(ThreadPool, CountersAreExact) {
   for (int nth = 1; nth <= 4; ++nth) {
     ThreadPool pool(nth);

@@ -157,22 +157,22 @@ void Executor::execute(Head head) {
     profiled_calls_ += profile_ ? 1 : 0;
     return;
   }
-  // Steps [b, e) of steps_ as one dispatch, a barrier between consecutive ones.
+  // Steps [b, e) of steps_ as one dispatch, a barrier between consecutive
+  // ones. Each step is shared out (ThreadPool::share): thread t computes
+  // the share split(.., t, nth) gives it, unless it comes late, and then
+  // another thread computes that share, the same way.
   auto region = [&](size_t b, size_t e) {
-    size_t todo = 0;
-    for (size_t i = b; i < e; ++i) todo += skip(steps_[i]) ? 0 : 1;
+    size_t todo = 0, last = e;
+    for (size_t i = b; i < e; ++i)
+      if (!skip(steps_[i])) ++todo, last = i;
     if (todo == 0) return;
+    pool.reserve_phases(int(todo) + 1);
     pool.run([&](int tid, int nth) {
-      bool first = true;
       for (size_t i = b; i < e; ++i) {
         if (skip(steps_[i])) continue;
-        if (!first) pool.barrier();
-        first = false;
-        if (gather && i == first_head_) {  // the head's rows, moved by one thread
-          if (tid == 0) gather_head_rows();
-          pool.barrier();
-        }
-        steps_[i].fn(tid, nth);
+        if (gather && i == first_head_)  // the head's rows, moved by one thread
+          pool.share(tid, 1, true, [&](int) { gather_head_rows(); });
+        pool.share(tid, nth, i != last, [&](int share) { steps_[i].fn(share, nth); });
       }
     });
   };
