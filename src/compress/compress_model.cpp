@@ -467,16 +467,17 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
       const int64_t r_max = *std::max_element(rank.begin(), rank.end());
       std::string residual_note;
       std::vector<float> dense_buf, imp;  // imp: the Gram's diagonal, each input feature's energy
+      const float* dense = nullptr;       // W as f32 (the residual form)
       if (opt_in.residual) {
         if (opt_in.residual_rounds > 1 && std::any_of(rank.begin(), rank.end(), [&](int64_t r) { return r != r_max; }))
           fail("--residual-rounds refits the quantized matrix to one correction: pass one --keep (blk.{}.{} "
                "gets ranks {} and {})", l, spec.kind, *std::min_element(rank.begin(), rank.end()), r_max);
-        const float* W = as_f32(src.w, dense_buf);
+        dense = as_f32(src.w, dense_buf);
         if (need_calib) {
           const MatD& g = gram_of(l, site);
           for (int64_t i = 0; i < cols; ++i) imp.push_back(float(g(i, i)));
         }
-        d.quantized = quantize_matrix(*opt_in.residual, W, rows, cols, imp, opt_in.n_threads, residual_note);
+        d.quantized = quantize_matrix(*opt_in.residual, dense, rows, cols, imp, opt_in.n_threads, residual_note);
       }
       compress::WhitenReport wr;
       if (r_max > 0) {
@@ -506,12 +507,11 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
           compress::Factors f = factorize(W);
           for (int round = 1; round < opt_in.residual_rounds && d.quantized.rows > 0; ++round) {
             // Q refitted to what the correction leaves (W - U V), then U V to Q's new error.
-            const float* Wd = as_f32(src.w, dense_buf);
-            std::vector<float> left(Wd, Wd + rows * cols);
+            std::vector<float> left(dense, dense + rows * cols);
             subtract_product(f.out, f.in, left.data());
             d.quantized = quantize_matrix(*opt_in.residual, left.data(), rows, cols, imp, opt_in.n_threads,
                                           residual_note);
-            f = factorize(quantization_error(d.quantized, Wd, wide[0]));
+            f = factorize(quantization_error(d.quantized, dense, wide[0]));
           }
           d.in = std::move(f.in);
           if (seq && opt_in.refit) {  // U: the compressed stream's inputs onto the dense layer's outputs
