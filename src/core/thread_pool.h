@@ -90,10 +90,14 @@ class ThreadPool {
   template <class F>
   void share(int tid, int n_chunks, bool wait, F&& f) {
     Phase& ph = enter_phase(tid);
+    auto run = [&](int c) {
+      f(c);
+      finish(ph, n_chunks, wait);
+    };
     for (int c = tid; c < n_chunks; c += n_)
-      if (claim(ph, c)) f(c), finish(ph, n_chunks, wait);
+      if (claim(ph, c)) run(c);
     for (int c = 0; c < std::min(n_chunks, 64); ++c)
-      if (c % n_ != tid && claim(ph, c)) f(c), finish(ph, n_chunks, wait);
+      if (c % n_ != tid && claim(ph, c)) run(c);
     if (wait) wait_phase(ph, n_chunks);
   }
   // Room for `n` share() calls per dispatch; called outside a dispatch.
