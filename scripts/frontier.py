@@ -15,7 +15,9 @@ does not fit fall back as llama.cpp does); `lowrank compress` whitened low
 rank at keep 0.5 and 0.8 with f16, q8_0 and q4_k factors, plain and pivoted
 (`--storage pivoted`, `lowrank-piv-*`), all twelve from one calibration and
 decomposition; the residual form `--residual q2_k`, `q3_k` and `q4_k` (2, 3
-and 4 bits) with corrections of keep 0.05 and 0.1 (q8_0 factors). Everything lands in DIR and DIR/frontier.json caches each
+and 4 bits) with corrections of keep 0.05 and 0.1 (q8_0 factors), and two
+whose correction `--allocate all` spreads over the matrices at 3.5 bits per
+weight or less (`residual-q3_k-0.007-alloc`, `residual-q2_k-0.1-alloc`). Everything lands in DIR and DIR/frontier.json caches each
 measurement: a rerun skips what exists, so an interrupted run resumes.
 Decode speed: one `lowrank bench` over all candidates (per-token plan,
 --prompt 64 --gen 64, median of --reps), the source as the `dense` row;
@@ -53,6 +55,13 @@ def candidates(kind, rounds=1):
         for k in (["0.05", "0.1"] if kind == "full" else ["0.1"]):
             c.append((f"residual-{q}-{k}" + (f"-r{rounds}" if rounds > 1 else ""), "residual",
                       {"type": q, "keep": k, "rounds": rounds}))
+    # The correction spread by `--allocate all` (one round), at budgets that
+    # keep the whole at or below 3.5 bits per weight with q8_0 factors (8.5
+    # bits per kept parameter): q3_k's 3.4375 + 0.007 * 8.5, q2_k's 2.625 +
+    # 0.1 * 8.5.
+    if kind == "full":
+        for q, k in (("q3_k", "0.007"), ("q2_k", "0.1")):
+            c.append((f"residual-{q}-{k}-alloc", "residual", {"type": q, "keep": k, "rounds": 1, "allocate": True}))
     return c
 
 
@@ -109,19 +118,23 @@ class Frontier:
         levels = [lambda a: 0, lambda a: a["factor"], lambda a: (a["factor"], a["pivoted"]),
                   lambda a: (a["factor"], a["pivoted"], a["keep"])]
         self.build_lowrank(todo, levels, t)
-        for q in sorted({a["type"] for n, k, a in cands if k == "residual"}):
+        for q, alloc in sorted({(a["type"], bool(a.get("allocate"))) for n, k, a in cands if k == "residual"}):
             todo = [(n, a["keep"]) for n, k, a in cands
-                    if k == "residual" and a["type"] == q and not os.path.exists(self.file(n))]
-            # One run per residual type (its quantization differs) for every keep;
-            # with several rounds one per keep (the quantized W follows the correction).
-            runs = [todo] if self.a.residual_rounds == 1 else [[x] for x in todo]
+                    if k == "residual" and a["type"] == q and bool(a.get("allocate")) == alloc
+                    and not os.path.exists(self.file(n))]
+            # One run per residual type (its quantization differs) and way of
+            # spreading the correction, for every keep; with several rounds one
+            # per keep (the quantized W follows the correction).
+            runs = [todo] if self.a.residual_rounds == 1 or alloc else [[x] for x in todo]
             for run in runs:
                 if not run:
                     continue
-                out = self.file(run[0][0]) if len(run) == 1 else self.file(f"residual-{q}-{{keep}}")
-                rounds = ["--residual-rounds", str(self.a.residual_rounds)] if self.a.residual_rounds > 1 else []
+                suffix = "-alloc" if alloc else ""
+                out = self.file(run[0][0]) if len(run) == 1 else self.file(f"residual-{q}-{{keep}}{suffix}")
+                extra = ["--allocate", "all"] if alloc else \
+                    ["--residual-rounds", str(self.a.residual_rounds)] if self.a.residual_rounds > 1 else []
                 self.run([lr, "compress", "-m", self.a.model, "--residual", q, "--keep",
-                          ",".join(k for _, k in run)] + rounds + ["-o", out] + self.calib() + t)
+                          ",".join(k for _, k in run)] + extra + ["-o", out] + self.calib() + t)
 
     def build_lowrank(self, todo, levels, t):
         groups = {}

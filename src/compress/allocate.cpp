@@ -14,7 +14,9 @@ struct Curve {
   std::vector<double> gain;  // [units]: sum of sigma^2 / E over the unit's components
   double total = 0;          // sum of every sigma^2 / E (the loss at rank 0)
   double unit_cost = 0;      // granularity * rank_cost
-  double dense_cost = 0;
+  double dense_cost = 0;     // cost of the rank-0 state: the dense matrix, or no correction (0)
+  double dense_loss = 0;     // loss of the rank-0 state: 0 dense, `total` with no correction
+  bool correction = false;
   double loss(int64_t k) const {  // loss with the first k units kept
     double kept = 0;
     for (int64_t u = 0; u < k; ++u) kept += gain[size_t(u)];
@@ -22,7 +24,7 @@ struct Curve {
   }
 };
 
-// A candidate's state: dense, or its first k >= 1 units.
+// A candidate's state: rank 0 (dense, or no correction), or its first k >= 1 units.
 struct State {
   bool dense = false;
   int64_t k = 0;
@@ -31,6 +33,7 @@ struct State {
 double cost_of(const Curve& c, const State& s) {
   return s.dense ? c.dense_cost : double(s.k) * c.unit_cost;
 }
+double loss_of(const Curve& c, const State& s) { return s.dense ? c.dense_loss : c.loss(s.k); }
 
 // The state minimising loss + mu * cost.
 State best_for(const Curve& c, double mu) {
@@ -38,7 +41,7 @@ State best_for(const Curve& c, double mu) {
   if (units == 0) return {true, 0};
   int64_t k = 1;
   while (k < units && c.gain[size_t(k)] > mu * c.unit_cost) ++k;
-  if (mu * c.dense_cost < c.loss(k) + mu * double(k) * c.unit_cost) return {true, 0};
+  if (c.dense_loss + mu * c.dense_cost < c.loss(k) + mu * double(k) * c.unit_cost) return {true, 0};
   return {false, k};
 }
 
@@ -46,7 +49,9 @@ State best_for(const Curve& c, double mu) {
 
 int64_t useful_rank(const RankCandidate& c) {
   const int64_t g = c.granularity;
-  int64_t r = int64_t(c.sigma.size()) / g * g;
+  int64_t r = int64_t(c.sigma.size());
+  if (c.max_rank > 0) r = std::min(r, c.max_rank);
+  r = r / g * g;
   while (r > 0 && double(r) * c.rank_cost >= c.dense_cost) r -= g;
   return r;
 }
@@ -62,8 +67,11 @@ Allocation allocate_ranks(const std::vector<RankCandidate>& cands, double budget
           "{}, granularity {})",
           i, rc.sigma.size(), rc.dense_cost, rc.rank_cost, rc.granularity);
     Curve c;
-    double energy = 0;
-    for (double s : rc.sigma) energy += s * s;
+    double energy = rc.energy;
+    if (!(energy > 0)) {
+      energy = 0;
+      for (double s : rc.sigma) energy += s * s;
+    }
     if (!(energy > 0) || !rc.relative) energy = 1;
     for (double s : rc.sigma) c.total += s * s / energy;
     const int64_t units = useful_rank(rc) / rc.granularity;
@@ -74,8 +82,10 @@ Allocation allocate_ranks(const std::vector<RankCandidate>& cands, double budget
       c.gain.push_back(g);
     }
     c.unit_cost = double(rc.granularity) * rc.rank_cost;
-    c.dense_cost = rc.dense_cost;
-    floor_cost += units > 0 ? c.unit_cost : c.dense_cost;
+    c.correction = rc.correction;
+    c.dense_cost = rc.correction ? 0.0 : rc.dense_cost;
+    c.dense_loss = rc.correction ? c.total : 0.0;
+    floor_cost += rc.correction ? 0.0 : units > 0 ? c.unit_cost : c.dense_cost;
     curves.push_back(std::move(c));
   }
   if (floor_cost > budget)
@@ -114,14 +124,14 @@ Allocation allocate_ranks(const std::vector<RankCandidate>& cands, double budget
     State best_state;
     for (size_t i = 0; i < curves.size(); ++i) {
       const Curve& c = curves[i];
-      if (st[i].dense) continue;
+      if (st[i].dense && !c.correction) continue;  // a dense matrix loses nothing
       const double here = cost_of(c, st[i]);
-      State moves[2] = {{false, st[i].k + 1}, {true, 0}};
+      State moves[2] = {{false, st[i].dense ? 1 : st[i].k + 1}, {true, 0}};
       for (const State& mv : moves) {
         if (!mv.dense && mv.k > int64_t(c.gain.size())) continue;
         const double extra = cost_of(c, mv) - here;
         if (extra <= 0 || cost + extra > budget) continue;
-        const double saved = c.loss(st[i].k) - (mv.dense ? 0.0 : c.loss(mv.k));
+        const double saved = loss_of(c, st[i]) - loss_of(c, mv);
         if (saved / extra > best_ratio) best_ratio = saved / extra, best = i, best_state = mv;
       }
     }
@@ -134,7 +144,7 @@ Allocation allocate_ranks(const std::vector<RankCandidate>& cands, double budget
   for (size_t i = 0; i < curves.size(); ++i) {
     a.ranks.push_back(st[i].dense ? 0 : st[i].k * cands[i].granularity);
     a.cost += cost_of(curves[i], st[i]);
-    a.loss += st[i].dense ? 0.0 : curves[i].loss(st[i].k);
+    a.loss += loss_of(curves[i], st[i]);
   }
   return a;
 }

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "compress/allocate.h"
+#include "compress/blas.h"
 #include "compress/calibration.h"
 #include "compress/factorize.h"
 #include "compress/gram.h"
@@ -142,14 +143,33 @@ struct Decomposition {
   Matrix quantized;               // residual form: Q(W), the factors fit W - Q(W)
 };
 
-// sum_{j >= r} sigma_j^2 / sum_j sigma_j^2.
-double truncation_loss(const std::vector<double>& sigma, int64_t r) {
+// sum_{j >= r} sigma_j^2 / energy (energy 0: sum_j sigma_j^2).
+double truncation_loss(const std::vector<double>& sigma, int64_t r, double energy = 0) {
   double all = 0, tail = 0;
   for (size_t j = 0; j < sigma.size(); ++j) {
     all += sigma[j] * sigma[j];
     if (int64_t(j) >= r) tail += sigma[j] * sigma[j];
   }
+  if (energy > 0) all = energy;
   return all > 0 ? tail / all : 0.0;
+}
+
+// ||W S||_F^2 = trace(W G W^T) for W [rows, cols] and the Gram G [cols, cols]
+// (G = S S^T): the energy of W's outputs over the calibration inputs. Rows
+// in blocks of 256 against G (BLAS), so the product never holds all of W G.
+double output_energy(const float* W, int64_t rows, int64_t cols, const MatD& G) {
+  LR_ASSERT(G.rows == cols && G.cols == cols);
+  const int64_t block = 256;
+  MatD w(std::min(block, rows), cols), wg(std::min(block, rows), cols);
+  double total = 0;
+  for (int64_t r0 = 0; r0 < rows; r0 += block) {
+    const int64_t n = std::min(block, rows - r0);
+    for (int64_t i = 0; i < n * cols; ++i) w.a[size_t(i)] = W[r0 * cols + i];
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(cols), int(cols), 1.0,
+                w.a.data(), int(cols), G.a.data(), int(cols), 0.0, wg.a.data(), int(cols));
+    for (int64_t i = 0; i < n * cols; ++i) total += w.a[size_t(i)] * wg.a[size_t(i)];
+  }
+  return total;
 }
 
 // The costs a global budget weighs for dense matrix w (sigma filled later
@@ -273,6 +293,13 @@ SaveOptions save_options(const CompressOptions& opt, bool calibrated) {
                              : "fraction of each compressed matrix's parameters kept: rank = "
                                "floor(keep*m*n/(m+n)) (basis sharing: floor(keep*g*m*n/(n+g*m))); keep 1 "
                                "leaves matrices dense")
+              : opt.residual ? (opt.budget == RankBudget::Parameters
+                                    ? "the correction's parameters as a fraction of the corrected matrices' in "
+                                      "all, ranks allocated per matrix from the whitened spectra of their "
+                                      "quantization errors"
+                                    : "the correction's bytes as written as a fraction of the corrected "
+                                      "matrices' bytes in the source file, ranks allocated per matrix from the "
+                                      "whitened spectra of their quantization errors")
               : opt.budget == RankBudget::Parameters
                     ? "fraction of the compressed matrices' parameters kept in all, ranks "
                       "allocated per matrix from the whitened spectra"
@@ -341,9 +368,11 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
     fail("--rank and a global budget (--budget, --allocate) both choose ranks: pass one");
   if (allocating && !one_factor_type)
     fail("a global budget (--budget, --allocate) weighs one factor type's bytes: pass one --factor-type");
-  if (opt_in.residual && (opt_in.basis_sharing >= 2 || allocating))
-    fail("the residual form (--residual) takes --keep or --rank, without --basis-sharing or a "
-         "global budget");
+  if (opt_in.residual && opt_in.basis_sharing >= 2)
+    fail("the residual form (--residual) corrects each matrix on its own: not with --basis-sharing");
+  if (opt_in.residual_rounds > 1 && allocating)
+    fail("--residual-rounds refits each matrix's correction at one rank: pass --keep without "
+         "--allocate or --budget");
   if (opt_in.residual_rounds < 1)
     fail("--residual-rounds must be at least 1, got {}", opt_in.residual_rounds);
   if (opt_in.residual_rounds > 1 && !opt_in.residual) fail("--residual-rounds refits the residual form: pass --residual");
@@ -392,7 +421,7 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
     for (int i = d.g0; i < d.g1; ++i) {
       MatrixReport rep{fmt::format("blk.{}.{}", i, d.spec->kind), d.rows, d.cols, r,
                        d.g1 - d.g0 > 1, d.note};
-      if (r > 0) rep.loss = truncation_loss(d.sigma, r);
+      if (r > 0 || d.cand.correction) rep.loss = truncation_loss(d.sigma, r, d.cand.energy);
       results[j].matrices.push_back(rep);
       Linear& dst = slot_linear(*outs[j], d.spec->slot, i);
       if (d.quantized.rows > 0) dst.w = d.quantized;
@@ -452,6 +481,15 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
       d.rows = rows;
       d.cols = cols;
       d.cand = rank_candidate(opts[0], src.w, granularity);
+      if (opt_in.residual && allocating) {
+        // A correction may take more than its even share, but its factors are
+        // kept until the ranks are chosen: up to 4x the share of the largest
+        // budget (at least 128), so they stay a fraction of the model.
+        d.cand.correction = true;
+        double share = 0;
+        for (const CompressJob& job : jobs) share = std::max(share, job.keep * d.cand.dense_cost / d.cand.rank_cost);
+        d.cand.max_rank = (std::max(int64_t(4 * share), int64_t(128)) + granularity - 1) / granularity * granularity;
+      }
       std::vector<int64_t> rank(jobs.size());
       for (size_t j = 0; j < jobs.size(); ++j) {
         const bool explicit_rank = opts[j].ranks.count(spec.kind) || opts[j].ranks.count("all");
@@ -478,6 +516,13 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
           for (int64_t i = 0; i < cols; ++i) imp.push_back(float(g(i, i)));
         }
         d.quantized = quantize_matrix(*opt_in.residual, dense, rows, cols, imp, opt_in.n_threads, residual_note);
+        if (allocating && opt_in.relative_loss) {
+          if (need_calib) {
+            d.cand.energy = output_energy(dense, rows, cols, gram_of(l, site));
+          } else {
+            for (int64_t i = 0; i < rows * cols; ++i) d.cand.energy += double(dense[i]) * dense[i];
+          }
+        }
       }
       compress::WhitenReport wr;
       if (r_max > 0) {
@@ -552,7 +597,7 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
       for (const Decomposition* d : members) {
         total += d->cand.dense_cost;
         if (d->sigma.empty()) {
-          fixed += d->cand.dense_cost;
+          if (!d->cand.correction) fixed += d->cand.dense_cost;  // (no correction costs nothing)
           assign(j, *d, 0);
           continue;
         }

@@ -99,10 +99,19 @@ SaveReport save_gguf(const Weights& w, const gguf::File& meta, const TensorSourc
     if (lin.b.rows && src.find(bias_name(name))) copy_tensor(out, src, bias_name(name));
     else if (lin.b.rows) add_matrix(out, bias_name(name), lin.b, DType::F32, /*vector=*/true);
     if (!lin.low_rank()) {
-      if (src.find(name))
+      // As stored, unless a block-format W is not the source's (the residual
+      // form's W where its correction got rank 0); the permuted rows of a
+      // loaded Q or K go back to the file's order either way.
+      const std::optional<TensorView> t = src.find(name);
+      const bool own_blocks = is_block_format(lin.w.dtype) && (!t || t->data != lin.w.ptr());
+      if (own_blocks) {
+        add_blocks(out, name, lin.w, c.rope_neox && (spec.slot == Slot::Q || spec.slot == Slot::K), c.head_dim);
+        if (!t || t->dtype != lin.w.dtype) ++report.written_types[lin.w.dtype];
+      } else if (t) {
         copy_tensor(out, src, name);
-      else
+      } else {
         add_factor(name, lin.w);
+      }
       return;
     }
     if (lin.residual()) {

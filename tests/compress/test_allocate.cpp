@@ -95,6 +95,50 @@ TEST(AllocateRanks, GranularityIsRespected) {
   EXPECT_GT(a.cost + 32 * cs[0].rank_cost, 0.4 * (cs[0].dense_cost + cs[1].dense_cost));
 }
 
+// The residual form's correction: rank 0 costs nothing and keeps the whole
+// loss, each loss is normalised by the energy passed in.
+RankCandidate correction(std::vector<double> sigma, double energy) {
+  RankCandidate c;
+  c.sigma = std::move(sigma);
+  c.dense_cost = 64.0 * 64.0;
+  c.rank_cost = 128;
+  c.correction = true;
+  c.energy = energy;
+  return c;
+}
+
+TEST(AllocateRanks, ACorrectionTakesTheLargestRestoredShareFirst) {
+  // Equal costs per rank and descending gains: the best choice of k ranks in
+  // all is the k largest sigma^2 / energy over every matrix (exchange argument),
+  // and the allocation must find exactly it.
+  const std::vector<RankCandidate> cs = {correction({4, 3, 1, 0.5}, 100), correction({2, 2, 2, 2}, 10),
+                                         correction({6, 1, 0.1, 0.1}, 450)};
+  // sigma^2 / energy: {.16 .09 .01 .0025}, {.4 .4 .4 .4}, {.08 .0022 ...}
+  const Allocation a = allocate_ranks(cs, 6 * 128);
+  EXPECT_EQ(a.ranks, (std::vector<int64_t>{2, 4, 0}));  // .4 x4, .16, .09
+  EXPECT_DOUBLE_EQ(a.cost, 6 * 128);
+  const double whole = (16 + 9 + 1 + 0.25) / 100 + 16.0 / 10 + (36 + 1 + 0.02) / 450;
+  EXPECT_NEAR(a.loss, whole - (4 * 0.4 + 0.16 + 0.09), 1e-12);
+}
+
+TEST(AllocateRanks, ACorrectionMayGetNothing) {
+  const std::vector<RankCandidate> cs = {correction({4, 3}, 100), correction({2, 1}, 10)};
+  // No budget: no correction anywhere (no error: rank 0 costs nothing).
+  Allocation a = allocate_ranks(cs, 0);
+  EXPECT_EQ(a.ranks, (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(a.cost, 0);
+  EXPECT_NEAR(a.loss, 0.25 + 0.5, 1e-12);
+  // Room for 1.5 ranks: one, where it restores most (.4 against .16).
+  a = allocate_ranks(cs, 1.5 * 128);
+  EXPECT_EQ(a.ranks, (std::vector<int64_t>{0, 1}));
+  // max_rank caps a matrix (and useful_rank says so).
+  std::vector<RankCandidate> capped = {correction({4, 3, 2, 1}, 1), correction({1, 1, 1, 1}, 1)};
+  capped[0].max_rank = 2;
+  EXPECT_EQ(useful_rank(capped[0]), 2);
+  a = allocate_ranks(capped, 3 * 128);
+  EXPECT_EQ(a.ranks, (std::vector<int64_t>{2, 1}));
+}
+
 TEST(AllocateRanks, Errors) {
   std::vector<RankCandidate> cs = {geometric(64, 64, 0.9)};
   EXPECT_EQ(error_of([&] { allocate_ranks(cs, 100); }),

@@ -132,7 +132,7 @@ double weight_error(const std::string& residual, const std::string& dense) {
     for (int64_t row = 0; row < m; ++row) {
       lin.w.row_to_f32(row, q.data());
       w.w.row_to_f32(row, x.data());
-      lin.u.row_to_f32(row, u.data());
+      if (k > 0) lin.u.row_to_f32(row, u.data());  // (rank 0: no correction)
       for (int64_t c = 0; c < n; ++c) {
         double uv = 0;
         for (int64_t j = 0; j < k; ++j) uv += double(u[size_t(j)]) * v[size_t(j * n + c)];
@@ -164,6 +164,56 @@ TEST(Residual, MoreRoundsCutTheWeightsErrorFurther) {
   }
 }
 
+// --allocate with --residual: the correction's parameters (keep of all the
+// matrices') go where the quantization error is largest, and nowhere else.
+// With --allocate-loss absolute and --method svd the allocation minimises
+// sum ||W - Q - U V||^2 itself, so at the same budget it must beat the even
+// split; the quantized parts are the plain quantizer's bits either way.
+TEST(Residual, AllocatedCorrectionMeetsItsBudgetAndBeatsTheEvenSplit) {
+  TempDir t;
+  const std::string dense = write_tiny(t, test::k_quant_spec(), "dense.gguf");
+  const std::string even = residual_file(t, dense, DType::Q2_K, 0.1, "even.gguf");
+  QuantizeOptions qo;
+  const DType q2 = DType::Q2_K;
+  quantize_model(dense, {{q2, t.file("q2.gguf")}}, qo);
+  auto plain = gguf::File::open(t.file("q2.gguf"));
+  for (bool relative : {false, true}) {
+    CompressOptions o;
+    o.method = CompressMethod::Svd;
+    o.residual = DType::Q2_K;
+    o.factor_type = DType::F32;
+    o.budget = RankBudget::Parameters;
+    o.allocate_scope = AllocateScope::All;
+    o.relative_loss = relative;
+    const std::string out = t.file(relative ? "rel.gguf" : "abs.gguf");
+    const CompressResult r = compress_model(dense, {{0.1, out}}, o)[0];
+    Model m = load_model(out, std::nullopt);
+    double params = 0, correction = 0;
+    int corrected = 0;
+    for_each_linear(*m.weights, [&](const WeightSpec& spec, int, const Linear& lin) {
+      if (!spec.per_layer) return;
+      params += double(lin.w.rows) * double(lin.w.cols);
+      correction += double(lin.rank()) * double(lin.w.rows + lin.w.cols);
+      corrected += lin.rank() > 0;
+      EXPECT_EQ(lin.w.dtype, DType::Q2_K);
+    });
+    EXPECT_LE(correction, 0.1 * params) << relative;
+    EXPECT_GT(correction + 256 + 256, 0.1 * params) << relative;  // nothing else fits (one rank of q)
+    EXPECT_GT(corrected, 0);
+    EXPECT_EQ(r.matrices.size(), size_t(2 * 7));
+    auto a = gguf::File::open(out);
+    for (const char* name : {"blk.0.attn_q.weight", "blk.1.ffn_down.weight", "blk.1.attn_v.weight"}) {
+      const gguf::TensorInfo& x = a->tensor(name);
+      const gguf::TensorInfo& y = plain->tensor(name);
+      ASSERT_EQ(x.nbytes, y.nbytes);
+      EXPECT_EQ(std::memcmp(x.data, y.data, x.nbytes), 0) << name;
+    }
+    if (!relative) {
+      EXPECT_LT(weight_error(out, dense), weight_error(even, dense));
+    }
+  }
+}
+
 TEST(Residual, Errors) {
   TempDir t;
   const std::string dense = write_tiny(t, test::k_quant_spec(), "dense.gguf");
@@ -175,11 +225,19 @@ TEST(Residual, Errors) {
                       }),
                       "--residual quantizes to a block format");
   o.residual = DType::Q3_K;
-  o.budget = RankBudget::Bytes;
+  o.basis_sharing = 2;
   LR_EXPECT_ERROR_HAS(error_of([&] {
                         compress_model(dense, {{0.1, t.file("x.gguf")}}, o);
                       }),
-                      "the residual form (--residual) takes --keep or --rank");
+                      "the residual form (--residual) corrects each matrix on its own: not with --basis-sharing");
+  o.basis_sharing = 0;
+  o.budget = RankBudget::Bytes;
+  o.residual_rounds = 2;
+  LR_EXPECT_ERROR_HAS(error_of([&] {
+                        compress_model(dense, {{0.1, t.file("x.gguf")}}, o);
+                      }),
+                      "--residual-rounds refits each matrix's correction at one rank: pass --keep without");
+  o.residual_rounds = 1;
   o.budget = RankBudget::PerMatrix;
   compress_model(dense, {{0.1, t.file("lr.gguf")}}, o);
   LR_EXPECT_ERROR_HAS(error_of([&] {
