@@ -154,7 +154,7 @@ int run(const CompressCli& o) {
   });
   for (size_t i = 0; i < jobs.size(); ++i) {
     const CompressResult& r = results[i];
-    std::printf("%s (%s %.2f, %s factors%s%s):\n", jobs[i].out_path.c_str(), bytes ? "budget" : "keep",
+    std::printf("%s (%s %g, %s factors%s%s):\n", jobs[i].out_path.c_str(), bytes ? "budget" : "keep",
                 jobs[i].keep, std::string(dtype_name(*jobs[i].factor_type)).c_str(), *jobs[i].pivoted ? ", pivoted" : "",
                 opt.allocate_scope == AllocateScope::Matrix ? ""
                 : opt.allocate_scope == AllocateScope::Type ? ", ranks moved between layers"
@@ -166,7 +166,9 @@ int run(const CompressCli& o) {
       by_kind[m.name.substr(m.name.find('.', 4) + 1)].push_back(m.rank);
       if (!m.note.empty()) notes += "  " + m.name + ": " + m.note + "\n";
     }
-    auto rank_str = [](int64_t r) { return r == 0 ? std::string("dense") : std::to_string(r); };
+    // Rank 0: the matrix left dense, or (the residual form) left uncorrected.
+    const char* zero = opt.residual ? "none" : "dense";
+    auto rank_str = [zero](int64_t r) { return r == 0 ? std::string(zero) : std::to_string(r); };
     for (const auto& [kind, ranks] : by_kind) {
       const int64_t first = ranks[0];
       bool same = std::all_of(ranks.begin(), ranks.end(), [first](int64_t x) { return x == first; });

@@ -9,7 +9,6 @@
 #include <sstream>
 
 #include "compress/allocate.h"
-#include "compress/blas.h"
 #include "compress/calibration.h"
 #include "compress/factorize.h"
 #include "compress/gram.h"
@@ -154,23 +153,6 @@ double truncation_loss(const std::vector<double>& sigma, int64_t r, double energ
   return all > 0 ? tail / all : 0.0;
 }
 
-// ||W S||_F^2 = trace(W G W^T) for W [rows, cols] and the Gram G [cols, cols]
-// (G = S S^T): the energy of W's outputs over the calibration inputs. Rows
-// in blocks of 256 against G (BLAS), so the product never holds all of W G.
-double output_energy(const float* W, int64_t rows, int64_t cols, const MatD& G) {
-  LR_ASSERT(G.rows == cols && G.cols == cols);
-  const int64_t block = 256;
-  MatD w(std::min(block, rows), cols), wg(std::min(block, rows), cols);
-  double total = 0;
-  for (int64_t r0 = 0; r0 < rows; r0 += block) {
-    const int64_t n = std::min(block, rows - r0);
-    for (int64_t i = 0; i < n * cols; ++i) w.a[size_t(i)] = W[r0 * cols + i];
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(cols), int(cols), 1.0,
-                w.a.data(), int(cols), G.a.data(), int(cols), 0.0, wg.a.data(), int(cols));
-    for (int64_t i = 0; i < n * cols; ++i) total += w.a[size_t(i)] * wg.a[size_t(i)];
-  }
-  return total;
-}
 
 // The costs a global budget weighs for dense matrix w (sigma filled later
 // with zeros of its length, so useful_rank can be asked first): parameters,
@@ -518,7 +500,7 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
         d.quantized = quantize_matrix(*opt_in.residual, dense, rows, cols, imp, opt_in.n_threads, residual_note);
         if (allocating && opt_in.relative_loss) {
           if (need_calib) {
-            d.cand.energy = output_energy(dense, rows, cols, gram_of(l, site));
+            d.cand.energy = compress::output_energy(dense, rows, cols, gram_of(l, site));
           } else {
             for (int64_t i = 0; i < rows * cols; ++i) d.cand.energy += double(dense[i]) * dense[i];
           }

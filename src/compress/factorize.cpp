@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string_view>
 
+#include "compress/blas.h"
 #include "core/error.h"
 
 namespace lr::compress {
@@ -342,6 +343,22 @@ double activation_error(const float* W, const Factors& f, const float* X, int64_
     ssq += e * e;
   }
   return std::sqrt(ssq);
+}
+
+// Rows in blocks of 256 against G (BLAS), so the product never holds all of W G.
+double output_energy(const float* W, int64_t rows, int64_t cols, const MatD& G) {
+  LR_ASSERT(G.rows == cols && G.cols == cols);
+  const int64_t block = 256;
+  MatD w(std::min(block, rows), cols), wg(std::min(block, rows), cols);
+  double total = 0;
+  for (int64_t r0 = 0; r0 < rows; r0 += block) {
+    const int64_t n = std::min(block, rows - r0);
+    for (int64_t i = 0; i < n * cols; ++i) w.a[size_t(i)] = W[r0 * cols + i];
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(cols), int(cols), 1.0,
+                w.a.data(), int(cols), G.a.data(), int(cols), 0.0, wg.a.data(), int(cols));
+    for (int64_t i = 0; i < n * cols; ++i) total += w.a[size_t(i)] * wg.a[size_t(i)];
+  }
+  return total;
 }
 
 }  // namespace lr::compress

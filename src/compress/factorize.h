@@ -101,4 +101,9 @@ SharedFactors shared_factorize(const std::vector<const float*>& Ws, const std::v
 // chain -> lr::Error.
 double activation_error(const float* W, const Factors& f, const float* X, int64_t tokens);
 
+// ||W S||_F^2 = trace(W G W^T) for W [m, n] row-major and the Gram G [n, n]
+// of the inputs (G = X^T X = S S^T): the energy of W's outputs over the
+// calibration inputs, in double. G's shape other than [n, n] -> assert.
+double output_energy(const float* W, int64_t m, int64_t n, const MatD& G);
+
 }  // namespace lr::compress

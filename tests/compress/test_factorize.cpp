@@ -39,6 +39,26 @@ bool all_finite(const MatF& F) {
   return true;
 }
 
+// ---------------------------------------------------------------- output energy
+
+TEST(OutputEnergy, IsTheTraceOfWGWt) {
+  // Against the sum over calibration tokens of ||W x||^2 (G = X^T X), with
+  // more rows than one block of 256 and a last block that is not whole.
+  Rng rng(7);
+  const int64_t m = 300, n = 24, tokens = 40;
+  const MatD X = testing::random_matrix(rng, tokens, n);
+  const MatD Wd = testing::random_matrix(rng, m, n);
+  std::vector<float> W(Wd.a.begin(), Wd.a.end());
+  double want = 0;
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t i = 0; i < m; ++i) {
+      double y = 0;
+      for (int64_t j = 0; j < n; ++j) y += double(W[size_t(i * n + j)]) * X(t, j);
+      want += y * y;
+    }
+  EXPECT_NEAR(output_energy(W.data(), m, n, gram_of(X)), want, 1e-10 * want);
+}
+
 // ---------------------------------------------------------------- rank formulas
 
 TEST(RankForKeep, KnownValues) {
