@@ -43,21 +43,59 @@ std::string residual_file(const TempDir& t, const std::string& dense, DType q, d
   return t.file(name);
 }
 
+// `dense` written by `lowrank quantize` to `type` (activation-weighted when
+// calib.path is set) as t's file `name`.
+std::string quantized_file(const TempDir& t, const std::string& dense, DType type, const std::string& name,
+                           const compress::CalibrationText& calib = {}) {
+  QuantizeOptions qo;
+  qo.calib = calib;
+  quantize_model(dense, {{type, t.file(name)}}, qo);
+  return t.file(name);
+}
+
+// The named tensors (every one of b's when `names` is empty) hold the same
+// bytes in both files.
+void expect_same_tensors(const std::string& a_path, const std::string& b_path,
+                         std::vector<std::string> names = {}) {
+  auto a = gguf::File::open(a_path), b = gguf::File::open(b_path);
+  if (names.empty())
+    for (const gguf::TensorInfo& info : b->tensors()) names.push_back(info.name);
+  for (const std::string& name : names) {
+    const gguf::TensorInfo& x = a->tensor(name);
+    const gguf::TensorInfo& y = b->tensor(name);
+    ASSERT_EQ(x.dtype, y.dtype) << name;
+    ASSERT_EQ(x.nbytes, y.nbytes) << name;
+    EXPECT_EQ(std::memcmp(x.data, y.data, x.nbytes), 0) << name;
+  }
+}
+
+// A residual file's per-layer maps: their parameters (m n), their
+// corrections' (rank (m + n)), and how many have one.
+struct CorrectionSize {
+  double params = 0, correction = 0;
+  int corrected = 0;
+};
+CorrectionSize correction_size(const std::string& path, DType base) {
+  Model m = load_model(path, std::nullopt);
+  CorrectionSize c;
+  for_each_linear(*m.weights, [&](const WeightSpec& spec, int, const Linear& lin) {
+    if (!spec.per_layer) return;
+    c.params += double(lin.w.rows) * double(lin.w.cols);
+    c.correction += double(lin.rank()) * double(lin.w.rows + lin.w.cols);
+    c.corrected += lin.rank() > 0;
+    EXPECT_EQ(lin.w.dtype, base);
+  });
+  return c;
+}
+
 TEST(Residual, FileHoldsTheQuantizedWAndTheFactors) {
   TempDir t;
   const std::string dense = write_tiny(t, test::k_quant_spec(), "dense.gguf");
   const std::string res = residual_file(t, dense, DType::Q3_K, 0.1, "res.gguf");
-  QuantizeOptions qo;
-  const DType qo_type = DType::Q3_K;
-  quantize_model(dense, {{qo_type, t.file("q3.gguf")}}, qo);
-  auto a = gguf::File::open(res), b = gguf::File::open(t.file("q3.gguf"));
-  for (const char* name : {"blk.0.attn_q.weight", "blk.1.ffn_down.weight"}) {
-    const gguf::TensorInfo& x = a->tensor(name);
-    const gguf::TensorInfo& y = b->tensor(name);
-    ASSERT_EQ(x.dtype, DType::Q3_K);
-    ASSERT_EQ(x.nbytes, y.nbytes);
-    EXPECT_EQ(std::memcmp(x.data, y.data, x.nbytes), 0) << name;  // the same quantizer, bit for bit
-  }
+  quantized_file(t, dense, DType::Q3_K, "q3.gguf");
+  ASSERT_EQ(gguf::File::open(res)->tensor("blk.0.attn_q.weight").dtype, DType::Q3_K);
+  // The same quantizer, bit for bit.
+  expect_same_tensors(res, t.file("q3.gguf"), {"blk.0.attn_q.weight", "blk.1.ffn_down.weight"});
   Model m = load_model(res, std::nullopt);
   const Linear& q = m.weights->layers[0].q;
   EXPECT_TRUE(q.residual());
@@ -82,9 +120,7 @@ TEST(Residual, FastAndScalarPlansMatchTheReferenceForward) {
 TEST(Residual, ZeroCorrectionIsTheQuantizedModelBitForBit) {
   TempDir t;
   const std::string dense = write_tiny(t, test::k_quant_spec(), "dense.gguf");
-  QuantizeOptions qo;
-  const DType qo_type = DType::Q4_K;
-  quantize_model(dense, {{qo_type, t.file("q4.gguf")}}, qo);
+  quantized_file(t, dense, DType::Q4_K, "q4.gguf");
   Model m = load_model(t.file("q4.gguf"), std::nullopt);
   auto zero = std::make_shared<Weights>(*m.weights);
   for_each_linear(*zero, [](const WeightSpec& spec, int, Linear& lin) {
@@ -102,9 +138,7 @@ TEST(Residual, TheCorrectionCutsTheQuantizationError) {
   TempDir t;
   const std::string dense = write_tiny(t, test::k_quant_spec(), "dense.gguf");
   const std::vector<float> ref = reference(dense);
-  QuantizeOptions qo;
-  const DType qo_type = DType::Q2_K;
-  quantize_model(dense, {{qo_type, t.file("q2.gguf")}}, qo);
+  quantized_file(t, dense, DType::Q2_K, "q2.gguf");
   const double alone = rel_err(reference(t.file("q2.gguf")), ref);
   const double r10 = rel_err(reference(residual_file(t, dense, DType::Q2_K, 0.1, "r10.gguf")), ref);
   const double r40 = rel_err(reference(residual_file(t, dense, DType::Q2_K, 0.4, "r40.gguf")), ref);
@@ -173,10 +207,7 @@ TEST(Residual, AllocatedCorrectionMeetsItsBudgetAndBeatsTheEvenSplit) {
   TempDir t;
   const std::string dense = write_tiny(t, test::k_quant_spec(), "dense.gguf");
   const std::string even = residual_file(t, dense, DType::Q2_K, 0.1, "even.gguf");
-  QuantizeOptions qo;
-  const DType q2 = DType::Q2_K;
-  quantize_model(dense, {{q2, t.file("q2.gguf")}}, qo);
-  auto plain = gguf::File::open(t.file("q2.gguf"));
+  quantized_file(t, dense, DType::Q2_K, "q2.gguf");
   for (bool relative : {false, true}) {
     CompressOptions o;
     o.method = CompressMethod::Svd;
@@ -187,27 +218,13 @@ TEST(Residual, AllocatedCorrectionMeetsItsBudgetAndBeatsTheEvenSplit) {
     o.relative_loss = relative;
     const std::string out = t.file(relative ? "rel.gguf" : "abs.gguf");
     const CompressResult r = compress_model(dense, {{0.1, out}}, o)[0];
-    Model m = load_model(out, std::nullopt);
-    double params = 0, correction = 0;
-    int corrected = 0;
-    for_each_linear(*m.weights, [&](const WeightSpec& spec, int, const Linear& lin) {
-      if (!spec.per_layer) return;
-      params += double(lin.w.rows) * double(lin.w.cols);
-      correction += double(lin.rank()) * double(lin.w.rows + lin.w.cols);
-      corrected += lin.rank() > 0;
-      EXPECT_EQ(lin.w.dtype, DType::Q2_K);
-    });
-    EXPECT_LE(correction, 0.1 * params) << relative;
-    EXPECT_GT(correction + 256 + 256, 0.1 * params) << relative;  // nothing else fits (one rank of q)
-    EXPECT_GT(corrected, 0);
+    const CorrectionSize c = correction_size(out, DType::Q2_K);
+    EXPECT_LE(c.correction, 0.1 * c.params) << relative;
+    EXPECT_GT(c.correction + 256 + 256, 0.1 * c.params) << relative;  // nothing else fits (one rank of q)
+    EXPECT_GT(c.corrected, 0);
     EXPECT_EQ(r.matrices.size(), size_t(2 * 7));
-    auto a = gguf::File::open(out);
-    for (const char* name : {"blk.0.attn_q.weight", "blk.1.ffn_down.weight", "blk.1.attn_v.weight"}) {
-      const gguf::TensorInfo& x = a->tensor(name);
-      const gguf::TensorInfo& y = plain->tensor(name);
-      ASSERT_EQ(x.nbytes, y.nbytes);
-      EXPECT_EQ(std::memcmp(x.data, y.data, x.nbytes), 0) << name;
-    }
+    expect_same_tensors(out, t.file("q2.gguf"),
+                        {"blk.0.attn_q.weight", "blk.1.ffn_down.weight", "blk.1.attn_v.weight"});
     if (!relative) {
       EXPECT_LT(weight_error(out, dense), weight_error(even, dense));
     }
@@ -222,10 +239,7 @@ TEST(Residual, WhitenedAllocationKeepsTheActivationWeightedBase) {
   TempDir t;
   const std::string dense = write_tiny(t, test::k_quant_spec(), "dense.gguf");
   const std::string calib = test::write_calib(t);
-  QuantizeOptions qo;
-  qo.calib = {calib, 4, 64, 2};
-  const DType q3 = DType::Q3_K;
-  quantize_model(dense, {{q3, t.file("q3aw.gguf")}}, qo);
+  const std::string q3aw = quantized_file(t, dense, DType::Q3_K, "q3aw.gguf", {calib, 4, 64, 2});
   CompressOptions o;
   o.residual = DType::Q3_K;
   o.factor_type = DType::Q8_0;
@@ -235,16 +249,10 @@ TEST(Residual, WhitenedAllocationKeepsTheActivationWeightedBase) {
   o.calib_samples = 4;
   o.calib_len = 64;
   const CompressResult r = compress_model(dense, {{0.1, t.file("res.gguf")}}, o)[0];
-  Model m = load_model(t.file("res.gguf"), std::nullopt);
-  double params = 0, correction = 0;
-  for_each_linear(*m.weights, [&](const WeightSpec& spec, int, const Linear& lin) {
-    if (!spec.per_layer) return;
-    params += double(lin.w.rows) * double(lin.w.cols);
-    correction += double(lin.rank()) * double(lin.w.rows + lin.w.cols);
-    EXPECT_EQ(lin.rank() % 32, 0);
-  });
-  EXPECT_LE(correction, 0.1 * params);
-  EXPECT_GT(correction + 32 * (256 + 256), 0.1 * params);
+  const CorrectionSize c = correction_size(t.file("res.gguf"), DType::Q3_K);
+  EXPECT_LE(c.correction, 0.1 * c.params);
+  EXPECT_GT(c.correction + 32 * (256 + 256), 0.1 * c.params);  // ranks in units of 32 (q8_0 factors)
+  for (const MatrixReport& mr : r.matrices) EXPECT_EQ(mr.rank % 32, 0) << mr.name;
   // Each output's relative error left, ||(E - U V) S||^2 / ||W S||^2: about
   // 0.02 for a Q3_K matrix left uncorrected (here the FFN's), far less where
   // corrected; relative to the error's own energy it would be 1 uncorrected.
@@ -252,12 +260,7 @@ TEST(Residual, WhitenedAllocationKeepsTheActivationWeightedBase) {
     EXPECT_GE(mr.loss, 0) << mr.name;
     EXPECT_LT(mr.loss, 0.05) << mr.name;
   }
-  auto a = gguf::File::open(t.file("res.gguf")), b = gguf::File::open(t.file("q3aw.gguf"));
-  for (const gguf::TensorInfo& want : b->tensors()) {
-    const gguf::TensorInfo& got = a->tensor(want.name);
-    ASSERT_EQ(got.nbytes, want.nbytes) << want.name;
-    EXPECT_EQ(std::memcmp(got.data, want.data, got.nbytes), 0) << want.name;
-  }
+  expect_same_tensors(t.file("res.gguf"), q3aw);
 }
 
 TEST(Residual, Errors) {
