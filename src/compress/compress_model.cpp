@@ -153,7 +153,6 @@ double truncation_loss(const std::vector<double>& sigma, int64_t r, double energ
   return all > 0 ? tail / all : 0.0;
 }
 
-
 // The costs a global budget weighs for dense matrix w (sigma filled later
 // with zeros of its length, so useful_rank can be asked first): parameters,
 // or bytes as written (the source's bytes dense; a row of V and a column of
