@@ -72,17 +72,22 @@ Plan fuse(Plan p) {
         LR_ASSERT(!out.empty() && out.back().op == Op::Linear);
         out.back().silu_mul = true;  // the gate/up product finishes its rows
         return;
-      case Op::Add:  // the product before it accumulates into x
+      case Op::Add: {  // the product before it accumulates into x
         LR_ASSERT(s.a == Buf::Y && !out.empty() && out.back().op == Op::Linear);
-        if (std::any_of(out.back().jobs.begin(), out.back().jobs.end(),
-                        [](const Job& j) { return j.sum; }))
-          break;  // a residual form's y is summed over two steps: the add stays a step
-        for (Job& j : out.back().jobs)
+        const bool summed = std::any_of(out.back().jobs.begin(), out.back().jobs.end(),
+                                        [](const Job& j) { return j.sum; });
+        // A residual form's y = Q(W) h + U (V h) is summed over two steps:
+        // then the first accumulates Q(W) h into x and the second adds onto x.
+        LR_ASSERT(!summed || (out.size() >= 2 && out[out.size() - 2].op == Op::Linear));
+        for (Job& j : out[out.size() - (summed ? 2 : 1)].jobs)
           if (j.out == Buf::Y) {
             j.out = Buf::X;
             j.accumulate = true;
           }
+        for (Job& j : out.back().jobs)
+          if (summed && j.out == Buf::Y) j.out = Buf::X;
         return;
+      }
       case Op::Attend:
         s.rope_append = std::exchange(rope_append, false);
         break;

@@ -12,6 +12,7 @@
 #include "compress/quantize_model.h"
 #include "format/gguf.h"
 #include "model/plan.h"
+#include "model/plan_transforms.h"
 #include "model_test_util.h"
 #include "runtime/model.h"
 
@@ -115,6 +116,29 @@ TEST(Residual, FastAndScalarPlansMatchTheReferenceForward) {
   EXPECT_LT(rel_err(run(m.weights, 0, true), ref), 5e-2);
   EXPECT_LT(rel_err(run(m.weights, 1), ref), 1e-4);
   EXPECT_LT(rel_err(run(m.weights, 2), ref), 1e-4);
+}
+
+// Fused, a map's two steps sum into x: the first accumulates Q(W) h, the
+// second adds U (V h), so no residual Add step is left (9 steps a layer, as a
+// low-rank or dense layer has).
+TEST(Residual, FusedPlanSumsIntoXWithoutAnAddStep) {
+  TempDir t;
+  const std::string dense = write_tiny(t, test::k_quant_spec(), "dense.gguf");
+  Model m = load_model(residual_file(t, dense, DType::Q4_K, 0.2, "res.gguf"), std::nullopt);
+  for (Target target : {Target::Cpu, Target::Gpu}) {
+    const Plan p = fuse(plan_forward(*m.weights, {target}));
+    std::vector<std::string> layer0;
+    for (const Step& s : p.steps) {
+      EXPECT_NE(s.op, Op::Add) << s.name;
+      for (const Job& j : s.jobs) {
+        EXPECT_NE(j.out, Buf::Y) << s.name;  // every product of a map lands in x
+        EXPECT_FALSE(j.sum && j.accumulate) << s.name;
+      }
+      if (s.layer == 0) layer0.push_back(s.name.substr(s.name.find('.', 4) + 1));
+    }
+    EXPECT_EQ(layer0, (std::vector<std::string>{"qkv_in", "qkv_out", "attend", "o_in", "o_out", "gate_up_in",
+                                                 "gate_up_out", "down_in", "down_out"}));
+  }
 }
 
 TEST(Residual, ZeroCorrectionIsTheQuantizedModelBitForBit) {
