@@ -468,8 +468,10 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
         // budget (at least 128), so they stay a fraction of the model.
         d.cand.correction = true;
         double share = 0;
-        for (const CompressJob& job : jobs) share = std::max(share, job.keep * d.cand.dense_cost / d.cand.rank_cost);
-        d.cand.max_rank = (std::max(int64_t(4 * share), int64_t(128)) + granularity - 1) / granularity * granularity;
+        for (const CompressJob& job : jobs)
+          share = std::max(share, job.keep * d.cand.dense_cost / d.cand.rank_cost);
+        const int64_t cap = std::max(int64_t(4 * share), int64_t(128));
+        d.cand.max_rank = (cap + granularity - 1) / granularity * granularity;
       }
       std::vector<int64_t> rank(jobs.size());
       for (size_t j = 0; j < jobs.size(); ++j) {

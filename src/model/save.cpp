@@ -105,7 +105,8 @@ SaveReport save_gguf(const Weights& w, const gguf::File& meta, const TensorSourc
       const std::optional<TensorView> t = src.find(name);
       const bool own_blocks = is_block_format(lin.w.dtype) && (!t || t->data != lin.w.ptr());
       if (own_blocks) {
-        add_blocks(out, name, lin.w, c.rope_neox && (spec.slot == Slot::Q || spec.slot == Slot::K), c.head_dim);
+        const bool permute = c.rope_neox && (spec.slot == Slot::Q || spec.slot == Slot::K);
+        add_blocks(out, name, lin.w, permute, c.head_dim);
         if (!t || t->dtype != lin.w.dtype) ++report.written_types[lin.w.dtype];
       } else if (t) {
         copy_tensor(out, src, name);
