@@ -98,6 +98,8 @@ SaveReport save_gguf(const Weights& w, const gguf::File& meta, const TensorSourc
     // order when the source names it otherwise (HuggingFace imports).
     if (lin.b.rows && src.find(bias_name(name))) copy_tensor(out, src, bias_name(name));
     else if (lin.b.rows) add_matrix(out, bias_name(name), lin.b, DType::F32, /*vector=*/true);
+    // A block-format W this writes itself: loaded Q and K rows go back to the file's order.
+    const bool permute = c.rope_neox && (spec.slot == Slot::Q || spec.slot == Slot::K);
     if (!lin.low_rank()) {
       // As stored, unless a block-format W is not the source's (the residual
       // form's W where its correction got rank 0); the permuted rows of a
@@ -105,7 +107,6 @@ SaveReport save_gguf(const Weights& w, const gguf::File& meta, const TensorSourc
       const std::optional<TensorView> t = src.find(name);
       const bool own_blocks = is_block_format(lin.w.dtype) && (!t || t->data != lin.w.ptr());
       if (own_blocks) {
-        const bool permute = c.rope_neox && (spec.slot == Slot::Q || spec.slot == Slot::K);
         add_blocks(out, name, lin.w, permute, c.head_dim);
         if (!t || t->dtype != lin.w.dtype) ++report.written_types[lin.w.dtype];
       } else if (t) {
@@ -119,7 +120,6 @@ SaveReport save_gguf(const Weights& w, const gguf::File& meta, const TensorSourc
       if (!is_block_format(lin.w.dtype))
         fail("{}: the residual form stores its W in a block format, not {}", name,
              dtype_name(lin.w.dtype));
-      const bool permute = c.rope_neox && (spec.slot == Slot::Q || spec.slot == Slot::K);
       add_blocks(out, name, lin.w, permute, c.head_dim);
       ++report.written_types[lin.w.dtype];
     }
