@@ -375,19 +375,46 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
   auto selected = [&](const WeightSpec& s) {
     return std::find(opt_in.kinds.begin(), opt_in.kinds.end(), s.kind) != opt_in.kinds.end();
   };
-  // Every output's factors stay in memory, in f32, until its file is written:
-  // beside the calibration's Grams (up to half the memory) they must fit.
+  // A matrix's candidate for an allocation. A residual form's correction may
+  // take more than its even share, but its factors are kept until the ranks
+  // are chosen: up to 4x the share of the largest budget (at least 128), so
+  // they stay a fraction of the model.
+  auto candidate = [&](const Matrix& w) {
+    compress::RankCandidate cand = rank_candidate(opts[0], w, granularity);
+    if (opt_in.residual && allocating) {
+      cand.correction = true;
+      double share = 0;
+      for (const CompressJob& job : jobs)
+        share = std::max(share, job.keep * cand.dense_cost / cand.rank_cost);
+      const int64_t cap = std::max(int64_t(4 * share), int64_t(128));
+      cand.max_rank = (cap + granularity - 1) / granularity * granularity;
+    }
+    return cand;
+  };
+  // Every output's factors stay in memory, as they will be stored, until its
+  // file is written, and an allocating run holds each matrix's decomposition
+  // (f32, at the most rank it may get) until the ranks are chosen: beside the
+  // calibration's Grams (up to half the memory) they must fit.
+  auto held = [&](const CompressOptions& o, int64_t rows, int64_t cols) {  // a factor [rows, cols]
+    const DType t = o.sequential ? DType::F32 : factor_storage_type(o.factor_type, cols);
+    return uint64_t(rows) * (t == DType::Q8_0 ? uint64_t(cols + 4 * q8_blocks(cols))
+                                              : *row_bytes(t, uint64_t(cols)));
+  };
   uint64_t factor_bytes = 0;
-  for (size_t j = 0; j < jobs.size(); ++j)
-    for_each_linear(*m.weights, [&](const WeightSpec& spec, int, const Linear& lin) {
-      const int64_t rows = lin.w.rows, cols = lin.w.cols;
-      if (!spec.per_layer || !selected(spec) || rows == 0) return;
+  for_each_linear(*m.weights, [&](const WeightSpec& spec, int, const Linear& lin) {
+    const int64_t rows = lin.w.rows, cols = lin.w.cols;
+    if (!spec.per_layer || !selected(spec) || rows == 0) return;
+    if (allocating)
+      factor_bytes += uint64_t(compress::useful_rank(candidate(lin.w))) * uint64_t(rows + cols) * 4;
+    for (size_t j = 0; j < jobs.size(); ++j) {
       const int64_t r = factor_rank(
           opts[j], spec.kind,
           allocating ? int64_t(opts[j].keep * double(rows) * double(cols) / double(rows + cols))
                      : rank_of(opts[j], spec.kind, rows, cols));
-      factor_bytes += uint64_t(r) * uint64_t(rows + cols) * sizeof(float);
-    });
+      if (r > 0)
+        factor_bytes += held(opts[j], opts[j].pivoted ? rows - r : rows, r) + held(opts[j], r, cols);
+    }
+  });
   const uint64_t factor_limit =
       opt_in.factor_memory > 0 ? opt_in.factor_memory : available_memory_bytes() / 100 * 45;
   if (factor_limit > 0 && factor_bytes > factor_limit)
@@ -396,9 +423,14 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
          "write fewer at once (fewer --keep, --factor-type or --storage values)",
          jobs.size(), double(factor_bytes) / 1e9, double(factor_limit) / 1e9);
   // Writes job j's rank-r choice of d into its model (r = 0: left dense).
+  // Factors are held as they will be written (as_stored_factor: Q8_0 a
+  // quarter of f32), except where sequential calibration runs them.
+  auto stored = [&](size_t j, const Matrix& f) {
+    return opt_in.sequential ? f : as_stored_factor(f, opts[j].factor_type);
+  };
   auto assign = [&](size_t j, const Decomposition& d, int64_t r) {
     Matrix basis;
-    if (r > 0) basis = leading_rows(d.in, r);
+    if (r > 0 && !opts[j].pivoted) basis = stored(j, leading_rows(d.in, r));
     for (int i = d.g0; i < d.g1; ++i) {
       MatrixReport rep{fmt::format("blk.{}.{}", i, d.spec->kind), d.rows, d.cols, r,
                        d.g1 - d.g0 > 1, d.note};
@@ -412,14 +444,14 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
         if (r >= d.rows)
           fail("{}: pivoted storage needs a rank below the {} rows (got {})", rep.name, d.rows, r);
         compress::PivotedFactors p = compress::pivot_factors(d.outs[0], d.in, r);
-        dst.v = leading_rows(p.pivots, r);
-        dst.u = leading_rows(p.coef, p.coef.rows);
+        dst.v = stored(j, leading_rows(p.pivots, r));
+        dst.u = stored(j, leading_rows(p.coef, p.coef.rows));
         dst.pivots = std::make_shared<const Pivots>(Pivots::make(std::move(p.rows), d.rows, rep.name));
         continue;
       }
       dst.pivots = nullptr;
-      dst.v = d.g1 - d.g0 > 1 ? basis : leading_rows(d.in, r);
-      dst.u = leading_cols(d.outs[size_t(i - d.g0)], r);
+      dst.v = basis;
+      dst.u = stored(j, leading_cols(d.outs[size_t(i - d.g0)], r));
     }
   };
   // Calibration keeps the Grams of all the layers one pass holds (a whole
@@ -461,18 +493,7 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
       d.g1 = share ? std::min(c.n_layers, l + opt_in.basis_sharing) : l + 1;
       d.rows = rows;
       d.cols = cols;
-      d.cand = rank_candidate(opts[0], src.w, granularity);
-      if (opt_in.residual && allocating) {
-        // A correction may take more than its even share, but its factors are
-        // kept until the ranks are chosen: up to 4x the share of the largest
-        // budget (at least 128), so they stay a fraction of the model.
-        d.cand.correction = true;
-        double share = 0;
-        for (const CompressJob& job : jobs)
-          share = std::max(share, job.keep * d.cand.dense_cost / d.cand.rank_cost);
-        const int64_t cap = std::max(int64_t(4 * share), int64_t(128));
-        d.cand.max_rank = (cap + granularity - 1) / granularity * granularity;
-      }
+      d.cand = candidate(src.w);
       std::vector<int64_t> rank(jobs.size());
       for (size_t j = 0; j < jobs.size(); ++j) {
         const bool explicit_rank = opts[j].ranks.count(spec.kind) || opts[j].ranks.count("all");

@@ -46,8 +46,10 @@ struct CompressOptions {
   // half the available memory). A model whose Grams do not fit is calibrated
   // in several passes, each over the whole calibration text.
   uint64_t calib_memory = 0;
-  // Bytes the outputs' factors may take in memory (f32, until each file is
-  // written; 0 = 45% of the available memory, the Grams holding up to half).
+  // Bytes the outputs' factors may take in memory (as they will be stored,
+  // until each file is written; with a global budget also every matrix's f32
+  // decomposition until the ranks are chosen; 0 = 45% of the available
+  // memory, the Grams holding up to half).
   uint64_t factor_memory = 0;
   int n_threads = 2;
   // F16, BF16, F32, or quantized: Q8_0, Q4_K, Q5_K, Q6_K (model/save.h

@@ -1,23 +1,41 @@
 #include "model/save.h"
 #include "model/key_calibration.h"
 
+#include <cstring>
 #include <map>
 
 #include "core/error.h"
+#include "core/half.h"
 #include "model/load.h"
 
 namespace lr {
 
 namespace {
 
+// Row r of m as a file stores it in `type`: converted from its values, or,
+// where m already holds `type` (as_stored_factor), its bytes as they are.
+void stored_row(const Matrix& m, int64_t r, DType type, float* tmp, uint8_t* dst) {
+  if (m.dtype == type && type == DType::Q8_0) {  // scales back beside their blocks: exact
+    const int8_t* q = m.q8() + r * m.cols;
+    const float* sc = m.scales.get() + r * q8_blocks(m.cols);
+    for (int64_t b = 0; b < m.cols / 32; ++b) {
+      const uint16_t d = f32_to_f16(sc[b]);
+      std::memcpy(dst + b * 34, &d, 2);
+      std::memcpy(dst + b * 34 + 2, q + b * 32, 32);
+    }
+  } else if (m.dtype == type) {
+    std::memcpy(dst, m.ptr() + uint64_t(r) * m.row_bytes(), m.row_bytes());
+  } else {
+    m.row_to_f32(r, tmp);
+    quantize(type, tmp, dst, m.cols);
+  }
+}
+
 void add_matrix(gguf::Writer& out, const std::string& name, const Matrix& m, DType type, bool vector = false) {
   std::vector<float> row(static_cast<size_t>(m.cols));
   uint64_t rb = *row_bytes(type, uint64_t(m.cols));
   std::vector<uint8_t> bytes(rb * uint64_t(m.rows));
-  for (int64_t r = 0; r < m.rows; ++r) {
-    m.row_to_f32(r, row.data());
-    quantize(type, row.data(), bytes.data() + uint64_t(r) * rb, m.cols);
-  }
+  for (int64_t r = 0; r < m.rows; ++r) stored_row(m, r, type, row.data(), bytes.data() + uint64_t(r) * rb);
   out.add_tensor(name, type, vector ? std::vector<uint64_t>{uint64_t(m.cols)} : std::vector<uint64_t>{uint64_t(m.cols), uint64_t(m.rows)},
                  bytes.data(), bytes.size());
 }
@@ -54,6 +72,31 @@ DType factor_storage_type(DType want, int64_t cols) {
   if (row_bytes(want, uint64_t(cols))) return want;
   if (want != DType::Q8_0 && row_bytes(DType::Q8_0, uint64_t(cols))) return DType::Q8_0;
   return DType::F16;
+}
+
+Matrix as_stored_factor(const Matrix& f, DType want) {
+  const DType t = factor_storage_type(want, f.cols);
+  if (f.dtype == t) return f;
+  Matrix s = Matrix::allocate(t, f.rows, f.cols);
+  std::vector<float> row(size_t(f.cols));
+  std::vector<uint8_t> bytes(*row_bytes(t, uint64_t(f.cols)));
+  for (int64_t r = 0; r < f.rows; ++r) {
+    f.row_to_f32(r, row.data());
+    quantize(t, row.data(), bytes.data(), f.cols);
+    if (t != DType::Q8_0) {
+      std::memcpy(s.data.get() + uint64_t(r) * s.row_bytes(), bytes.data(), bytes.size());
+      continue;
+    }
+    int8_t* q = reinterpret_cast<int8_t*>(s.data.get()) + r * f.cols;  // GGUF's blocks, scales apart
+    float* sc = s.scales.get() + r * q8_blocks(f.cols);
+    for (int64_t b = 0; b < f.cols / 32; ++b) {
+      uint16_t d;
+      std::memcpy(&d, bytes.data() + b * 34, 2);
+      sc[b] = f16_to_f32(d);
+      std::memcpy(q + b * 32, bytes.data() + b * 34 + 2, 32);
+    }
+  }
+  return s;
 }
 
 SaveReport save_gguf(const Weights& w, const gguf::File& meta, const TensorSource& src,

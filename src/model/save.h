@@ -39,6 +39,11 @@ SaveReport save_gguf(const Weights& w, const gguf::File& meta, const TensorSourc
 // Q8_0 where it is a whole number of 32 (a K-quant asked for a row of, say,
 // 896), and F16 for anything else (a Q8_0 or K-quant row of, say, 209).
 DType factor_storage_type(DType want, int64_t cols);
+// Factor f as save_gguf stores it when `want` is asked for (in
+// factor_storage_type(want, f.cols)): a writer that keeps many outputs'
+// factors until it saves them holds them in this, often smaller, form, and
+// save_gguf writes it as it is, the same bytes as from f itself.
+Matrix as_stored_factor(const Matrix& f, DType want);
 // Throws lr::Error unless t is a type factors can be stored in.
 void check_factor_type(DType t);
 

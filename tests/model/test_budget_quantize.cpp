@@ -102,6 +102,28 @@ TEST(Budget, AllocatedParametersBeatTheUniformKeepInActivationLoss) {
   EXPECT_LT(la, lu);
 }
 
+// An allocating run holds every matrix's decomposition (f32, at the most
+// rank that leaves it smaller than dense) until the ranks are chosen: its
+// memory check counts those beside the output's factors.
+TEST(Budget, AnAllocatingRunCountsTheDecompositionsItHolds) {
+  TempDir t;
+  const std::string dense = write_tiny(t, test::k_quant_spec(), "dense.gguf");
+  CompressOptions o = calibrated(t);
+  o.budget = RankBudget::Parameters;
+  o.allocate_scope = AllocateScope::All;
+  // Held, per layer: q and o [256, 256] at rank 127, k and v [128, 256] at 85,
+  // gate, up [512, 256] and down [256, 512] at 170, (m + n) r f32 values each;
+  // the output's f16 factors at keep 0.5's rank per matrix, 2 (m + n) r bytes
+  // (64, 42 and 85).
+  const uint64_t decompositions = 2 * 4 * (127 * 512 * 2 + 85 * 384 * 2 + 170 * 768 * 3);
+  const uint64_t output = 2 * 2 * (64 * 512 * 2 + 42 * 384 * 2 + 85 * 768 * 3);
+  o.factor_memory = decompositions + output - 1;
+  EXPECT_CONTAINS(error_of([&] { compress_model(dense, {{0.5, t.file("a.gguf")}}, o); }),
+                  "write fewer at once");
+  o.factor_memory = decompositions + output;
+  EXPECT_NO_THROW(compress_model(dense, {{0.5, t.file("a.gguf")}}, o));
+}
+
 TEST(Budget, Errors) {
   TempDir t;
   const std::string dense = write_tiny(t, test::k_quant_spec(), "dense.gguf");

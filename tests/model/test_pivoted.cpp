@@ -181,6 +181,20 @@ TEST(Pivoted, OneRunWritesEachStorageAndFactorTypeAsItsOwnRunDoes) {
                       "the 4 outputs' factors take about 0.");
   LR_EXPECT_ERROR_HAS(error_of([&] { compress_model(dense, jobs, o); }),
                       "write fewer at once (fewer --keep, --factor-type or --storage values)");
+  // The estimate is the factors' bytes as compress holds them, as they will
+  // be stored (Q8_0: a byte per value and an f32 scale per 32; F16: 2 bytes
+  // a value): that limit lets output c through, one byte less refuses it.
+  uint64_t need = 0;
+  auto held = [](int64_t rows, int64_t cols) {
+    return uint64_t(rows) * uint64_t(cols % 32 == 0 ? cols + cols / 32 * 4 : 2 * cols);
+  };
+  for (const MatrixReport& r : all[2].matrices)
+    if (r.rank > 0) need += held(r.m, r.rank) + held(r.rank, r.n);
+  EXPECT_GT(need, 10000u);
+  o.factor_memory = need - 1;
+  LR_EXPECT_ERROR_HAS(error_of([&] { compress_model(dense, {jobs[2]}, o); }), "write fewer at once");
+  o.factor_memory = need;
+  EXPECT_NO_THROW(compress_model(dense, {jobs[2]}, o));
   o.factor_memory = 0;
   // A global budget weighs one factor type's bytes.
   o.budget = RankBudget::Bytes;

@@ -6,10 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 
 #include "backend/backend.h"
 #include "compress/compress_model.h"
 #include "core/error.h"
+#include "format/gguf_source.h"
 #include "model/save.h"
 #include "model_test_util.h"
 #include "runtime/model.h"
@@ -99,6 +102,52 @@ TEST(QuantizedFactors, CompressWritesBlocksAndTheFastPathRunsThem) {
                 std::string(dtype_name(c.t)).c_str(), err);
     EXPECT_LT(err, c.max_err);
     EXPECT_GT(err, c.min_err);
+  }
+}
+
+// compress holds each output's factors as they will be stored until it
+// writes them (as_stored_factor): 9/32 of f32's bytes in Q8_0, and the
+// file the same, byte for byte, as one written from the f32 factors.
+TEST(QuantizedFactors, HeldAsStoredWritesTheSameBytes) {
+  TempDir t;
+  const std::string dense = write_tiny(t, wide(), "dense.gguf");
+  CompressOptions f;
+  f.method = CompressMethod::Svd;
+  f.factor_type = DType::F32;
+  compress_model(dense, {{0.4, t.file("f32.gguf")}}, f);  // ranks not multiples of 32
+  Model m = load_model(t.file("f32.gguf"), std::nullopt);
+  auto bytes = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  for (DType want : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    SCOPED_TRACE(std::string(dtype_name(want)));
+    SaveOptions so;
+    so.factor_type = want;
+    const std::string from_f32 = t.file("a.gguf"), from_held = t.file("b.gguf");
+    save_gguf(*m.weights, *m.file, GgufSource(m.file), from_f32, so);
+    Weights held = *m.weights;
+    uint64_t f32_bytes = 0, held_bytes = 0;
+    for_each_linear(held, [&](const WeightSpec&, int, Linear& lin) {
+      if (!lin.low_rank()) return;
+      for (Matrix* x : {&lin.u, &lin.v}) {
+        ASSERT_EQ(x->dtype, DType::F32);
+        f32_bytes += x->bytes();
+        *x = as_stored_factor(*x, want);
+        const DType st = factor_storage_type(want, x->cols);
+        EXPECT_EQ(x->dtype, st);
+        // Q8_0 in memory: a byte per value and an f32 scale per 32; others as in the file.
+        const uint64_t row = st == DType::Q8_0 ? uint64_t(x->cols + x->cols / 32 * 4)
+                                               : *row_bytes(st, uint64_t(x->cols));
+        EXPECT_EQ(x->bytes(), uint64_t(x->rows) * row);
+        held_bytes += x->bytes();
+      }
+    });
+    save_gguf(held, *m.file, GgufSource(m.file), from_held, so);
+    const std::string a = bytes(from_f32), b = bytes(from_held);
+    EXPECT_GT(a.size(), 10000u);
+    EXPECT_TRUE(a == b) << a.size() << " vs " << b.size() << " bytes";
+    EXPECT_LE(held_bytes * 2, f32_bytes);  // at most half (F16), Q8_0 and K-quant rows less
   }
 }
 
