@@ -412,7 +412,8 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
           allocating ? int64_t(opts[j].keep * double(rows) * double(cols) / double(rows + cols))
                      : rank_of(opts[j], spec.kind, rows, cols));
       if (r > 0)
-        factor_bytes += held(opts[j], opts[j].pivoted ? rows - r : rows, r) + held(opts[j], r, cols);
+        factor_bytes +=
+            held(opts[j], opts[j].pivoted ? rows - r : rows, r) + held(opts[j], r, cols);
     }
   });
   const uint64_t factor_limit =

@@ -35,7 +35,8 @@ void add_matrix(gguf::Writer& out, const std::string& name, const Matrix& m, DTy
   std::vector<float> row(static_cast<size_t>(m.cols));
   uint64_t rb = *row_bytes(type, uint64_t(m.cols));
   std::vector<uint8_t> bytes(rb * uint64_t(m.rows));
-  for (int64_t r = 0; r < m.rows; ++r) stored_row(m, r, type, row.data(), bytes.data() + uint64_t(r) * rb);
+  for (int64_t r = 0; r < m.rows; ++r)
+    stored_row(m, r, type, row.data(), bytes.data() + uint64_t(r) * rb);
   out.add_tensor(name, type, vector ? std::vector<uint64_t>{uint64_t(m.cols)} : std::vector<uint64_t>{uint64_t(m.cols), uint64_t(m.rows)},
                  bytes.data(), bytes.size());
 }
@@ -87,7 +88,8 @@ Matrix as_stored_factor(const Matrix& f, DType want) {
       std::memcpy(s.data.get() + uint64_t(r) * s.row_bytes(), bytes.data(), bytes.size());
       continue;
     }
-    int8_t* q = reinterpret_cast<int8_t*>(s.data.get()) + r * f.cols;  // GGUF's blocks, scales apart
+    // GGUF's blocks, scales apart (as the loader holds Q8_0).
+    int8_t* q = reinterpret_cast<int8_t*>(s.data.get()) + r * f.cols;
     float* sc = s.scales.get() + r * q8_blocks(f.cols);
     for (int64_t b = 0; b < f.cols / 32; ++b) {
       uint16_t d;

@@ -192,7 +192,8 @@ TEST(Pivoted, OneRunWritesEachStorageAndFactorTypeAsItsOwnRunDoes) {
     if (r.rank > 0) need += held(r.m, r.rank) + held(r.rank, r.n);
   EXPECT_GT(need, 10000u);
   o.factor_memory = need - 1;
-  LR_EXPECT_ERROR_HAS(error_of([&] { compress_model(dense, {jobs[2]}, o); }), "write fewer at once");
+  LR_EXPECT_ERROR_HAS(error_of([&] { compress_model(dense, {jobs[2]}, o); }),
+                      "write fewer at once");
   o.factor_memory = need;
   EXPECT_NO_THROW(compress_model(dense, {jobs[2]}, o));
   o.factor_memory = 0;
