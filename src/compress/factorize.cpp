@@ -154,13 +154,14 @@ Whitener cholesky_whitener(const MatD& gram, int64_t n, double mean_diag, Whiten
   return {};
 }
 
-// Chooses the whitening factor for gram [n, n]; rep says what was done.
-Whitener whitening_factor(std::string_view fn, const MatD& gram, int64_t n, Whitening how,
-                          WhitenReport& rep) {
+// Checks gram [n, n]: its mean diagonal, or 0 where no whitening can be
+// applied (empty, all zero: rep says so); a wrong shape or a non-finite
+// entry is an error.
+double usable_gram(std::string_view fn, const MatD& gram, int64_t n, WhitenReport& rep) {
   rep = WhitenReport{};
   if (gram.rows == 0 && gram.cols == 0) {
     rep.note = "no gram given: plain (unwhitened) SVD";
-    return {};
+    return 0;
   }
   if (gram.rows != n || gram.cols != n)
     lr::fail("{}: gram is [{} x {}], expected [{} x {}] (input width of W)", fn, gram.rows,
@@ -185,8 +186,16 @@ Whitener whitening_factor(std::string_view fn, const MatD& gram, int64_t n, Whit
                               "gram has mean diagonal {} <= 0 (not a Gram matrix): fell "
                               "back to plain SVD",
                               mean_diag);
-    return {};
+    return 0;
   }
+  return mean_diag;
+}
+
+// Chooses the whitening factor for gram [n, n]; rep says what was done.
+Whitener whitening_factor(std::string_view fn, const MatD& gram, int64_t n, Whitening how,
+                          WhitenReport& rep) {
+  const double mean_diag = usable_gram(fn, gram, n, rep);
+  if (mean_diag == 0) return {};
   if (how == Whitening::Auto) {  // Cholesky where it holds without a ridge, else eigen
     Whitener w = cholesky_whitener(gram, n, mean_diag, rep, false);
     if (!w.empty()) return w;
@@ -225,6 +234,53 @@ void lowrank(MatD& D, const Whitener& S, int64_t k, MatD& out_d, MatD& in_d,
   S.unapply(in_d);  // in := in S^{-1}
 }
 
+// The whitened truncation through the outputs' covariance: for any S with
+// S S^T = G, [D S]_k S^{-1} = U_k U_k^T D, where U_k holds the k leading
+// eigenvectors of C = D G D^T [M, M], whose eigenvalues are the squared
+// singular values of D S. No factor of G is formed, so nothing is floored
+// or regularised. Factors balanced as lowrank()'s: out_d = U_k sqrt(Sigma_k),
+// in_d = sqrt(Sigma_k)^{-1} U_k^T D (a direction of no output energy keeps
+// U_k and U_k^T D as they are).
+void project(const MatD& D, const MatD& gram, int64_t k, MatD& out_d, MatD& in_d,
+             std::vector<double>& sigma) {
+  const int64_t M = D.rows;
+  Eigh e = eigh(matmul(matmul(D, gram), D, false, true));
+  sigma.resize(size_t(M));
+  for (int64_t j = 0; j < M; ++j) sigma[size_t(j)] = std::sqrt(std::max(e.values[size_t(j)], 0.0));
+  out_d = MatD(M, k);
+  for (int64_t i = 0; i < M; ++i) std::copy_n(&e.vectors(i, 0), k, &out_d(i, 0));
+  e.vectors = MatD();
+  in_d = matmul(out_d, D, true, false);
+  for (int64_t j = 0; j < k; ++j) {
+    const double sj = sigma[size_t(j)];
+    if (!(sj > 1e-12 * sigma[0])) continue;
+    const double r = std::sqrt(sj);
+    for (int64_t i = 0; i < M; ++i) out_d(i, j) *= r;
+    for (int64_t c = 0; c < in_d.cols; ++c) in_d(j, c) /= r;
+  }
+}
+
+// Rank-k factors of D [M, n] (overwritten) against gram (null: plain SVD).
+// Auto with M <= n takes the outputs' covariance (project: M^3 + M n^2
+// instead of a factor of the n x n gram, the SVD of D S and triangular
+// products); otherwise the whitening factor `how` chooses.
+void whitened_lowrank(std::string_view fn, MatD& D, const MatD* gram, Whitening how, int64_t k,
+                      WhitenReport* rep, MatD& out_d, MatD& in_d, std::vector<double>& sigma) {
+  WhitenReport local;
+  Whitener S;
+  if (gram != nullptr && how == Whitening::Auto && D.rows <= D.cols) {
+    if (usable_gram(fn, *gram, D.cols, local) > 0) {
+      project(D, *gram, k, out_d, in_d, sigma);
+      if (rep != nullptr) *rep = std::move(local);
+      return;
+    }
+  } else if (gram != nullptr) {
+    S = whitening_factor(fn, *gram, D.cols, how, local);
+  }
+  if (rep != nullptr && gram != nullptr) *rep = std::move(local);
+  lowrank(D, S, k, out_d, in_d, sigma);
+}
+
 void check_rank(std::string_view fn, int64_t r, int64_t limit, int64_t rows, int64_t n) {
   if (r < 1 || r > limit)
     lr::fail("{}: rank {} out of range [1, {}] for a [{} x {}] matrix", fn, r, limit, rows, n);
@@ -236,15 +292,9 @@ Factors factorize_one(std::string_view fn, const float* W, int64_t m, int64_t n,
   check_rank(fn, r, std::min(m, n), m, n);
   MatD D(m, n);
   load_rows(fn, "W", W, m, n, D, 0);
-  Whitener S;
-  if (gram != nullptr) {
-    WhitenReport local;
-    S = whitening_factor(fn, *gram, n, how, local);
-    if (rep != nullptr) *rep = std::move(local);
-  }
   MatD out_d, in_d;
   Factors f;
-  lowrank(D, S, r, out_d, in_d, f.sigma);
+  whitened_lowrank(fn, D, gram, how, r, rep, out_d, in_d, f.sigma);
   f.out = to_float(fn, "out", out_d, 0, m);
   f.in = to_float(fn, "in", in_d, 0, r);
   return f;
@@ -299,13 +349,9 @@ SharedFactors shared_factorize(const std::vector<const float*>& Ws, const std::v
     load_rows(fn, fmt::format("Ws[{}]", i), Ws[i], ms[i], n, D, row);
     row += ms[i];
   }
-  WhitenReport local;
-  const Whitener S = whitening_factor(fn, gram, n, how, local);
-  if (rep != nullptr) *rep = std::move(local);
-
   MatD out_d, in_d;
   SharedFactors sf;
-  lowrank(D, S, k, out_d, in_d, sf.sigma);
+  whitened_lowrank(fn, D, &gram, how, k, rep, out_d, in_d, sf.sigma);
   sf.basis = to_float(fn, "basis", in_d, 0, k);
   sf.outs.reserve(Ws.size());
   row = 0;

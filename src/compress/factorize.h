@@ -47,9 +47,15 @@ struct Factors {
 //              (SVD-LLM v2). Never fails on a positive semi-definite gram:
 //              eigenvalues below 1e-10 x the largest are raised to it (noted).
 //  * Cholesky  S = chol(gram) (SVD-LLM v1), with the ridge retries below.
-//  * Auto      Cholesky where it holds without a ridge (its 1-norm condition
-//              estimate at least 1e-12), else Eigen: the eigendecomposition
-//              costs ~10x a Cholesky (minutes for an 8960-wide Gram).
+//  * Auto      for W with no more rows than columns (out <= in), no factor
+//              of gram at all: out in = U_r U_r^T W with U_r the leading
+//              eigenvectors of the outputs' covariance W gram W^T [m, m] (the
+//              optimum every S gives, exact on a singular gram too, and
+//              cheaper: m^3 + m n^2 against n^3 and the SVD of W S); for
+//              other W Cholesky where it holds without a ridge (its 1-norm
+//              condition estimate at least 1e-12), else Eigen: the
+//              eigendecomposition costs ~10x a Cholesky (minutes for an
+//              8960-wide Gram).
 // All give the same optimum on a well-conditioned gram.
 enum class Whitening { Eigen, Cholesky, Auto };
 

@@ -114,9 +114,11 @@ TEST(EigenWhiten, NegativeEigenvaluesAreRaisedAndNonGramsFallBack) {
   EXPECT_EQ(p.out.a, svd_factorize(W, 2, 2, 1).out.a);
 }
 
+// Auto on a map with more outputs than inputs: Cholesky where it holds
+// without a ridge, else eigen whitening.
 TEST(EigenWhiten, AutoIsCholeskyWhereItHoldsElseEigen) {
   Rng rng(1600);
-  const int64_t m = 10, n = 16, r = 6;
+  const int64_t m = 16, n = 10, r = 6;
   const std::vector<float> W = testing::to_floats(testing::random_matrix(rng, m, n));
   const MatD good = testing::random_spd(rng, n, 1e3);
   WhitenReport rep;
@@ -129,8 +131,68 @@ TEST(EigenWhiten, AutoIsCholeskyWhereItHoldsElseEigen) {
   EXPECT_EQ(rep.lambda, 0.0);
   EXPECT_FALSE(rep.fell_back);
   EXPECT_EQ(rep.note.rfind("Cholesky (", 0), 0u) << rep.note;
-  LR_EXPECT_CONTAINS(rep.note, ": eigen whitening; 11 of 16 gram eigenvalues");
+  LR_EXPECT_CONTAINS(rep.note, ": eigen whitening; 5 of 10 gram eigenvalues");
   EXPECT_EQ(b.in.a, whiten_factorize(W.data(), m, n, bad, r, nullptr, Whitening::Eigen).in.a);
+}
+
+// Auto on a map with no more outputs than inputs: the leading eigenvectors
+// of the outputs' covariance W G W^T, no factor of G. The same spectrum and
+// activation error as Cholesky on a well-conditioned Gram; on a singular one
+// (5 tokens, 16 inputs) the exact optimum, whose error is the spectrum's
+// tail, without the ridge Cholesky needs or the floor eigen whitening
+// applies (noted by neither).
+TEST(EigenWhiten, AutoProjectsOntoTheOutputsLeadingDirections) {
+  Rng rng(1700);
+  const int64_t m = 10, n = 16, r = 4;
+  const std::vector<float> W = testing::to_floats(testing::random_matrix(rng, m, n));
+  for (int64_t tokens : {200, 5}) {
+    SCOPED_TRACE(tokens);
+    MatD Xd = testing::random_matrix(rng, tokens, n);
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t j = 0; j < n; ++j) Xd(t, j) *= std::pow(10.0, -2.0 * double(j) / double(n));
+    const std::vector<float> X = testing::to_floats(Xd);
+    const MatD G = gram_of(testing::to_double(X, tokens, n));
+    WhitenReport rep;
+    const Factors p = whiten_factorize(W.data(), m, n, G, r, &rep, Whitening::Auto);
+    EXPECT_EQ(rep.note, "");
+    EXPECT_EQ(rep.lambda, 0.0);
+    EXPECT_FALSE(rep.fell_back);
+    EXPECT_TRUE(all_finite(p.out) && all_finite(p.in));
+    ASSERT_EQ(p.sigma.size(), size_t(m));
+    double tail = 0;
+    for (size_t i = r; i < p.sigma.size(); ++i) tail += p.sigma[i] * p.sigma[i];
+    const double err = activation_error(W.data(), p, X.data(), tokens);
+    EXPECT_NEAR(err, std::sqrt(tail), 1e-4 * std::sqrt(tail));
+    const Factors e = whiten_factorize(W.data(), m, n, G, r, nullptr, Whitening::Eigen);
+    EXPECT_LE(err, activation_error(W.data(), e, X.data(), tokens) * (1 + 1e-6));
+    if (tokens == 5) {
+      EXPECT_LT(p.sigma[5], 1e-6 * p.sigma[0]);  // 5 tokens: 5 directions of output energy
+      continue;
+    }
+    const Factors c = whiten_factorize(W.data(), m, n, G, r, nullptr, Whitening::Cholesky);
+    for (size_t i = 0; i < p.sigma.size(); ++i)
+      EXPECT_NEAR(p.sigma[i], c.sigma[i], 1e-8 * p.sigma[0]) << i;
+    EXPECT_LT(testing::rel_diff(testing::product(p.out, p.in), testing::product(c.out, c.in)), 1e-5);
+    // Balanced as the SVD path: column j of out carries sqrt(sigma_j), and
+    // row j of in is Cholesky's up to its sign.
+    for (int64_t j = 0; j < r; ++j) {
+      double o = 0, same = 0, flip = 0, norm = 0;
+      for (int64_t x = 0; x < m; ++x) o += double(p.out(x, j)) * p.out(x, j);
+      for (int64_t x = 0; x < n; ++x) {
+        same = std::max(same, std::fabs(double(p.in(j, x)) - c.in(j, x)));
+        flip = std::max(flip, std::fabs(double(p.in(j, x)) + c.in(j, x)));
+        norm = std::max(norm, std::fabs(double(c.in(j, x))));
+      }
+      EXPECT_NEAR(o, p.sigma[size_t(j)], 1e-5 * p.sigma[size_t(j)]) << j;
+      EXPECT_LT(std::min(same, flip), 1e-4 * norm) << j;
+    }
+  }
+  // Exactly rank 3 (more outputs would not project): reproduced.
+  const MatD W3 = matmul(testing::random_matrix(rng, m, 3), testing::random_matrix(rng, 3, n));
+  const std::vector<float> W3f = testing::to_floats(W3);
+  const Factors x = whiten_factorize(W3f.data(), m, n, testing::random_spd(rng, n, 1e3), 3,
+                                     nullptr, Whitening::Auto);
+  EXPECT_LT(testing::rel_diff(testing::product(x.out, x.in), W3), 1e-5);
 }
 
 TEST(EigenWhiten, SharedGroupOfOneMatchesWhitenFactorize) {
