@@ -172,7 +172,8 @@ TEST(EigenWhiten, AutoProjectsOntoTheOutputsLeadingDirections) {
     const Factors c = whiten_factorize(W.data(), m, n, G, r, nullptr, Whitening::Cholesky);
     for (size_t i = 0; i < p.sigma.size(); ++i)
       EXPECT_NEAR(p.sigma[i], c.sigma[i], 1e-8 * p.sigma[0]) << i;
-    EXPECT_LT(testing::rel_diff(testing::product(p.out, p.in), testing::product(c.out, c.in)), 1e-5);
+    EXPECT_LT(testing::rel_diff(testing::product(p.out, p.in), testing::product(c.out, c.in)),
+              1e-5);
     // Balanced as the SVD path: column j of out carries sqrt(sigma_j), and
     // row j of in is Cholesky's up to its sign.
     for (int64_t j = 0; j < r; ++j) {
