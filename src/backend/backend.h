@@ -3,6 +3,8 @@
 // shared and read-only. Model code and tools do not know which backend runs.
 #pragma once
 
+#include <climits>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -19,6 +21,9 @@ class ActivationObserver {
  public:
   virtual ~ActivationObserver() = default;
   virtual void observe(int layer, Site site, const float* X, int n_tokens, int dim) = 0;
+  // The last layer whose inputs it wants: a forward it observes stops after
+  // that layer (no later layer runs, no logits are written).
+  virtual int last_layer() const { return INT_MAX; }
 };
 
 struct BackendOptions {

@@ -51,6 +51,7 @@ class GramObserver final : public ActivationObserver {
     LR_ASSERT(g.n() == dim);
     g.add(X, n);
   }
+  int last_layer() const override { return l1_ - 1; }
   const MatD& gram(int layer, Site site) const {
     LR_ASSERT(layer >= l0_ && layer < l1_);
     return grams_[size_t(layer - l0_)][size_t(site)].gram();

@@ -2,7 +2,9 @@
 // chunked vs whole prefill, KV cache behaviour and input errors.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cmath>
+#include <tuple>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -117,6 +119,54 @@ TEST(Forward, CausalPrefixUnchanged) {
   auto part = run_all(*ref, prefix);
   std::vector<float> head(full.begin(), full.begin() + long(part.size()));
   EXPECT_EQ(part, head);
+}
+
+// Records what a forward shows it: (layer, site, sum of the rows).
+class Recorder final : public ActivationObserver {
+ public:
+  explicit Recorder(int last) : last_(last) {}
+  void observe(int layer, Site site, const float* X, int n, int dim) override {
+    double sum = 0;
+    for (int64_t i = 0; i < int64_t(n) * dim; ++i) sum += X[i];
+    seen.push_back({layer, int(site), sum});
+  }
+  int last_layer() const override { return last_; }
+  std::vector<std::tuple<int, int, double>> seen;
+
+ private:
+  int last_;
+};
+
+// An observer that wants layers up to l stops the forward after layer l: it
+// sees what a whole forward shows it of those layers, in the same order, and
+// no logits are written.
+TEST(Forward, ObservedForwardStopsAfterTheObserversLastLayer) {
+  test::TinySpec s;
+  s.n_layers = 3;
+  auto w = load_tiny(s, DType::F32);
+  const std::vector<int32_t> toks = some_tokens(20, s.vocab, 11);
+  Recorder all(INT_MAX), two(1);
+  std::vector<float> logits(size_t(s.vocab), -7.0f);
+  BackendOptions o{64, 2};
+  o.observer = &all;
+  auto a = make_cpu_backend(w, o);
+  a->reset_counters();
+  a->forward(toks.data(), int(toks.size()), logits.data(), false);
+  EXPECT_NE(logits[0], -7.0f);
+  std::fill(logits.begin(), logits.end(), -7.0f);
+  o.observer = &two;
+  auto b = make_cpu_backend(w, o);
+  b->reset_counters();
+  b->forward(toks.data(), int(toks.size()), logits.data(), false);
+  // An observed forward runs step by step: a layer's steps fewer, and no head.
+  EXPECT_LT(b->counters().dispatches, a->counters().dispatches * 3 / 4);
+  std::vector<std::tuple<int, int, double>> want;
+  for (const auto& x : all.seen)
+    if (std::get<0>(x) <= 1) want.push_back(x);
+  EXPECT_EQ(two.seen, want);
+  ASSERT_FALSE(want.empty());
+  EXPECT_EQ(std::get<0>(all.seen.back()), 2);
+  EXPECT_EQ(logits[0], -7.0f);
 }
 
 TEST(Forward, ErrorsOnBadInput) {

@@ -144,6 +144,7 @@ void Executor::execute(Head head) {
   auto skip = [&](const Compiled& c) { return c.head && head == Head::None; };
   if (profile_ || observer_ || plan_.unit == ExecUnit::PerOp) {
     for (size_t i = 0; i < steps_.size(); ++i) {
+      if (observer_ && steps_[i].step->layer > observer_->last_layer()) break;
       if (skip(steps_[i])) continue;
       if (gather && i == first_head_) gather_head_rows();
       const auto t0 = std::chrono::steady_clock::now();
