@@ -13,8 +13,8 @@ Candidates (--set full): the source file; `lowrank quantize` to q8_0, q6_k,
 q5_k, q4_k, q3_k, q2_k, plain and activation-weighted (`-aw`; rows a K-quant
 does not fit fall back as llama.cpp does); `lowrank compress` whitened low
 rank at keep 0.5 and 0.8 with f16, q8_0 and q4_k factors, plain and pivoted
-(`--storage pivoted`, `lowrank-piv-*`), all twelve from one calibration and
-decomposition; the residual form `--residual q2_k`, `q3_k` and `q4_k` (2, 3
+(`--storage pivoted`, `lowrank-piv-*`), all twelve from as few compress
+runs as memory allows (one calibration and decomposition each); the residual form `--residual q2_k`, `q3_k` and `q4_k` (2, 3
 and 4 bits) with corrections of keep 0.05 and 0.1 (q8_0 factors), and two
 whose correction `--allocate all` spreads over the matrices at 3.5 bits per
 weight or less (`residual-q3_k-0.007-alloc`, `residual-q2_k-0.1-alloc`). Everything lands in DIR and DIR/frontier.json caches each
