@@ -425,8 +425,8 @@ std::vector<CompressResult> compress_model(const std::string& in_path,
          "write fewer at once (fewer --keep, --factor-type or --storage values)",
          jobs.size(), double(factor_bytes) / 1e9, double(factor_limit) / 1e9);
   // Writes job j's rank-r choice of d into its model (r = 0: left dense).
-  // Factors are held as they will be written (as_stored_factor: Q8_0 a
-  // quarter of f32), except where sequential calibration runs them.
+  // Factors are held as they will be written (as_stored_factor: Q8_0 in
+  // 9/32 of f32's bytes), except where sequential calibration runs them.
   auto stored = [&](size_t j, const Matrix& f) {
     return opt_in.sequential ? f : as_stored_factor(f, opts[j].factor_type);
   };

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 
@@ -71,6 +72,12 @@ inline TinySpec k_quant_spec() {
   s.dim = 256;
   s.ffn_dim = 512;
   return s;
+}
+
+// A file's bytes (to compare two files).
+inline std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 inline std::string write_calib(const TempDir& t) {

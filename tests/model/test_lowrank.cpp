@@ -19,6 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 
 using test::TempDir;
+using test::file_bytes;
 using test::write_calib;
 using test::write_tiny;
 
@@ -156,11 +157,6 @@ TEST(LowRank, BasisSharingStoresAndLoadsOneBasisPerGroup) {
   EXPECT_EQ(counted, q_params);
   auto ref = logits_of(t.file("bs.gguf"), ExecPath::Reference, DType::F32, kToks);
   EXPECT_LT(rel_err(logits_of(t.file("bs.gguf"), ExecPath::Fast, DType::F32, kToks), ref), 1e-5);
-}
-
-std::vector<char> file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 TEST(LowRank, CalibrationInPassesGivesTheSameFile) {

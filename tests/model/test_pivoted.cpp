@@ -152,17 +152,13 @@ TEST(Pivoted, OneRunWritesEachStorageAndFactorTypeAsItsOwnRunDoes) {
                                          {0.7, t.file("d.gguf"), DType::Q8_0, true}};
   const std::vector<CompressResult> all = compress_model(dense, jobs, o);
   ASSERT_EQ(all.size(), 4u);
-  auto bytes = [](const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-  };
   for (size_t j = 0; j < jobs.size(); ++j) {
     CompressOptions one = o;
     one.factor_type = *jobs[j].factor_type;
     one.pivoted = *jobs[j].pivoted;
     const std::string alone = t.file("alone" + std::to_string(j) + ".gguf");
     const std::vector<CompressResult> r = compress_model(dense, {{jobs[j].keep, alone}}, one);
-    const std::string a = bytes(jobs[j].out_path), b = bytes(alone);
+    const std::string a = test::file_bytes(jobs[j].out_path), b = test::file_bytes(alone);
     EXPECT_GT(a.size(), 1000u);
     EXPECT_TRUE(a == b) << jobs[j].out_path << ": " << a.size() << " vs " << b.size() << " bytes";
     ASSERT_EQ(r[0].matrices.size(), all[j].matrices.size());

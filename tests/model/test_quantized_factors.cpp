@@ -6,8 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 
 #include "backend/backend.h"
 #include "compress/compress_model.h"
@@ -116,10 +114,6 @@ TEST(QuantizedFactors, HeldAsStoredWritesTheSameBytes) {
   f.factor_type = DType::F32;
   compress_model(dense, {{0.4, t.file("f32.gguf")}}, f);  // ranks not multiples of 32
   Model m = load_model(t.file("f32.gguf"), std::nullopt);
-  auto bytes = [](const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
   for (DType want : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
     SCOPED_TRACE(std::string(dtype_name(want)));
     SaveOptions so;
@@ -144,7 +138,7 @@ TEST(QuantizedFactors, HeldAsStoredWritesTheSameBytes) {
       }
     });
     save_gguf(held, *m.file, GgufSource(m.file), from_held, so);
-    const std::string a = bytes(from_f32), b = bytes(from_held);
+    const std::string a = test::file_bytes(from_f32), b = test::file_bytes(from_held);
     EXPECT_GT(a.size(), 10000u);
     EXPECT_TRUE(a == b) << a.size() << " vs " << b.size() << " bytes";
     EXPECT_LE(held_bytes * 2, f32_bytes);  // at most half (F16), Q8_0 and K-quant rows less
