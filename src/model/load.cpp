@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/half.h"
 #include "model/pack.h"
 
 namespace lr {
@@ -32,14 +31,8 @@ void fill_matrix(Matrix& m, const TensorView& t, bool permute_rope, int head_dim
       continue;
     }
     if (m.dtype == DType::Q8_0 && t.dtype == DType::Q8_0) {  // GGUF's blocks, scales apart: exact
-      int8_t* q = reinterpret_cast<int8_t*>(m.data.get()) + r * m.cols;
-      float* sc = m.scales.get() + r * q8_blocks(m.cols);
-      for (int64_t b = 0; b < m.cols / 32; ++b) {
-        uint16_t d;
-        std::memcpy(&d, src + b * 34, 2);
-        sc[b] = f16_to_f32(d);
-        std::memcpy(q + b * 32, src + b * 34 + 2, 32);
-      }
+      q8_0_row_from_blocks(src, m.cols, reinterpret_cast<int8_t*>(m.data.get()) + r * m.cols,
+                           m.scales.get() + r * q8_blocks(m.cols));
       continue;
     }
     dequantize(t.dtype, src, row.data(), m.cols);

@@ -5,7 +5,6 @@
 #include <map>
 
 #include "core/error.h"
-#include "core/half.h"
 #include "model/load.h"
 
 namespace lr {
@@ -16,13 +15,7 @@ namespace {
 // where m already holds `type` (as_stored_factor), its bytes as they are.
 void stored_row(const Matrix& m, int64_t r, DType type, float* tmp, uint8_t* dst) {
   if (m.dtype == type && type == DType::Q8_0) {  // scales back beside their blocks: exact
-    const int8_t* q = m.q8() + r * m.cols;
-    const float* sc = m.scales.get() + r * q8_blocks(m.cols);
-    for (int64_t b = 0; b < m.cols / 32; ++b) {
-      const uint16_t d = f32_to_f16(sc[b]);
-      std::memcpy(dst + b * 34, &d, 2);
-      std::memcpy(dst + b * 34 + 2, q + b * 32, 32);
-    }
+    q8_0_row_to_blocks(m.q8() + r * m.cols, m.scales.get() + r * q8_blocks(m.cols), m.cols, dst);
   } else if (m.dtype == type) {
     std::memcpy(dst, m.ptr() + uint64_t(r) * m.row_bytes(), m.row_bytes());
   } else {
@@ -84,19 +77,12 @@ Matrix as_stored_factor(const Matrix& f, DType want) {
   for (int64_t r = 0; r < f.rows; ++r) {
     f.row_to_f32(r, row.data());
     quantize(t, row.data(), bytes.data(), f.cols);
-    if (t != DType::Q8_0) {
+    if (t == DType::Q8_0)  // as the loader holds Q8_0
+      q8_0_row_from_blocks(bytes.data(), f.cols,
+                           reinterpret_cast<int8_t*>(s.data.get()) + r * f.cols,
+                           s.scales.get() + r * q8_blocks(f.cols));
+    else
       std::memcpy(s.data.get() + uint64_t(r) * s.row_bytes(), bytes.data(), bytes.size());
-      continue;
-    }
-    // GGUF's blocks, scales apart (as the loader holds Q8_0).
-    int8_t* q = reinterpret_cast<int8_t*>(s.data.get()) + r * f.cols;
-    float* sc = s.scales.get() + r * q8_blocks(f.cols);
-    for (int64_t b = 0; b < f.cols / 32; ++b) {
-      uint16_t d;
-      std::memcpy(&d, bytes.data() + b * 34, 2);
-      sc[b] = f16_to_f32(d);
-      std::memcpy(q + b * 32, bytes.data() + b * 34 + 2, 32);
-    }
   }
   return s;
 }

@@ -13,6 +13,23 @@
 
 namespace lr {
 
+void q8_0_row_from_blocks(const uint8_t* blocks, int64_t cols, int8_t* q, float* scales) {
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    uint16_t d;
+    std::memcpy(&d, blocks + b * 34, 2);
+    scales[b] = f16_to_f32(d);
+    std::memcpy(q + b * 32, blocks + b * 34 + 2, 32);
+  }
+}
+
+void q8_0_row_to_blocks(const int8_t* q, const float* scales, int64_t cols, uint8_t* blocks) {
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    const uint16_t d = f32_to_f16(scales[b]);
+    std::memcpy(blocks + b * 34, &d, 2);
+    std::memcpy(blocks + b * 34 + 2, q + b * 32, 32);
+  }
+}
+
 Matrix Matrix::allocate(DType dtype, int64_t rows, int64_t cols) {
   LR_ASSERT(rows >= 0 && cols >= 0);
   LR_ASSERT(!is_block_format(dtype) || cols % dtype_info(dtype).block_elems == 0);

@@ -27,6 +27,11 @@ namespace lr {
 // of 32 (low-rank factors U [out, rank] have any rank).
 // A block format keeps GGUF's layout: each row is cols / block_elems blocks.
 inline int64_t q8_blocks(int64_t cols) { return (cols + 31) / 32; }
+// One row of GGUF's Q8_0 blocks (an f16 scale, then 32 int8 values; cols a
+// multiple of 32) to the in-memory layout (values q, scales apart) and back:
+// exact both ways for scales that came from f16.
+void q8_0_row_from_blocks(const uint8_t* blocks, int64_t cols, int8_t* q, float* scales);
+void q8_0_row_to_blocks(const int8_t* q, const float* scales, int64_t cols, uint8_t* blocks);
 
 struct Matrix {
   DType dtype = DType::F32;
