@@ -132,12 +132,15 @@ TEST(Engine, PromptChunksStaySmallWhileOthersDecode) {
   };
   std::vector<Result> newcomer;
   for (int chunk : {3, 128}) {
-    auto e = tiny.engine(2, 128, 16, 24, chunk);
-    auto a = e->submit(prompt(3, 6), greedy(110));  // outlasts the newcomer's 14 chunks
+    // a decodes until it is cancelled, so it outlasts the newcomer's 14
+    // chunks however the host schedules the threads; the test checks it did.
+    auto e = tiny.engine(2, 4096, 16, 24, chunk);
+    auto a = e->submit(prompt(3, 6), greedy(4000));
     for (int i = 0; i < 500 && a->take(10ms).tokens.empty(); ++i) {
     }  // a decodes
     newcomer.push_back(wait(*e->submit(p, greedy(3))));
-    wait(*a);
+    a->cancel();
+    EXPECT_EQ(wait(*a).finish, Finish::Cancelled) << "a stopped decoding before the newcomer ended";
     const auto m = e->metrics();
     EXPECT_EQ(m.step_sizes.count, m.steps);
     if (chunk == 3)
@@ -196,8 +199,8 @@ TEST(Engine, StopStringsEndTheText) {
 
 TEST(Engine, FullQueueIsBusyAndBadRequestsAreRefused) {
   Tiny tiny;
-  auto e = tiny.engine(1, 128, /*queue=*/1);
-  auto a = e->submit(prompt(8, 5), greedy(100));  // runs until the context ends it
+  auto e = tiny.engine(1, 4096, /*queue=*/1);
+  auto a = e->submit(prompt(8, 5), greedy(4000));  // holds the slot until it is cancelled
   int busy = 0;
   std::vector<std::shared_ptr<Request>> queued;
   for (int i = 0; i < 3; ++i) {
@@ -210,8 +213,8 @@ TEST(Engine, FullQueueIsBusyAndBadRequestsAreRefused) {
   }
   EXPECT_GE(busy, 2);
   EXPECT_EQ(
-      test::error_of([&] { e->submit(prompt(128, 7), greedy(2)); }),
-      "the prompt has 128 tokens; a slot's context holds 128 (with room for one generated token)");
+      test::error_of([&] { e->submit(prompt(4096, 7), greedy(2)); }),
+      "the prompt has 4096 tokens; a slot's context holds 4096 (with room for one generated token)");
   EXPECT_EQ(test::error_of([&] { e->submit({}, greedy(2)); }), "the prompt is empty");
   EXPECT_EQ(test::error_of([&] {
               e->submit({1, 300}, greedy(2));
@@ -221,7 +224,8 @@ TEST(Engine, FullQueueIsBusyAndBadRequestsAreRefused) {
               e->submit({1, 2}, greedy(0));
             }),
             "max_tokens must be at least 1 (got 0)");
-  wait(*a);
+  a->cancel();
+  EXPECT_EQ(wait(*a).finish, Finish::Cancelled);
   for (auto& r : queued) wait(*r);
   EXPECT_GE(e->metrics().rejected, 2u);
 }
@@ -229,14 +233,14 @@ TEST(Engine, FullQueueIsBusyAndBadRequestsAreRefused) {
 // A cancelled request ends within a step and frees its slot for the next.
 TEST(Engine, CancelFreesTheSlot) {
   Tiny tiny;
-  auto e = tiny.engine(1, 512);
-  auto a = e->submit(prompt(8, 8), greedy(500));
+  auto e = tiny.engine(1, 4096);
+  auto a = e->submit(prompt(8, 8), greedy(4000));
   auto b = e->submit(prompt(8, 9), greedy(3));
   a->take(5s);  // a runs
   a->cancel();
   Result ra = wait(*a), rb = wait(*b);
   EXPECT_EQ(ra.finish, Finish::Cancelled);
-  EXPECT_LT(ra.usage.completion_tokens, 500);
+  EXPECT_LT(ra.usage.completion_tokens, 4000);
   EXPECT_EQ(rb.finish, Finish::Length);
   EXPECT_EQ(rb.usage.completion_tokens, 3);
   const auto m = e->metrics();
@@ -248,12 +252,12 @@ TEST(Engine, CancelFreesTheSlot) {
 TEST(Engine, ShutdownCancelsAfterTheGracePeriod) {
   Tiny tiny;
   BackendOptions o;
-  o.ctx = 512;
+  o.ctx = 4096;
   o.n_threads = 1;
   EngineOptions eo;
   eo.shutdown_grace = 0ms;
   Engine e(make_cpu_batch_backend(tiny.m.weights, o, 2, 16), *tiny.m.tokenizer, eo);
-  auto a = e.submit(prompt(8, 10), greedy(500));
+  auto a = e.submit(prompt(8, 10), greedy(4000));
   a->take(5s);
   e.shutdown();
   EXPECT_EQ(wait(*a).finish, Finish::Cancelled);
