@@ -127,7 +127,8 @@ TEST(Engine, PromptChunksStaySmallWhileOthersDecode) {
   auto largest_step = [](const Metrics::Snapshot& m) {
     double top = 0;
     for (size_t i = 0; i < m.step_sizes.counts.size(); ++i)
-      if (m.step_sizes.counts[i] > 0) top = i < m.step_sizes.bounds.size() ? m.step_sizes.bounds[i] : 1e9;
+      if (m.step_sizes.counts[i] > 0)
+        top = i < m.step_sizes.bounds.size() ? m.step_sizes.bounds[i] : 1e9;
     return top;  // the bound of the highest bucket observed
   };
   std::vector<Result> newcomer;
@@ -212,9 +213,9 @@ TEST(Engine, FullQueueIsBusyAndBadRequestsAreRefused) {
     }
   }
   EXPECT_GE(busy, 2);
-  EXPECT_EQ(
-      test::error_of([&] { e->submit(prompt(4096, 7), greedy(2)); }),
-      "the prompt has 4096 tokens; a slot's context holds 4096 (with room for one generated token)");
+  EXPECT_EQ(test::error_of([&] { e->submit(prompt(4096, 7), greedy(2)); }),
+            "the prompt has 4096 tokens; a slot's context holds 4096 (with room for one generated "
+            "token)");
   EXPECT_EQ(test::error_of([&] { e->submit({}, greedy(2)); }), "the prompt is empty");
   EXPECT_EQ(test::error_of([&] {
               e->submit({1, 300}, greedy(2));
