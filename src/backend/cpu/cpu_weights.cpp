@@ -3,8 +3,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "backend/cpu/panels.h"
 
@@ -12,13 +14,20 @@ namespace lr::cpu {
 
 namespace {
 
-// The Q4_K maps a decode step multiplies by: every dense matrix, and the
-// quantized part of a residual form (its factors are small).
+// The matrices a decode step multiplies by: the packed input matrices
+// first (their parts are row views of them), then every dense matrix, the
+// quantized part of a residual form and the factors of low-rank maps, but
+// not a pivoted map's U (the executor views its rows from any row on).
 template <class W, class F>
 void for_each_product_matrix(W& w, F&& f) {
   auto linear = [&](auto& l) {
-    if (l.w.rows > 0) f(l.w);
+    for (auto* m : {&l.w, &l.v})
+      if (m->rows > 0) f(*m);
+    if (l.u.rows > 0 && !l.pivots) f(l.u);
   };
+  for (auto& l : w.layers)
+    for (auto* m : {&l.qkv_in, &l.gate_up_in})
+      if (m->rows > 0) f(*m);
   linear(w.output);
   for (auto& l : w.layers)
     for (auto* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) linear(*m);
@@ -60,17 +69,44 @@ std::shared_ptr<const Weights> with_panels(std::shared_ptr<const Weights> w) {
   for_each_product_matrix(*w, [&](const Matrix& m) { any |= panels_fit(m.dtype, m.rows, m.cols); });
   if (!any) return w;
   auto copy = std::make_shared<Weights>(*w);
-  std::map<const uint8_t*, std::shared_ptr<const uint8_t[]>>
-      done;  // a matrix used twice is packed once
+  // A matrix inside one packed already (a part of a packed matrix, or one
+  // used twice) takes its rows' panels; the others are packed. A packed
+  // matrix's rows leave memory unless a matrix over them got no panels.
+  struct Packed {
+    const Matrix* m;
+    const uint8_t *begin, *end;
+  };
+  std::vector<Packed> packed;
+  std::vector<std::pair<const uint8_t*, const uint8_t*>> kept;  // rows read as stored
   for_each_product_matrix(*copy, [&](Matrix& m) {
-    if (!panels_fit(m.dtype, m.rows, m.cols)) return;
-    auto& p = done[m.ptr()];
-    if (!p) {
-      p = repack_panels(m.dtype, m.ptr(), m.row_bytes(), m.rows, m.cols);
-      release_pages(m.ptr(), m.data_bytes());
+    const uint8_t* b = m.ptr();
+    for (const Packed& p : packed) {
+      if (b < p.begin || b >= p.end || m.dtype != p.m->dtype || m.cols != p.m->cols) continue;
+      const uint64_t off = uint64_t(b - p.begin);
+      if (off % (16 * m.row_bytes()) == 0 && m.rows % 16 == 0) {
+        m.panels = p.m->rows_view(int64_t(off / m.row_bytes()), m.rows).panels;
+        m.panel_stride = p.m->panel_stride;
+        return;
+      }
     }
-    m.panels = p;
+    if (!panels_fit(m.dtype, m.rows, m.cols)) {
+      kept.emplace_back(b, b + m.data_bytes());
+      return;
+    }
+    m.panels = m.dtype == DType::Q8_0 ? repack_panels_q8_0(m.q8(), m.scales.get(), m.rows, m.cols)
+                                      : repack_panels(m.dtype, b, m.row_bytes(), m.rows, m.cols);
+    m.panel_stride = panel_bytes(m.dtype, 16, m.cols);
+    packed.push_back({&m, b, b + m.data_bytes()});
   });
+  for (const Packed& p : packed) {
+    if (std::any_of(kept.begin(), kept.end(),
+                    [&](auto& k) { return k.first < p.end && p.begin < k.second; }))
+      continue;
+    release_pages(p.begin, uint64_t(p.end - p.begin));
+    if (p.m->scales)
+      release_pages(reinterpret_cast<const uint8_t*>(p.m->scales.get()),
+                    p.m->bytes() - p.m->data_bytes());
+  }
   g_cache[w.get()] = {w, copy};
   return copy;
 }

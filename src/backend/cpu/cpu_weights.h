@@ -1,6 +1,7 @@
-// The weights as the CPU backends compute them: every Q4_K and Q6_K matrix
-// that fits in panels of 16 rows (backend/cpu/panels.h) is computed from
-// them, decode and prompt alike, and its rows as stored leave the process's
+// The weights as the CPU backends compute them: every block-format matrix
+// (dense, a residual form's quantized part, a low-rank map's factors) that
+// fits in panels of 16 rows (backend/cpu/panels.h) is computed from them,
+// decode and prompt alike, and its rows as stored leave the process's
 // memory (madvise MADV_PAGEOUT) until something else reads them (the
 // reference path, the GPU upload, an embedding row).
 #pragma once

@@ -23,7 +23,7 @@ void Executor::merge_rows(int first, int count, float* out, int64_t ld) const {
 }
 
 // Work is split across threads in units of rows, 8 for one token
-// (matrix-vector; 16 for Q4_K panels) or 16 (the matrix-matrix kernels' tile height), over the
+// (matrix-vector; 16 for matrices in panels) or 16 (the matrix-matrix kernels' tile height), over the
 // jobs' rows one after another; a unit never splits a RoPE pair. A step that
 // ends in SiLU*mul splits its jobs' rows alike, so each thread finishes the
 // gate and up rows it computed.
@@ -41,7 +41,7 @@ Executor::Fn Executor::linear(const Step& s) {
     LR_ASSERT(!j.pivots || (j.in == Buf::P && !j.norm));
   }
   const int hd = s_.c.head_dim;
-  bool panels = false;  // Q4_K in panels of 16 rows (backend/cpu/panels.h): units of 16 rows
+  bool panels = false;  // matrices in panels of 16 rows (backend/cpu/panels.h): units of 16 rows
   for (const Job& j : jobs) panels |= j.m->panels != nullptr;
   return [this, &s, jobs, hd, panels](int tid, int nth) {
     const int t0 = first(s), n = count(s);

@@ -120,7 +120,8 @@ class Executor {
   static constexpr int64_t kSumRows = 64;
   float* sum_scratch(int tid) { return &sum_[size_t(tid) * size_t(sum_floats_)]; }
   // Rows of a slice for n tokens: as many as the scratch holds.
-  int64_t sum_rows(int n) const { return sum_floats_ / n; }
+  // (a multiple of 16, so slices of a matrix in panels keep their panels)
+  int64_t sum_rows(int n) const { return sum_floats_ / n / 16 * 16; }
   // Attention partials of token t, chunk c, query head h (m, l; acc [head_dim]).
   size_t part(int t, int c, int h) const {
     return (size_t(t) * size_t(chunks_) + size_t(c)) * size_t(s_.c.n_heads) + size_t(h);

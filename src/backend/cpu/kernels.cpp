@@ -89,7 +89,7 @@ void matvec_rows(const typename Fmt::T* W, const float* x, float* y, int64_t col
     for (; c < c8; c += 8) a0 = _mm256_fmadd_ps(Fmt::load8(w0 + c), _mm256_loadu_ps(x + c), a0);
     if (c < cols)
       b0 = _mm256_fmadd_ps(Fmt::load_partial(w0 + c, ctail), _mm256_maskload_ps(x + c, mask), b0);
-    y[r] = hsum(_mm256_add_ps(a0, b0));
+    y[r] = hsum_as4(_mm256_add_ps(a0, b0));
   }
 }
 
@@ -167,9 +167,9 @@ void matvec_bf16(const uint16_t* W, const float* x, float* y, int64_t cols, int6
       e0 = _mm256_fmadd_ps(bf16_even(v0), _mm256_loadu_ps(xs + c), e0);
       o0 = _mm256_fmadd_ps(bf16_odd(v0), _mm256_loadu_ps(xs + c + 8), o0);
     }
-    float s = hsum(_mm256_add_ps(e0, o0));
-    for (int64_t c = cmain; c < cols; ++c) s += bf16_to_f32(w0[c]) * x[c];
-    y[r] = s;
+    float t = 0;  // the tail as the rows of four sum it, then added once
+    for (int64_t c = cmain; c < cols; ++c) t += bf16_to_f32(w0[c]) * x[c];
+    y[r] = hsum_as4(_mm256_add_ps(e0, o0)) + (cmain < cols ? t : 0.f);
   }
 }
 

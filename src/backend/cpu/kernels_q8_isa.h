@@ -117,7 +117,7 @@ void matvec_rows(const int8_t* W, const float* scales, const int8_t* const* xq, 
   for (; r < r1; ++r) {
     __m256 d[T];
     row_dot<T>(W + r * cols, scales + r * nb, xq, sx, full, tail, (r1 - r - 1) * cols >= 32 - tail, d);
-    for (int t = 0; t < T; ++t) y[t][r] = hsum(d[t]);
+    for (int t = 0; t < T; ++t) y[t][r] = hsum_as4(d[t]);
   }
 }
 

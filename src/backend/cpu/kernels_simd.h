@@ -40,12 +40,21 @@ inline float hmax(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// {hsum(a), hsum(b), hsum(c), hsum(d)}.
+// The sums of a, b, c and d's 8 lanes, each ((v0 + v1) + (v2 + v3)) +
+// ((v4 + v5) + (v6 + v7)) (not hsum's order).
 inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
   const __m256 ab = _mm256_hadd_ps(a, b);   // a01 a23 b01 b23 | a45 a67 b45 b67
   const __m256 cd = _mm256_hadd_ps(c, d);
   const __m256 abcd = _mm256_hadd_ps(ab, cd);  // a0-3 b0-3 c0-3 d0-3 | a4-7 ...
   return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+// One row's sum in hsum4's order: a row kernel that takes rows four at a
+// time gives a row left over the same bits, so a row's product does not
+// depend on where the range it lies in starts.
+inline float hsum_as4(__m256 a) {
+  const __m256 z = _mm256_setzero_ps();
+  return _mm_cvtss_f32(hsum4(a, z, z, z));
 }
 
 // 8 bf16 values -> 8 f32 (exact: bf16 is the top half of an f32).
