@@ -1,4 +1,4 @@
-// Q4_0 .. Q5_1, Q8_0 and Q2_K .. Q6_K in panels of 16 rows (backend/cpu/panels.h) against their
+// Q4_0 .. Q5_1 and Q2_K .. Q6_K in panels of 16 rows (backend/cpu/panels.h) against their
 // scalar twin over the file's own rows, bit for bit on every instruction-set path, for any number
 // of inputs; the twin against the f32 reference product (ref::matvec_blocks: the same input
 // quantization, the integer products summed in double) within 1e-5 of sum |w x|.
@@ -9,7 +9,6 @@
 #include <random>
 #include <vector>
 
-#include "backend/cpu/block_input.h"
 #include "backend/cpu/panels.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ref_kernels.h"
@@ -191,99 +190,8 @@ TEST(Panels, RowRangesAndExtremeBlocks) {
     }
   }
   EXPECT_FALSE(cpu::panels_fit(DType::Q4_K, 40, 256));  // rows not a multiple of 16
-  EXPECT_FALSE(cpu::panels_fit(DType::Q8_0, 40, 256));
-  EXPECT_FALSE(cpu::panels_fit(DType::Q8_0, 48, 100));  // not whole blocks of 32
+  EXPECT_FALSE(cpu::panels_fit(DType::Q8_0, 48, 256));
   EXPECT_FALSE(cpu::panels_fit(DType::Q4_K, 48, 128));  // rows shorter than a super-block
-}
-
-// Q8_0 (values and f32 scales apart, model/weights.h): random values with
-// the extremes (-128, 127) in whole blocks and scales of 0 among them.
-struct Q8Rows {
-  std::vector<int8_t> q;
-  std::vector<float> s;
-  Q8Rows(int64_t rows, int64_t cols, uint32_t seed)
-      : q(static_cast<size_t>(rows * cols)), s(static_cast<size_t>(rows * cols / 32)) {
-    std::mt19937 rng(seed);
-    for (auto& v : q) v = int8_t(int(rng() % 256) - 128);
-    for (size_t b = 0; b < s.size(); ++b) {
-      s[b] = b % 7 == 3 ? 0.f : 1e-3f * float(1 + rng() % 100);
-      if (b % 5 == 1) std::memset(&q[32 * b], b % 2 ? 0x80 : 0x7f, 32);  // every value -128 or 127
-    }
-  }
-};
-
-// Panels of Q8_0: every input count gives the twin's bits on every
-// instruction-set path, row ranges write their rows only, and the twin is
-// the product of the quantized input (lr::cpu::detail::quantize_block_inputs,
-// per 32 with an f16 scale) summed in double within 1e-5 of sum |w x|.
-TEST(Panels, Q8_0IsItsTwinBitForBit) {
-  for (int64_t cols : {32, 96, 1536}) {
-    const int64_t rows = 48, ldx = cols + 5, ldy = rows + 3;
-    const Q8Rows W(rows, cols, uint32_t(cols));
-    ASSERT_TRUE(cpu::panels_fit(DType::Q8_0, rows, cols));
-    const auto P = cpu::repack_panels_q8_0(W.q.data(), W.s.data(), rows, cols);
-    for (int64_t n : {1, 2, 3, 4, 5, 9}) {
-      auto X = random_x(n * ldx, uint32_t(cols + n));
-      X[0] = 1e-30f;  // a block whose input quantizes to zeros but one
-      std::vector<float> want(static_cast<size_t>(n * ldy), -9.f);
-      for (int64_t k = 0; k < n; ++k)
-        cpu::matvec_panel_twin_q8_0(W.q.data(), W.s.data(), X.data() + k * ldx,
-                                    want.data() + k * ldy, cols, 0, rows);
-      for (lr::Isa isa : lr::test::supported_isas()) {
-        lr::test::IsaScope scope(isa);
-        std::vector<float> Y(want.size(), -9.f);
-        cpu::matvec_panels_n(DType::Q8_0, P.get(), X.data(), ldx, Y.data(), ldy, n, cols, 16, rows);
-        cpu::matvec_panels_n(DType::Q8_0, P.get(), X.data(), ldx, Y.data(), ldy, n, cols, 0, 16);
-        for (size_t i = 0; i < Y.size(); ++i)
-          ASSERT_EQ(bits(Y[i]), bits(want[i]))
-              << lr::isa_name(isa) << " cols " << cols << " inputs " << n << " at " << i;
-      }
-    }
-    const auto x = random_x(cols, 9);
-    std::vector<float> got(static_cast<size_t>(rows));
-    cpu::matvec_panel_twin_q8_0(W.q.data(), W.s.data(), x.data(), got.data(), cols, 0, rows);
-    const lr::cpu::detail::Acts a =
-        lr::cpu::detail::quantize_block_inputs(x.data(), cols, 1, cols, 32)[0];
-    for (int64_t r = 0; r < rows; ++r) {
-      double want = 0, mag = 0;
-      for (int64_t c = 0; c < cols; ++c) {
-        const double w = double(W.s[size_t((r * cols + c) / 32)]) * W.q[size_t(r * cols + c)];
-        want += w * double(a.d[c / 32]) * a.q[c];
-        mag += std::fabs(w * x[size_t(c)]);
-      }
-      ASSERT_NEAR(got[size_t(r)], want, 1e-5 * mag + 1e-30) << "cols " << cols << " row " << r;
-    }
-  }
-}
-
-// The Q8_0 panel form unpacks to the values and scales exactly, and prompt
-// products from it are matmul_q8_0's bits (f32: Q8_0 prompts never take the
-// int8 decode products), at any number of tokens.
-TEST(Panels, Q8_0UnpacksExactlyAndPromptsAreMatmulQ8_0) {
-  const int64_t rows = 64, cols = 320, ldx = cols + 3, ldy = rows + 2;
-  const Q8Rows W(rows, cols, 5);
-  const auto P = cpu::repack_panels_q8_0(W.q.data(), W.s.data(), rows, cols);
-  std::vector<int8_t> q(W.q.size(), 0);
-  std::vector<float> s(W.s.size(), -1.f);
-  cpu::unpack_panels_q8_0(P.get(), cols, 0, rows, q.data(), s.data());
-  ASSERT_EQ(q, W.q);
-  ASSERT_EQ(std::memcmp(s.data(), W.s.data(), s.size() * 4), 0);
-  cpu::unpack_panels_q8_0(P.get(), cols, 16, 48, q.data(), s.data());  // a range lands at the start
-  ASSERT_EQ(std::memcmp(q.data(), W.q.data() + 16 * cols, 32 * cols), 0);
-  ASSERT_EQ(std::memcmp(s.data(), W.s.data() + 16 * cols / 32, 32 * cols / 32 * 4), 0);
-  for (int64_t n : {int64_t(1), int64_t(11), cpu::kPanelPromptTokens + 1}) {
-    const auto X = random_x(n * ldx, uint32_t(50 + n));
-    for (lr::Isa isa : lr::test::supported_isas()) {
-      lr::test::IsaScope scope(isa);
-      std::vector<float> want(static_cast<size_t>(n * ldy), -9.f), got(want.size(), -9.f);
-      cpu::matmul_q8_0(W.q.data(), W.s.data(), X.data(), want.data(), n, cols, ldx, ldy, 16, rows,
-                       cpu::MatmulPath::Tiles);
-      cpu::matmul_panels(DType::Q8_0, P.get(), X.data(), got.data(), n, cols, ldx, ldy, 16, rows,
-                         cpu::MatmulPath::Tiles);
-      ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
-          << lr::isa_name(isa) << " tokens " << n;
-    }
-  }
 }
 
 }  // namespace

@@ -243,7 +243,7 @@ void expect_invariant(DType wtype, int dim) {
 // Low-rank maps decode from panels too: the input factors (and the packed
 // q/k/v and gate/up stacks they are views of), the output factors whose
 // rank fits a block, a residual form's quantized part; a pivoted map's U
-// stays as stored (its slices start at any row), and so do Q8_0 factors.
+// stays as stored (its slices start at any row).
 TEST(Batch, FactorsInBlockFormatsDecodeFromPanels) {
   test::TempDir t;
   const std::string dense = test::write_tiny(t, test::k_quant_spec(), "dense.gguf");
@@ -268,8 +268,7 @@ TEST(Batch, FactorsInBlockFormatsDecodeFromPanels) {
     EXPECT_TRUE(part_of(l.up.v, l.gate_up_in, l.gate.rank()));
     for (const Linear* x : {&l.o, &l.down}) EXPECT_TRUE(has_panels(x->v));
     for (const Linear* x : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
-      EXPECT_EQ(has_panels(x->u),
-                x->u.dtype != DType::Q8_0 && cpu::panels_fit(x->u.dtype, x->u.rows, x->u.cols));
+      EXPECT_EQ(has_panels(x->u), cpu::panels_fit(x->u.dtype, x->u.rows, x->u.cols));
   }
   {
     SCOPED_TRACE("low rank");
@@ -283,7 +282,7 @@ TEST(Batch, FactorsInBlockFormatsDecodeFromPanels) {
     for (const Linear* x : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
       ASSERT_TRUE(x->residual());
       EXPECT_TRUE(has_panels(x->w));
-      EXPECT_EQ(x->v.panels, nullptr);  // Q8_0 factors: their rows as stored (cpu_weights.cpp)
+      EXPECT_EQ(has_panels(x->v), cpu::panels_fit(x->v.dtype, x->v.rows, x->v.cols));
     }
   {
     // The batch's and the single backend's logits each lie 0.4-2.3% from

@@ -18,6 +18,10 @@ namespace {
 // first (their parts are row views of them), then every dense matrix, the
 // quantized part of a residual form and the factors of low-rank maps, but
 // not a pivoted map's U (the executor views its rows from any row on).
+// (Q8_0 factors have no panel form: a Q8_0 matrix is a heap copy, which
+// without swap would stay beside its panels. Tried at commit f7d0035: the
+// 1.5B with q8_0 factors at keep 0.8 decoded 1.11-1.24x faster for a peak
+// RSS of 2.78 GB against 1.65.)
 template <class W, class F>
 void for_each_product_matrix(W& w, F&& f) {
   auto linear = [&](auto& l) {
@@ -31,15 +35,6 @@ void for_each_product_matrix(W& w, F&& f) {
   linear(w.output);
   for (auto& l : w.layers)
     for (auto* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) linear(*m);
-}
-
-// Whether the CPU backends compute m from panels. Not Q8_0, though it has a
-// panel form (panels.h): its rows as stored are a heap copy (model/weights.h),
-// which without swap stays beside the panels (Qwen2.5-Coder-1.5B with q8_0
-// factors at keep 0.8: decode 1.13-1.25x, peak RSS 1.65 -> 2.78 GB), where a
-// file's pages leave memory.
-bool packable(const Matrix& m) {
-  return m.dtype != DType::Q8_0 && panels_fit(m.dtype, m.rows, m.cols);
 }
 
 #ifndef MADV_PAGEOUT
@@ -75,7 +70,7 @@ std::shared_ptr<const Weights> with_panels(std::shared_ptr<const Weights> w) {
   if (auto it = g_cache.find(w.get()); it != g_cache.end() && it->second.source.lock() == w)
     return it->second.with;
   bool any = false;
-  for_each_product_matrix(*w, [&](const Matrix& m) { any |= packable(m); });
+  for_each_product_matrix(*w, [&](const Matrix& m) { any |= panels_fit(m.dtype, m.rows, m.cols); });
   if (!any) return w;
   auto copy = std::make_shared<Weights>(*w);
   // First which matrices are packed: a matrix inside one packed already (a
@@ -98,7 +93,7 @@ std::shared_ptr<const Weights> with_panels(std::shared_ptr<const Weights> w) {
       if (uint64_t(b - p.begin) % (16 * m.row_bytes()) == 0 && m.rows % 16 == 0)
         return parts.emplace_back(&m, i), void();
     }
-    if (packable(m))
+    if (panels_fit(m.dtype, m.rows, m.cols))
       packed.push_back({&m, b, b + m.data_bytes()});
     else
       kept.emplace_back(b, b + m.data_bytes());

@@ -411,8 +411,8 @@ std::shared_ptr<uint8_t[]> huge_page_buffer(uint64_t bytes) {
 
 bool panels_fit(DType t, int64_t rows, int64_t cols) {
   const bool format = t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 ||
-                      t == DType::Q5_1 || t == DType::Q8_0 || t == DType::Q2_K ||
-                      t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+                      t == DType::Q5_1 || t == DType::Q2_K || t == DType::Q3_K ||
+                      t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
   return format && rows > 0 && rows % kPanelRows == 0 && cols > 0 && cols % block_elems(t) == 0;
 }
 
@@ -432,51 +432,6 @@ std::shared_ptr<const uint8_t[]> repack_panels(DType t, const uint8_t* W, uint64
       pack_row(t, W + uint64_t(r) * rb + uint64_t(b) * bytes, int(r % kPanelRows),
                out.get() + uint64_t(r / kPanelRows * nb + b) * panel_block_bytes(t));
   return out;
-}
-
-std::shared_ptr<const uint8_t[]> repack_panels_q8_0(const int8_t* q, const float* scales,
-                                                    int64_t rows, int64_t cols) {
-  LR_ASSERT(panels_fit(DType::Q8_0, rows, cols));
-  const int64_t nb = cols / 32;
-  std::shared_ptr<uint8_t[]> out = huge_page_buffer(panel_bytes(DType::Q8_0, rows, cols));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* o = out.get() + uint64_t(r / kPanelRows * nb + b) * kPanelBytesQ8_0;
-      const int i = int(r % kPanelRows);
-      for (int g = 0; g < 8; ++g) std::memcpy(o + 64 * g + 4 * i, q + r * cols + 32 * b + 4 * g, 4);
-      std::memcpy(o + 512 + 4 * i, scales + r * nb + b, 4);
-    }
-  return out;
-}
-
-void unpack_panels_q8_0(const uint8_t* P, int64_t cols, int64_t r0, int64_t r1, int8_t* q,
-                        float* scales) {
-  LR_ASSERT(r0 % kPanelRows == 0 && r1 % kPanelRows == 0 && cols % 32 == 0);
-  const int64_t nb = cols / 32;
-  for (int64_t r = r0; r < r1; ++r)
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* o = P + uint64_t(r / kPanelRows * nb + b) * kPanelBytesQ8_0;
-      const int i = int(r % kPanelRows);
-      for (int g = 0; g < 8; ++g)
-        std::memcpy(q + (r - r0) * cols + 32 * b + 4 * g, o + 64 * g + 4 * i, 4);
-      std::memcpy(scales + (r - r0) * nb + b, o + 512 + 4 * i, 4);
-    }
-}
-
-void q8_0_panels_to_f32(const uint8_t* P, int64_t cols, int64_t r0, int64_t r1, float* out) {
-  LR_ASSERT(r0 % kPanelRows == 0 && r1 % kPanelRows == 0 && cols % 32 == 0);
-  const int64_t nb = cols / 32;
-  for (int64_t p = r0 / kPanelRows; p < r1 / kPanelRows; ++p)
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* o = P + uint64_t(p * nb + b) * kPanelBytesQ8_0;
-      for (int i = 0; i < kPanelRows; ++i) {
-        float s;
-        std::memcpy(&s, o + 512 + 4 * i, 4);
-        float* y = out + (p * kPanelRows + i - r0) * cols + 32 * b;
-        for (int g = 0; g < 8; ++g)
-          for (int j = 0; j < 4; ++j) y[4 * g + j] = s * float(int8_t(o[64 * g + 4 * i + j]));
-      }
-    }
 }
 
 void matvec_panels_n(DType t, const uint8_t* P, const float* X, int64_t ldx, float* Y, int64_t ldy,
@@ -511,21 +466,11 @@ void matmul_panels(DType t, const uint8_t* P, const float* X, float* Y, int64_t 
   // 4, 2 threads, panels against unpacking: 0.5B 16 tokens 38 against 96 ms,
   // 32 57/112, 64 107/155, 128 226/248, 256 456/439; 1.5B 32 203/273, 128
   // 661/704, 256 1392/1344.)
-  constexpr int64_t kChunk = 1024;
-  if (t == DType::Q8_0) {  // its prompt products are in f32 (matmul_q8_0's), never the panels'
-    float* rows = scratch(2, kDecodedRows * cols);  // matmul_f32 uses slots 0 and 1
-    for (int64_t r = r0; r < r1; r += kDecodedRows) {
-      const int64_t e = std::min(r1, r + kDecodedRows);
-      q8_0_panels_to_f32(P, cols, r, e, rows);
-      matmul_f32(rows, X, Y + r, n, cols, ldx, ldy, 0, e - r, path);
-    }
-    return;
-  }
   const bool int8 = kernel_isa() == Isa::Avx512Vnni;
-  if (int8 && n <= kPanelPromptTokens)
-    return matvec_panels_n(t, P, X, ldx, Y, ldy, n, cols, r0, r1);
+  if (int8 && n <= kPanelPromptTokens) return matvec_panels_n(t, P, X, ldx, Y, ldy, n, cols, r0, r1);
   // Else 1024 rows at a time back in the file's layout; on AVX-512 VNNI the
   // tokens are quantized once for all chunks.
+  constexpr int64_t kChunk = 1024;
   thread_local std::vector<uint8_t> rows;
   const uint64_t rb = uint64_t(cols / block_elems(t)) * uint64_t(file_bytes(t));
   const Acts* in =
@@ -568,22 +513,6 @@ void matvec_panel_twin(DType t, const uint8_t* W, uint64_t rb, const float* x, f
           twin_q45k(t == DType::Q5_K, blk, a, b, acc);
           break;
       }
-    }
-    y[r] = acc;
-  }
-}
-
-void matvec_panel_twin_q8_0(const int8_t* q, const float* scales, const float* x, float* y,
-                            int64_t cols, int64_t r0, int64_t r1) {
-  LR_ASSERT(panels_fit(DType::Q8_0, kPanelRows, cols));
-  const Acts& a = quantize_block_inputs(x, cols, 1, cols, 32)[0];
-  const int64_t nb = cols / 32;
-  for (int64_t r = r0; r < r1; ++r) {
-    float acc = 0;
-    for (int64_t b = 0; b < nb; ++b) {
-      int32_t S = 0;
-      for (int64_t c = 0; c < 32; ++c) S += int32_t(q[r * cols + 32 * b + c]) * a.q[32 * b + c];
-      acc = std::fma(scales[r * nb + b] * a.d[b], float(S), acc);
     }
     y[r] = acc;
   }

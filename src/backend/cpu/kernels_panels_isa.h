@@ -135,16 +135,6 @@ inline void add_high_bits(VI* u, const uint8_t* p, int) {
     u[c] = _mm512_mask_add_epi8(u[c], _mm512_test_epi8_mask(v, bit), u[c], four);
   }
 }
-// Q8_0: the int32 lanes += sum of 4 signed w bytes times x4's 4 bytes (|w|
-// against x with w's sign; |-128| is 128 as an unsigned byte).
-inline VI dot4s(VI acc, VI w, int32_t x4) {
-  const VI x = _mm512_set1_epi32(x4);
-  const VI sx = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), zero_i(), x);
-  return _mm512_dpbusd_epi32(acc, _mm512_abs_epi8(w), sx);
-}
-inline VF floats_f(const uint8_t* p) {
-  return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
-}
 #else
 using VI = __m256i;
 using VF = __m256;
@@ -259,14 +249,6 @@ inline void add_high_bits(VI* u, const uint8_t* p, int half) {
   u[1] = or_i(u[1], and8(shr16<1>(hi), 4));
   u[2] = or_i(u[2], and8(shr16<2>(hi), 4));
   u[3] = or_i(u[3], and8(shr16<3>(hi), 4));
-}
-inline VI dot4s(VI acc, VI w, int32_t x4) {  // |w| (maddubs: unsigned) * x sign(w): pairs < 2^15
-  const VI p =
-      _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(_mm256_set1_epi32(x4), w));
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
-}
-inline VF floats_f(const uint8_t* p) {
-  return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
 }
 #endif
 
@@ -539,28 +521,6 @@ inline void panel_dot_small(const uint8_t* P, int half, int64_t nb, const Acts* 
   for (int t = 0; t < T; ++t) store_f(out + t * ldo, acc[t]);
 }
 
-// Q8_0: per block of 32, S = sum(w q) over 8 groups of 4 bytes (signed
-// weights), acc = fma(s dx, S, acc) with s the row's f32 scale.
-template <int T>
-inline void panel_dot_q8(const uint8_t* P, int half, int64_t nb, const Acts* x, float* out,
-                         int64_t ldo) {
-  VF acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = zero_f();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* pb = P + uint64_t(b) * kPanelBytesQ8_0;
-    VI S[T];
-    for (int t = 0; t < T; ++t) S[t] = zero_i();
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; ++g) {
-      const VI w = load_i(pb + 64 * g + half);
-      for (int t = 0; t < T; ++t) S[t] = dot4s(S[t], w, load32(x[t].q + 32 * b + 4 * g));
-    }
-    const VF s = floats_f(pb + 512 + half);
-    for (int t = 0; t < T; ++t) acc[t] = fma_f(mul_f(s, set_f(x[t].d[b])), to_f(S[t]), acc[t]);
-  }
-  for (int t = 0; t < T; ++t) store_f(out + t * ldo, acc[t]);
-}
-
 // Panels [p0, p1) against inputs x[0 .. n): Y[k * ldy + 16 p + i].
 #if LR_PANELS_512
 constexpr int kInputs = 4;  // inputs per pass over a panel
@@ -580,8 +540,6 @@ void matvec_panels_t(const uint8_t* P, int64_t nb, const Acts* x, int64_t n, flo
       panel_dot_q45k<true, T>(pp, half, nb, xk, y, ldy);
     else if constexpr (kT == DType::Q2_K || kT == DType::Q3_K)
       panel_dot_k23<kT == DType::Q3_K, T>(pp, half, nb, xk, y, ldy);
-    else if constexpr (kT == DType::Q8_0)
-      panel_dot_q8<T>(pp, half, nb, xk, y, ldy);
     else
       panel_dot_small<kT, T>(pp, half, nb, xk, y, ldy);
   };
@@ -619,8 +577,6 @@ void matvec_panels(DType t, const uint8_t* P, int64_t nb, const Acts* x, int64_t
       return matvec_panels_t<DType::Q5_0>(P, nb, x, n, Y, ldy, p0, p1);
     case DType::Q5_1:
       return matvec_panels_t<DType::Q5_1>(P, nb, x, n, Y, ldy, p0, p1);
-    case DType::Q8_0:
-      return matvec_panels_t<DType::Q8_0>(P, nb, x, n, Y, ldy, p0, p1);
     default:
       return matvec_panels_t<DType::Q4_K>(P, nb, x, n, Y, ldy, p0, p1);
   }

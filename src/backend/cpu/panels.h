@@ -46,11 +46,7 @@
 //            at 4i + p): bit 2g = value 4g + p's, bit 2g + 1 = 16 + 4g + p's
 //   4 groups of 64 bytes: qs bytes 4g .. 4g + 3 of each row (low nibbles:
 //   values 4g + p, high: 16 + 4g + p); then d, f16 per row; then m (Q4_1, Q5_1)
-// Q8_0 (lowrank's in-memory layout: int8 values, an f32 scale per 32 of a
-// row; model/weights.h), per block of 32, kPanelBytesQ8_0 = 16 x 36:
-//   [0, 512)      8 groups of 64 bytes: values 4g .. 4g + 3 of each row
-//   [512, 576)    the scales, f32 per row
-// The values are the file's (Q8_0: the matrix's), bit for bit.
+// The values are the file's, bit for bit.
 //
 // The product of a row with an input quantized per 256 (block_input.h) is
 // integer up to each super-block's end. Q4_K: S = sum_c sc_c sum(u q), M =
@@ -60,8 +56,6 @@
 // Q2_K as Q4_K with scales and mins per 16; Q3_K as Q6_K with u = q + 4 and
 // S - 4 M. The 32-value formats per block: acc = fma(d dx, S, acc), then acc
 // -= d2 (dx sum(q)) with d2 = off d (Q4_0: 8, Q5_0: 16) or -m (Q4_1, Q5_1).
-// Q8_0: acc = fma(s dx, S, acc) (its prompts dequantize to f32 instead, as
-// matmul_q8_0 does: Q8_0 is not among the prompt-equal formats below).
 // Both instruction-set paths and the scalar twin (matvec_panel_twin) do
 // exactly that, so all three give the same bits, and a batch of inputs gets
 // each input's bits alone. These are also the f32 steps of the prompt kernels
@@ -83,7 +77,6 @@ constexpr uint64_t kPanelBytesQ4_0 = 16 * 18;  // one block of 32 values of a pa
 constexpr uint64_t kPanelBytesQ4_1 = 16 * 20;
 constexpr uint64_t kPanelBytesQ5_0 = 16 * 22;
 constexpr uint64_t kPanelBytesQ5_1 = 16 * 24;
-constexpr uint64_t kPanelBytesQ8_0 = 16 * 36;
 constexpr uint64_t kPanelBytesQ2K = 16 * 84;  // one super-block of a panel
 constexpr uint64_t kPanelBytesQ3K = 16 * 114;
 constexpr uint64_t kPanelBytesQ4K = 16 * 148;
@@ -94,7 +87,6 @@ constexpr uint64_t panel_block_bytes(DType t) {
          : t == DType::Q4_1 ? kPanelBytesQ4_1
          : t == DType::Q5_0 ? kPanelBytesQ5_0
          : t == DType::Q5_1 ? kPanelBytesQ5_1
-         : t == DType::Q8_0 ? kPanelBytesQ8_0
          : t == DType::Q2_K ? kPanelBytesQ2K
          : t == DType::Q3_K ? kPanelBytesQ3K
          : t == DType::Q6_K ? kPanelBytesQ6K
@@ -103,7 +95,7 @@ constexpr uint64_t panel_block_bytes(DType t) {
 }
 
 // Whether a matrix of type t and this shape has a panel form (Q4_0 .. Q5_1,
-// Q8_0, Q2_K .. Q6_K; rows a multiple of 16, whole blocks).
+// Q2_K .. Q6_K; rows a multiple of 16, whole blocks).
 bool panels_fit(DType t, int64_t rows, int64_t cols);
 // The panel form of rows x cols rows of type t, rb bytes each (asserts panels_fit).
 std::shared_ptr<const uint8_t[]> repack_panels(DType t, const uint8_t* W, uint64_t rb, int64_t rows,
@@ -119,15 +111,6 @@ void matvec_panels_n(DType t, const uint8_t* P, const float* X, int64_t ldx, flo
 // layout, byte for byte: out holds (r1 - r0) rows of the format's row bytes.
 void unpack_panels(DType t, const uint8_t* P, int64_t cols, int64_t r0, int64_t r1, uint8_t* out);
 
-// Q8_0's pair (values q [rows, cols], scales [rows, cols / 32]): the panel
-// form, and rows [r0, r1) back.
-std::shared_ptr<const uint8_t[]> repack_panels_q8_0(const int8_t* q, const float* scales,
-                                                    int64_t rows, int64_t cols);
-void unpack_panels_q8_0(const uint8_t* P, int64_t cols, int64_t r0, int64_t r1, int8_t* q,
-                        float* scales);
-// Rows [r0, r1) decoded to f32 (scale * value, as matmul_q8_0 decodes them): out [r1 - r0, cols].
-void q8_0_panels_to_f32(const uint8_t* P, int64_t cols, int64_t r0, int64_t r1, float* out);
-
 // The prompt products from the panel form (so the rows as stored need not
 // stay in memory): a chunk of rows at a time back in the file's layout, then
 // matmul_blocks, whose bits these are (the same arguments as it takes); on
@@ -141,7 +124,5 @@ void matmul_panels(DType t, const uint8_t* P, const float* X, float* Y, int64_t 
 // quantization, integer sums and f32 operations, one value at a time.
 void matvec_panel_twin(DType t, const uint8_t* W, uint64_t rb, const float* x, float* y,
                        int64_t cols, int64_t r0, int64_t r1);
-void matvec_panel_twin_q8_0(const int8_t* q, const float* scales, const float* x, float* y,
-                            int64_t cols, int64_t r0, int64_t r1);
 
 }  // namespace lr::cpu
