@@ -78,6 +78,35 @@ TEST(Batch, MatvecRowsIsMatvecPerRow) {
   }
 }
 
+// The same from any row for rows with a tail (100 values: not whole
+// vectors nor Q8_0 blocks), where a row's tail is summed apart.
+TEST(Batch, ARowsProductDoesNotDependOnWhereItsViewStarts) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int64_t rows = 24, cols = 100;
+  std::vector<float> x(static_cast<size_t>(cols)), r(x.size());
+  for (float& v : x) v = nd(rng);
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0}) {
+    SCOPED_TRACE(dtype_name(t));
+    Matrix W = Matrix::allocate(t, rows, cols);
+    for (int64_t i = 0; i < rows; ++i) {
+      for (float& v : r) v = nd(rng);
+      W.set_row(i, r.data());
+    }
+    for (Isa isa : test::supported_isas()) {
+      test::IsaScope scope(isa);
+      std::vector<float> want(static_cast<size_t>(rows));
+      cpu::matvec(W, x.data(), want.data(), 0, rows);
+      for (int64_t a : {1, 2, 3, 5}) {
+        std::vector<float> y(size_t(rows - a), -1.f);
+        cpu::matvec(W.rows_view(a, rows - a), x.data(), y.data(), 0, rows - a);
+        EXPECT_EQ(std::memcmp(y.data(), &want[size_t(a)], y.size() * 4), 0)
+            << isa_name(isa) << " from row " << a;
+      }
+    }
+  }
+}
+
 // Q4_K and Q6_K matrices with panels (backend/cpu/panels.h): matvec and
 // matvec_rows take them, with the panel twin's bits for every row and input;
 // with_panels adds them to the CPU backends' weights where rows fit.
@@ -97,8 +126,8 @@ TEST(Batch, PanelMatricesDecodeFromTheirPanels) {
       test::IsaScope scope(isa);
       std::vector<float> want(size_t(n * rows)), one(want.size()), got(want.size(), -1.f);
       for (int64_t k = 0; k < n; ++k) {
-        cpu::matvec_panel_twin(t, W.ptr(), W.row_bytes(), &X[size_t(k * cols)],
-                               &want[size_t(k * rows)], cols, 0, rows);
+        cpu::matvec_panel_twin(t, W.ptr(), W.row_bytes(), &X[size_t(k * cols)], &want[size_t(k * rows)], cols, 0,
+                               rows);
         cpu::matvec(W, &X[size_t(k * cols)], &one[size_t(k * rows)], 0, 32);
         cpu::matvec(W, &X[size_t(k * cols)], &one[size_t(k * rows)], 32, rows);
       }
@@ -116,16 +145,14 @@ TEST(Batch, PanelMatricesDecodeFromTheirPanels) {
   const Model m = load_model(test::write_tiny(tmp, s, "m.gguf"), std::nullopt);
   auto w = cpu::with_panels(m.weights);
   ASSERT_NE(w.get(), m.weights.get());
-  EXPECT_EQ(cpu::with_panels(m.weights).get(),
-            w.get());  // one set of panels per model while it lives
+  EXPECT_EQ(cpu::with_panels(m.weights).get(), w.get());  // one set of panels per model while it lives
   for (size_t l = 0; l < w->layers.size(); ++l) {
     EXPECT_TRUE(w->layers[l].gate.w.panels != nullptr) << "layer " << l;
     EXPECT_TRUE(w->layers[l].down.w.panels != nullptr) << "layer " << l;
-    EXPECT_TRUE(m.weights->layers[l].gate.w.panels == nullptr)
-        << "the loaded weights stay as they are";
+    EXPECT_TRUE(m.weights->layers[l].gate.w.panels == nullptr) << "the loaded weights stay as they are";
   }
   const Weights* first = w.get();
-  w.reset();                                            // no backend holds the copy now
+  w.reset();  // no backend holds the copy now
   EXPECT_EQ(cpu::with_panels(m.weights).get(), first);  // kept while the model lives
 }
 

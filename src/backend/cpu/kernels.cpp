@@ -167,9 +167,13 @@ void matvec_bf16(const uint16_t* W, const float* x, float* y, int64_t cols, int6
       e0 = _mm256_fmadd_ps(bf16_even(v0), _mm256_loadu_ps(xs + c), e0);
       o0 = _mm256_fmadd_ps(bf16_odd(v0), _mm256_loadu_ps(xs + c + 8), o0);
     }
-    float t = 0;  // the tail as the rows of four sum it, then added once
-    for (int64_t c = cmain; c < cols; ++c) t += bf16_to_f32(w0[c]) * x[c];
-    y[r] = hsum_as4(_mm256_add_ps(e0, o0)) + (cmain < cols ? t : 0.f);
+    float s = hsum_as4(_mm256_add_ps(e0, o0));
+    if (cmain < cols) {  // the tail summed apart, then added once, as the rows of four do
+      float t = 0;
+      for (int64_t c = cmain; c < cols; ++c) t += bf16_to_f32(w0[c]) * x[c];
+      s += t;
+    }
+    y[r] = s;
   }
 }
 
