@@ -13,8 +13,8 @@
 #include <random>
 #include <vector>
 
-#include "backend/cpu/attention_kernels.h"
-#include "backend/cpu/kernels.h"
+#include "backend/cpu/kernels/attention_kernels.h"
+#include "backend/cpu/kernels/kernels.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
 

@@ -16,9 +16,9 @@
 
 #include <immintrin.h>
 
-#include "backend/cpu/kernels.h"
-#include "backend/cpu/kernels_simd.h"
-#include "backend/cpu/panels.h"
+#include "backend/cpu/kernels/kernels.h"
+#include "backend/cpu/kernels/kernels_simd.h"
+#include "backend/cpu/kernels/panels.h"
 #include "core/cpu_features.h"
 #include "core/half.h"
 #include "core/thread_pool.h"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/half.h"
-#include "backend/cpu/key_kernels.h"
+#include "backend/cpu/kernels/key_kernels.h"
 
 namespace {
 

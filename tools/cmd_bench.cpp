@@ -127,9 +127,20 @@ int run(const BenchCliOptions& o) {
   b.modes = o.custom && o.modes == "all" ? std::vector<BenchMode>{} : parse_bench_modes(o.modes);
   if (o.custom) b.modes.push_back(custom_mode(parse_kv_mode(o.kv), parse_exec_unit(o.unit), !o.no_pack, !o.no_fuse));
   b.keys = o.keys.config();
+  b.path = parse_exec_path(o.device, false);
+  std::vector<std::string> paths = o.models;
+  if (paths.empty()) paths.push_back(default_model_path());
+  bool need_dense = false;
+  for (const BenchMode& m : b.modes) need_dense |= m.dense_model;
+  // First, what is measured: each file in every mode; the dense mode reads
+  // --dense when given, else the file itself.
+  std::string names;
+  for (const BenchMode& m : b.modes) names += (names.empty() ? "" : ", ") + m.name;
+  for (const std::string& p : paths)
+    std::printf("lowrank bench: %s in modes %s%s\n", p.c_str(), names.c_str(),
+                need_dense && !o.dense.empty() ? fmt::format(" (dense: {})", o.dense).c_str() : "");
   double bw = 0;
-  if (o.device == "cuda") {
-    b.path = ExecPath::Cuda;
+  if (b.path == ExecPath::Cuda) {
     std::printf("device: %s\n", cuda_device_info().c_str());
     bw = cuda_read_bandwidth_gbs();
     std::printf("GPU read bandwidth: %.1f GB/s (a kernel summing one large buffer, best of 5)\n", bw);
@@ -141,14 +152,10 @@ int run(const BenchCliOptions& o) {
   }
   if (o.roofline) return 0;
   b.read_bw_gbs = bw;
-  const std::optional<DType> wtype =
-      o.device == "cuda" && o.wtype == "auto" ? std::optional<DType>(DType::F16) : parse_run_weight_type(o.wtype);
+  const std::optional<DType> wtype = load_weight_type(b.path, o.wtype);
   std::unique_ptr<Model> dense;
-  bool need_dense = false;
-  for (const BenchMode& m : b.modes) need_dense |= m.dense_model;
-  if (need_dense) {
-    const std::string dpath = o.dense.empty() ? default_model_path() : o.dense;
-    dense = std::make_unique<Model>(load_model(dpath, wtype));
+  if (need_dense && !o.dense.empty()) {
+    dense = std::make_unique<Model>(load_model(o.dense, wtype));
     std::printf("dense model: %s (%.1f MB of weights in memory, %.1f MB read per token)\n", dense->path.c_str(),
                 double(dense->weights->bytes()) / 1e6,
                 double(dense->weights->bytes_per_token()) / 1e6);
@@ -156,17 +163,15 @@ int run(const BenchCliOptions& o) {
   std::printf("%s weights, %d threads, %d repetitions (medians), modes interleaved\n", o.wtype.c_str(),
               threads, b.reps);
   for (const BenchMode& m : b.modes) std::printf("  %-11s %s\n", m.name.c_str(), m.what);
-  std::vector<std::string> paths = o.models;
-  if (paths.empty()) paths.push_back(default_model_path());
   std::vector<BenchRow> rows;
   for (size_t i = 0; i < paths.size(); ++i) {
     // One model at a time (each run measures the dense baseline again, side by side).
     Model lowrank = load_model(paths[i], wtype);
-    std::printf("low-rank model %zu: %s (%.1f MB of weights in memory, %.1f MB read per token)\n", i,
+    std::printf("model %zu: %s (%.1f MB of weights in memory, %.1f MB read per token)\n", i,
                 paths[i].c_str(), double(lowrank.weights->bytes()) / 1e6,
                 double(lowrank.weights->bytes_per_token()) / 1e6);
     std::fflush(stdout);
-    for (BenchRow& r : run_bench(lowrank, dense.get(), b, [](const std::string& what) {
+    for (BenchRow& r : run_bench(lowrank, dense ? dense.get() : &lowrank, b, [](const std::string& what) {
            std::fprintf(stderr, "\rbench: %-60s", what.c_str());
            std::fflush(stderr);
          })) {
@@ -192,7 +197,7 @@ Runner add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchCliOptions>();
   CLI::App* sub = app.add_subcommand("bench", "decode ablation: every execution mode side by side");
   sub->add_option("-m,--model", o->models, "low-rank model(s), comma-separated for a keep sweep (default: the default model)")->delimiter(',');
-  sub->add_option("--dense", o->dense, "dense model for the 'dense' mode (default: the default model)");
+  sub->add_option("--dense", o->dense, "dense model for the 'dense' mode (default: each -m file itself)");
   sub->add_option("--prompt", o->prompt, "prompt lengths, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("--gen", o->gen, "generated lengths, comma-separated (paired with --prompt)")->delimiter(',')->capture_default_str();
   sub->add_option("-t,--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));

@@ -1,5 +1,6 @@
 // lowrank bench-batch: the batch engine under a server's slots
-// (backend/batch.h), without HTTP: for each batch size B, B slots prefill a
+// (runtime/session.h make_slots: one slot a session, several the batch),
+// without HTTP: for each batch size B, B slots prefill a
 // prompt each, then decode together, one token per slot per step (greedy,
 // fed back). Reports prefill tokens/s, decode ms per step and aggregate
 // decode tokens/s, and the gain over B = 1; on the CPU or the GPU (the CUDA
@@ -10,7 +11,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "backend/batch.h"
 #include "common.h"
 #include "core/error.h"
 
@@ -42,9 +42,7 @@ Row run_one(const Model& m, const BenchBatchOptions& o, int B) {
   const int vocab = m.weights->cfg.vocab;
   Row best{B, 0, 1e30, 0};
   for (int rep = 0; rep < o.reps; ++rep) {
-    auto b = o.model.device == "cuda"
-                 ? make_cuda_batch_backend(m.weights, bo, B, std::max(o.prompt, B))
-                 : make_cpu_batch_backend(m.weights, bo, B, std::max(o.prompt, B));
+    auto b = make_slots(m, o.model.path(), bo, B, std::max(o.prompt, B));
     std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(B));
     for (int s = 0; s < B; ++s)
       for (int t = 0; t < o.prompt; ++t)
@@ -77,13 +75,12 @@ Row run_one(const Model& m, const BenchBatchOptions& o, int B) {
 }
 
 int run(const BenchBatchOptions& o) {
-  if (o.model.reference) fail("bench-batch runs the fast path (--ref is for run and perplexity)");
   Model m = load_model(o.model.model_path(), o.model.weight_type());
   const BackendOptions bo = o.model.backend_options();
   std::printf("lowrank bench-batch: %s, %s, prompt %d, gen %d, best of %d\n",
               o.model.model_path().c_str(),
-              o.model.device == "cuda" ? cuda_device_info().c_str()
-                                       : fmt::format("CPU, {} threads", bo.n_threads).c_str(),
+              o.model.path() == ExecPath::Cuda ? cuda_device_info().c_str()
+                                               : describe(o.model.path(), bo).c_str(),
               o.prompt, o.gen, o.reps);
   std::printf(
       "| batch | prefill tok/s | decode ms/step | decode tok/s (all slots) | vs batch 1 |\n");

@@ -11,11 +11,11 @@
 #include <sstream>
 #include <thread>
 
-#include "backend/batch.h"
 #include "common.h"
 #include "core/error.h"
 #include "runtime/chat.h"
-#include "server/engine.h"
+#include "runtime/engine.h"
+#include "runtime/session.h"
 #ifdef LOWRANK_HAVE_HTTP
 #include "server/http_server.h"
 #endif
@@ -56,7 +56,7 @@ int serve(const ServeOptions& o) {
   (void)o;
   fail("this build has no HTTP server (cpp-httplib was not found when it was configured)");
 #else
-  if (o.model.reference) fail("lowrank serve runs the fast path (--ref is for run and perplexity)");
+  const ExecPath path = o.model.path();
   // Signals are taken by sigwait below, so every thread starts with them blocked.
   sigset_t stop;
   sigemptyset(&stop);
@@ -87,19 +87,14 @@ int serve(const ServeOptions& o) {
     std::fprintf(stderr, "lowrank serve: %s; chat requests use ChatML\n", e.what());
   }
   const BackendOptions bo = o.model.backend_options();
-  server::EngineOptions eo;
+  EngineOptions eo;
   eo.queue = o.queue;
   eo.step_tokens = o.step_tokens;
   eo.decode_chunk = o.decode_chunk;
   eo.shutdown_grace = std::chrono::seconds(o.grace_s);
-  s->engine = std::make_unique<server::Engine>(
-      o.model.device == "cuda"
-          ? make_cuda_batch_backend(s->model.weights, bo, o.slots, o.step_tokens)
-          : make_cpu_batch_backend(s->model.weights, bo, o.slots, o.step_tokens),
-      tok, eo);
+  s->engine = std::make_unique<Engine>(make_slots(s->model, path, bo, o.slots, o.step_tokens), tok, eo);
   http.ready(s);
-  const std::string where =
-      o.model.device == "cuda" ? std::string("on the GPU") : fmt::format("{} threads", bo.n_threads);
+  const std::string where = describe(path, bo);
   std::fprintf(
       stderr,
       "lowrank serve: ready: %s, %d slots of %d tokens, %s, steps of up to %d tokens\n",

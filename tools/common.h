@@ -6,6 +6,7 @@
 #include <string>
 
 #include "runtime/model.h"
+#include "runtime/session.h"
 
 namespace lr::cli {
 
@@ -32,16 +33,10 @@ struct ModelOptions {
 
   void add_to(CLI::App& app, int default_ctx);
   std::string model_path() const;
-  ExecPath path() const {
-    return reference ? ExecPath::Reference : device == "cuda" ? ExecPath::Cuda : ExecPath::Fast;
-  }
+  ExecPath path() const { return parse_exec_path(device, reference); }
   BackendOptions backend_options() const;
-  // --ref: f32; the GPU computes in f32, f16 or bf16 (auto: f16); else --wtype.
-  std::optional<DType> weight_type() const {
-    if (reference) return DType::F32;
-    if (device == "cuda" && wtype == "auto") return DType::F16;
-    return parse_run_weight_type(wtype);
-  }
+  // The weight type the path loads (runtime/session.h load_weight_type).
+  std::optional<DType> weight_type() const { return load_weight_type(path(), wtype); }
 };
 
 // Prints what a compressed key cache holds (nothing for the f32 cache) to `f`.
@@ -50,6 +45,7 @@ void print_key_cache(const Backend& b, FILE* f);
 // Each subcommand registers itself and returns the function that runs it.
 using Runner = std::function<int()>;
 Runner add_run_command(CLI::App& app);
+Runner add_chat_command(CLI::App& app);
 Runner add_perplexity_command(CLI::App& app);
 Runner add_inspect_command(CLI::App& app);
 Runner add_compress_command(CLI::App& app);

@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
     commands.emplace_back(app.get_subcommands({})[before], std::move(r));
   };
   reg(lr::cli::add_run_command);
+  reg(lr::cli::add_chat_command);
   reg(lr::cli::add_perplexity_command);
   reg(lr::cli::add_inspect_command);
   reg(lr::cli::add_compress_command);

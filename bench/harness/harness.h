@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "runtime/model.h"
+#include "runtime/session.h"
 
 namespace lr {
 

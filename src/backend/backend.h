@@ -64,6 +64,8 @@ class Backend {
   virtual KeyCacheStats key_stats() const { return {}; }
   int ctx() const { return ctx_; }
   const Weights& weights() const { return *weights_; }
+  // The weights the session runs (the CPU backend's carry its panels).
+  std::shared_ptr<const Weights> shared_weights() const { return weights_; }
   virtual ExecCounters counters() const { return {}; }
   // Bytes the session's KV cache holds (allocated for the whole context).
   virtual uint64_t cache_bytes() const { return 0; }

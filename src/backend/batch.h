@@ -64,11 +64,22 @@ class BatchBackend {
  protected:
   BatchBackend(std::shared_ptr<const Weights> w, int slots, int ctx, int max_step_tokens);
   void check_step(const std::vector<Chunk>& chunks) const;
+  // Called by rewind() before the slot's count changes.
+  virtual void on_rewind(int /*slot*/, int /*n*/) {}
 
   std::shared_ptr<const Weights> weights_;
   int ctx_, max_step_tokens_;
   std::vector<int> n_past_;  // [slots]
 };
+
+// A batch of one slot over a single-sequence session (backend.h): each step
+// runs its one chunk through session->forward, so every executor, rung and
+// KV-cache kind a session has (the reference, --cache-type-k, the CUDA
+// graphs) runs under the engine. One slot: there is no batch to be
+// invariant to; a prompt's bits may depend on how it is cut into chunks, as
+// a session's prefill chunks do.
+std::unique_ptr<BatchBackend> make_sequence_batch(std::unique_ptr<Backend> session,
+                                                  int max_step_tokens);
 
 // The fast CPU batch: opt.ctx positions per slot, opt.n_threads threads, the
 // fused per-token plan (opt.exec other than the default, an observer or a

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "backend/backend.h"
 #include "core/error.h"
 #include "format/gguf_source.h"
 #include "kv/svdq.h"

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <string_view>
 
-#include "compress/blas.h"
+#include "linalg/blas.h"
 #include "core/error.h"
 
 namespace lr::compress {
@@ -72,7 +72,7 @@ struct Whitener {
   bool empty() const { return lower.empty() && q.empty(); }
   // D := D S
   void apply(MatD& D) const {
-    if (!lower.empty()) return trmm(Side::Right, Uplo::Lower, false, lower, D);
+    if (!lower.empty()) return trmm(linalg::Side::Right, linalg::Uplo::Lower, false, lower, D);
     if (q.empty()) return;
     D = matmul(D, q);
     for (int64_t i = 0; i < D.rows; ++i)
@@ -80,7 +80,7 @@ struct Whitener {
   }
   // B := B S^{-1}
   void unapply(MatD& B) const {
-    if (!lower.empty()) return trsm(Side::Right, Uplo::Lower, false, lower, B);
+    if (!lower.empty()) return trsm(linalg::Side::Right, linalg::Uplo::Lower, false, lower, B);
     if (q.empty()) return;
     for (int64_t i = 0; i < B.rows; ++i)
       for (int64_t j = 0; j < B.cols; ++j) B(i, j) /= root[size_t(j)];

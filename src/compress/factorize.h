@@ -17,9 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "compress/linalg.h"
+#include "linalg/linalg.h"
 
 namespace lr::compress {
+using namespace linalg;  // MatD and the LAPACK wrappers (src/linalg)
 
 
 // Rank that makes a rank-r pair cost keep * (dense parameter count):

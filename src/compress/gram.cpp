@@ -1,6 +1,6 @@
 #include "compress/gram.h"
 
-#include "compress/blas.h"
+#include "linalg/blas.h"
 
 #include <algorithm>
 #include <climits>

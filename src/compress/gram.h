@@ -5,9 +5,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "compress/linalg.h"
+#include "linalg/linalg.h"
 
 namespace lr::compress {
+using namespace linalg;  // MatD and the LAPACK wrappers (src/linalg)
 
 class GramAccumulator {
  public:

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "compress/blas.h"
-#include "compress/linalg.h"
+#include "linalg/blas.h"
+#include "linalg/linalg.h"
 #include "core/error.h"
 
 namespace lr::compress {
@@ -45,7 +45,7 @@ PivotedFactors pivot_factors(const MatF& out, const MatF& in, int64_t r) {
       for (int64_t j = k; j < r; ++j) r11(k, j) = ut(k, j);
       for (int64_t j = r; j < m; ++j) t(k, j - r) = ut(k, j);
     }
-    trsm(Side::Left, Uplo::Upper, false, r11, t);  // T = R11^-1 R12 [r, m - r]
+    trsm(linalg::Side::Left, linalg::Uplo::Upper, false, r11, t);  // T = R11^-1 R12 [r, m - r]
     // Column j of T: the row jpvt[r + j] over the rows jpvt[0..r).
     std::vector<int64_t> coef_row(size_t(m), -1);
     for (int64_t i = 0, o = 0; i < m; ++i)

@@ -8,9 +8,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "compress/linalg.h"
+#include "linalg/linalg.h"
 
 namespace lr::compress {
+using namespace linalg;  // MatD and the LAPACK wrappers (src/linalg)
 
 struct PivotedFactors {
   std::vector<int32_t> rows;  // [r] ascending: the rows of W' kept whole

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "compress/blas.h"
+#include "linalg/blas.h"
 #include "core/error.h"
 
 namespace lr::compress {
@@ -168,8 +168,8 @@ MatF refit_out(const float* W, const float* Q, int64_t m, int64_t n, const MatF&
   }
   if (l.empty())
     fail("refitting an output factor: V G' V^T of rank {} is not positive definite", r);
-  trsm(Side::Right, Uplo::Lower, true, l, b);   // B L^-T
-  trsm(Side::Right, Uplo::Lower, false, l, b);  // B L^-T L^-1 = B A^-1
+  trsm(linalg::Side::Right, linalg::Uplo::Lower, true, l, b);   // B L^-T
+  trsm(linalg::Side::Right, linalg::Uplo::Lower, false, l, b);  // B L^-T L^-1 = B A^-1
   MatF u(m, r);
   for (size_t i = 0; i < b.a.size(); ++i) u.a[i] = float(b.a[i]);
   return u;

@@ -19,9 +19,10 @@
 
 #include "compress/calibration.h"
 #include "compress/gram.h"
-#include "compress/linalg.h"
+#include "linalg/linalg.h"
 
 namespace lr::compress {
+using namespace linalg;  // MatD and the LAPACK wrappers (src/linalg)
 
 class SequentialCalibration {
  public:

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <set>
 
-#include "compress/linalg.h"
+#include "linalg/linalg.h"
 #include "core/error.h"
 #include "format/dobi_remap.h"
 #include "format/gguf_source.h"
@@ -339,10 +339,10 @@ bool import_dobi_remap(const Checkpoint& ck, const Config& c, const WeightSpec& 
     lin.v = read_matrix(f32_view(f.vt, f.k, in_dim), DType::F32, false, c.head_dim);
     mr.note = "Dobi-SVD remapped: 8-bit codes dequantized";
   } else {
-    compress::MatD us(out_dim, f.k), vt(f.k, in_dim);
+    linalg::MatD us(out_dim, f.k), vt(f.k, in_dim);
     std::copy(f.us.begin(), f.us.end(), us.a.begin());
     std::copy(f.vt.begin(), f.vt.end(), vt.a.begin());
-    const compress::MatD prod = compress::matmul(us, vt);
+    const linalg::MatD prod = linalg::matmul(us, vt);
     const std::vector<float> w(prod.a.begin(), prod.a.end());
     lin.w = read_matrix(f32_view(w, out_dim, in_dim), DType::F32, permute, c.head_dim);
     mr.rank = 0;

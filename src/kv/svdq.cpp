@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "compress/blas.h"
+#include "linalg/blas.h"
 
-#include "compress/linalg.h"
+#include "linalg/linalg.h"
 #include "core/error.h"
 #include "core/half.h"
 
@@ -146,11 +146,11 @@ KeyEigen fit_eigen(const KeyMoments& m) {
   out.n_keys = m.n;
   std::vector<double> mean(static_cast<size_t>(d));
   for (int i = 0; i < d; ++i) mean[size_t(i)] = m.sum[size_t(i)] / double(m.n);
-  compress::MatD C(d, d);
+  linalg::MatD C(d, d);
   for (int i = 0; i < d; ++i)
     for (int j = 0; j <= i; ++j)
       C(i, j) = m.outer[size_t(i) * size_t(d) + size_t(j)] - double(m.n) * mean[size_t(i)] * mean[size_t(j)];
-  compress::Eigh e = compress::eigh(C);  // descending, deterministic signs
+  linalg::Eigh e = linalg::eigh(C);  // descending, deterministic signs
   out.mean.assign(mean.begin(), mean.end());
   out.sigma.resize(size_t(d));
   out.vectors.resize(size_t(d) * size_t(d));
@@ -165,7 +165,7 @@ KeyEigen fit_eigen_weighted(const KeyMoments& keys, const KeyMoments& queries) {
   KeyEigen plain = fit_eigen(keys);
   const int d = keys.d;
   if (queries.n < 1) fail("svdq: the query metric needs queries to fit on");
-  compress::MatD Q(d, d), C(d, d);
+  linalg::MatD Q(d, d), C(d, d);
   double trace = 0;
   for (int i = 0; i < d; ++i) trace += queries.outer[size_t(i) * size_t(d) + size_t(i)] / double(queries.n);
   for (int i = 0; i < d; ++i)
@@ -177,12 +177,12 @@ KeyEigen fit_eigen_weighted(const KeyMoments& keys, const KeyMoments& queries) {
     }
   // Regularized so that directions no query uses keep a little weight.
   for (int i = 0; i < d; ++i) Q(i, i) += 1e-3 * trace / d + 1e-12;
-  const compress::MatD L = compress::cholesky(Q);
-  const compress::MatD M = compress::matmul(compress::matmul(L, C, true, false), L);  // L^T C L
-  const compress::Eigh e = compress::eigh(M);
-  const compress::MatD P = compress::matmul(L, e.vectors);  // columns L u_c
-  compress::MatD B = e.vectors;
-  compress::trsm(compress::Side::Left, compress::Uplo::Lower, true, L, B);  // columns L^-T u_c
+  const linalg::MatD L = linalg::cholesky(Q);
+  const linalg::MatD M = linalg::matmul(linalg::matmul(L, C, true, false), L);  // L^T C L
+  const linalg::Eigh e = linalg::eigh(M);
+  const linalg::MatD P = linalg::matmul(L, e.vectors);  // columns L u_c
+  linalg::MatD B = e.vectors;
+  linalg::trsm(linalg::Side::Left, linalg::Uplo::Lower, true, L, B);  // columns L^-T u_c
   KeyEigen out = plain;
   out.proj.resize(size_t(d) * size_t(d));
   for (int c = 0; c < d; ++c) {

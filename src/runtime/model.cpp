@@ -60,10 +60,4 @@ std::optional<DType> parse_run_weight_type(const std::string& name) {
   return parse_weight_type(name);
 }
 
-std::unique_ptr<Backend> make_backend(const Model& m, ExecPath path, const BackendOptions& opt) {
-  if (path == ExecPath::Reference) return make_reference_backend(m.weights, opt);
-  if (path == ExecPath::Cuda) return make_cuda_backend(m.weights, opt);
-  return make_cpu_backend(m.weights, opt);
-}
-
 }  // namespace lr

@@ -1,20 +1,17 @@
 // A loaded model: its file, read-only weights and tokenizer. Sessions
-// (backends) are created from it and share its weights.
+// (runtime/session.h) are created from it and share its weights.
 #pragma once
 
 #include <memory>
 #include <optional>
 #include <string>
 
-#include "backend/backend.h"
 #include "core/dtype.h"
 #include "format/gguf.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lr {
-
-enum class ExecPath { Fast, Reference, Cuda };  // fast CPU, scalar reference, GPU
 
 struct Model {
   std::string path;
@@ -44,7 +41,5 @@ std::optional<DType> parse_run_weight_type(const std::string& name);
 inline constexpr const char* kWeightTypeHelp =
     "weight type: auto (as stored in the file: Q4_K, Q6_K, Q4_1, ... computed in their blocks), "
     "f16, bf16, f32 or q8_0 (int8, a scale per 32 values)";
-
-std::unique_ptr<Backend> make_backend(const Model& m, ExecPath path, const BackendOptions& opt);
 
 }  // namespace lr

@@ -43,7 +43,9 @@ Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) {
   if (p.repeat_penalty <= 0) fail("repeat penalty must be > 0 (got {})", p.repeat_penalty);
 }
 
-int32_t Sampler::sample(const float* logits, int n, const std::vector<int32_t>& history) {
+int32_t Sampler::sample(const float* logits, int n, const std::vector<int32_t>& history,
+                        size_t n_prompt) {
+  LR_ASSERT(n_prompt <= history.size());
   cand_.resize(size_t(n));
   for (int i = 0; i < n; ++i) cand_[size_t(i)] = {logits[i], i};
 
@@ -61,7 +63,7 @@ int32_t Sampler::sample(const float* logits, int n, const std::vector<int32_t>& 
 
   if (p_.presence_penalty != 0.f || p_.frequency_penalty != 0.f) {
     std::unordered_map<int32_t, int> count;
-    for (int32_t id : history) ++count[id];
+    for (size_t i = n_prompt; i < history.size(); ++i) ++count[history[i]];
     for (auto [id, k] : count)
       if (id >= 0 && id < n)
         cand_[size_t(id)].first -= p_.presence_penalty + p_.frequency_penalty * float(k);

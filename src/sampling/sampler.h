@@ -16,7 +16,7 @@ struct SamplerParams {
   float repeat_penalty = 1.0f;  // 1: off (llama.cpp semantics: divide positive logits, multiply negative)
   int repeat_last_n = 64;
   // OpenAI's: logit -= presence * [count > 0] + frequency * count, counting
-  // the token in `history` (a server passes the tokens generated so far).
+  // the token among the generated tokens (history after its prompt), as vLLM does.
   float presence_penalty = 0.f;
   float frequency_penalty = 0.f;
   uint64_t seed = 0;
@@ -38,9 +38,12 @@ int32_t argmax(const float* logits, int n);
 class Sampler {
  public:
   explicit Sampler(const SamplerParams& p);
-  // Picks the next token from logits [n]; `history` are the tokens so far (for
-  // the repetition penalty). logits are not modified.
-  int32_t sample(const float* logits, int n, const std::vector<int32_t>& history);
+  // Picks the next token from logits [n]. `history`: the tokens so far, its
+  // first n_prompt the prompt's. The repetition penalty looks at the last
+  // repeat_last_n of them, prompt included (llama.cpp, vLLM); the presence
+  // and frequency penalties at the generated ones. logits are not modified.
+  int32_t sample(const float* logits, int n, const std::vector<int32_t>& history,
+                 size_t n_prompt = 0);
 
  private:
   SamplerParams p_;

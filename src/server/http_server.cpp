@@ -10,6 +10,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "server/metrics.h"
 #include "server/openai.h"
 
 namespace lr::server {

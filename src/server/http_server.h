@@ -15,7 +15,7 @@
 
 #include "runtime/chat.h"
 #include "runtime/model.h"
-#include "server/engine.h"
+#include "runtime/engine.h"
 
 namespace lr::server {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "runtime/chat.h"
-#include "server/engine.h"
+#include "runtime/engine.h"
 
 namespace lr::server {
 

@@ -10,7 +10,7 @@
 
 #include "../error_of.h"
 #include "compress/factorize.h"
-#include "compress/linalg.h"
+#include "linalg/linalg.h"
 #include "core/error.h"
 
 // EXPECT that the string `text` contains `part`, printing both otherwise.
@@ -22,6 +22,7 @@
   } while (0)
 
 namespace lr::compress::testing {
+using namespace lr::linalg;
 
 using lr::test::error_of;  // the shared helper: a test failure when nothing throws
 

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "model/load.h"
 #include "runtime/model.h"
+#include "runtime/session.h"
 
 namespace lr {
 namespace {

@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "backend/cpu/attention_kernels.h"
-#include "backend/cpu/ref_kernels.h"
+#include "backend/cpu/kernels/attention_kernels.h"
+#include "backend/cpu/kernels/ref_kernels.h"
 
 namespace {
 

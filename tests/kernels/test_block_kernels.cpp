@@ -16,8 +16,8 @@
 #include <random>
 #include <vector>
 
-#include "backend/cpu/kernels.h"
-#include "backend/cpu/ref_kernels.h"
+#include "backend/cpu/kernels/kernels.h"
+#include "backend/cpu/kernels/ref_kernels.h"
 #include "core/dtype.h"
 #include "core/half.h"
 #include "isa_util.h"

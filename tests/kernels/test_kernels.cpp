@@ -17,8 +17,8 @@
 #include <tuple>
 #include <vector>
 
-#include "backend/cpu/kernels.h"
-#include "backend/cpu/ref_kernels.h"
+#include "backend/cpu/kernels/kernels.h"
+#include "backend/cpu/kernels/ref_kernels.h"
 #include "core/half.h"
 #include "isa_util.h"
 

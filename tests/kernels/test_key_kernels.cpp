@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "../kv/kv_test_util.h"
-#include "backend/cpu/key_kernels.h"
+#include "backend/cpu/kernels/key_kernels.h"
 #include "kv/attend_keys.h"
 #include "kv/key_stream.h"
 

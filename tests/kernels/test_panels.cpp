@@ -9,9 +9,9 @@
 #include <random>
 #include <vector>
 
-#include "backend/cpu/panels.h"
-#include "backend/cpu/kernels.h"
-#include "backend/cpu/ref_kernels.h"
+#include "backend/cpu/kernels/panels.h"
+#include "backend/cpu/kernels/kernels.h"
+#include "backend/cpu/kernels/ref_kernels.h"
 #include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/quants.h"

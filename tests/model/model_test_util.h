@@ -16,6 +16,7 @@
 #include "compress/synth_model.h"
 #include "format/gguf.h"
 #include "runtime/model.h"
+#include "runtime/session.h"
 #include "tiny_model.h"
 
 namespace lr::test {

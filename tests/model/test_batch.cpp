@@ -14,12 +14,13 @@
 #include "../kernels/isa_util.h"
 #include "../kernels/random_blocks.h"
 #include "backend/batch.h"
-#include "backend/cpu/cpu_weights.h"
-#include "backend/cpu/panels.h"
-#include "backend/cpu/session.h"
+#include "backend/cpu/exec/cpu_weights.h"
+#include "backend/cpu/kernels/panels.h"
+#include "backend/cpu/kernels/dispatch.h"
 #include "compress/compress_model.h"
 #include "model_test_util.h"
 #include "runtime/model.h"
+#include "runtime/session.h"
 
 namespace lr {
 namespace {
@@ -435,7 +436,7 @@ TEST(Batch, BadStepsAreRefusedBeforeRunning) {
   EXPECT_EQ(b->n_past(1), 0);
   o.keys.type = kv::KeyType::Svdq;
   EXPECT_EQ(test::error_of([&] { make_cpu_batch_backend(m.weights, o, 2, 6); }),
-            "a batch keeps dense f32 keys (--cache-type-k svdq is single-sequence only)");
+            "a batch keeps dense f32 keys (--cache-type-k svdq runs in one slot: -np 1)");
 }
 
 }  // namespace

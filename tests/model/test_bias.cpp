@@ -18,6 +18,7 @@
 #include "model_test_util.h"
 #include "model/save.h"
 #include "runtime/model.h"
+#include "runtime/session.h"
 
 namespace lr {
 namespace {

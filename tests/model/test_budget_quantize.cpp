@@ -12,6 +12,7 @@
 #include "format/gguf.h"
 #include "model_test_util.h"
 #include "runtime/model.h"
+#include "runtime/session.h"
 
 namespace lr {
 namespace {

@@ -18,6 +18,7 @@
 #include "model_test_util.h"
 #include "bench/harness/harness.h"
 #include "runtime/model.h"
+#include "runtime/session.h"
 #include "compress/synth_model.h"
 
 namespace lr {

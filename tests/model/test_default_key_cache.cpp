@@ -10,6 +10,7 @@
 
 #include "model/load.h"
 #include "runtime/model.h"
+#include "runtime/session.h"
 #include "runtime/perplexity.h"
 
 namespace lr {

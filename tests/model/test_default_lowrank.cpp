@@ -12,6 +12,7 @@
 #include "model/load.h"
 #include "compress/compress_model.h"
 #include "runtime/model.h"
+#include "runtime/session.h"
 #include "model_test_util.h"
 
 namespace lr {

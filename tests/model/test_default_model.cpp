@@ -11,6 +11,7 @@
 #include "../kernels/isa_util.h"
 #include "model/load.h"
 #include "runtime/model.h"
+#include "runtime/session.h"
 #include "runtime/perplexity.h"
 #include "sampling/sampler.h"
 

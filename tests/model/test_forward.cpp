@@ -253,6 +253,8 @@ TEST(Sampler, GreedyAndFilters) {
   g.repeat_penalty = 2.f;
   Sampler pen(g);
   EXPECT_EQ(pen.sample(l.data(), 5, {1}), 3);
+  // It looks at the prompt too (the history's first n_prompt tokens), as llama.cpp does.
+  EXPECT_EQ(pen.sample(l.data(), 5, {1}, 1), 3);
   // top-k 1 at any temperature is greedy.
   SamplerParams k1;
   k1.top_k = 1;
@@ -292,6 +294,9 @@ TEST(Sampler, UnfilteredFollowsTheSoftmax) {
   g.frequency_penalty = 1.5f;
   Sampler greedy(g);
   EXPECT_EQ(greedy.sample(l.data(), 4, {2, 2}), 1);
+  // They count generated tokens only: as the prompt's (n_prompt 2), token 2 keeps its lead.
+  EXPECT_EQ(greedy.sample(l.data(), 4, {2, 2}, 2), 2);
+  EXPECT_EQ(greedy.sample(l.data(), 4, {2, 2}, 1), 1);  // generated once: log 4 - 2.5 < log 2
   // log-probabilities: log(4/7) for token 2, and the top two in order.
   std::vector<TokenLogprob> top;
   EXPECT_NEAR(token_logprob(l.data(), 4, 2, 2, &top), std::log(4.0 / 7.0), 1e-6);

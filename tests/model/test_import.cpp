@@ -11,11 +11,12 @@
 #include "core/half.h"
 #include "format/dobi_remap.h"
 #include "format/safetensors.h"
-#include "compress/linalg.h"
+#include "linalg/linalg.h"
 #include "model/load.h"
 #include "compress/compress_model.h"
 #include "import/import_model.h"
 #include "runtime/model.h"
+#include "runtime/session.h"
 #include "model_test_util.h"
 #include "torch_writer.h"
 

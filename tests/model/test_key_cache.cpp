@@ -11,6 +11,7 @@
 #include "format/gguf.h"
 #include "compress/calibrate_kv.h"
 #include "runtime/model.h"
+#include "runtime/session.h"
 #include "model_test_util.h"
 
 namespace lr {

@@ -14,6 +14,7 @@
 #include "model/save.h"
 #include "model_test_util.h"
 #include "runtime/model.h"
+#include "runtime/session.h"
 
 namespace lr {
 namespace {

@@ -15,6 +15,7 @@
 #include "../kernels/isa_util.h"
 #include "model/load.h"
 #include "runtime/model.h"
+#include "runtime/session.h"
 
 namespace lr {
 namespace {

@@ -19,6 +19,7 @@
 #include "model/scalar_ops.h"
 #include "model_test_util.h"
 #include "runtime/model.h"
+#include "runtime/session.h"
 
 namespace lr {
 namespace {

@@ -1,0 +1,40 @@
+// State of one fast-CPU session: the thread pool, the RoPE table and the KV
+// cache the session's plans keep (dense, latent for the legacy rung, or
+// compressed key streams). Weights are read-only and shared between
+// sessions; everything here belongs to one session.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/exec/rope_table.h"
+#include "backend/cpu/exec/split.h"
+#include "backend/cpu/kernels/dispatch.h"
+#include "core/thread_pool.h"
+#include "kv/dense_cache.h"
+#include "kv/latent_cache.h"
+#include "kv/stream_cache.h"
+#include "model/weights.h"
+
+namespace lr::cpu {
+
+struct Session {
+  // kv: the session plans' KV mode (the cache they keep). own_cache false:
+  // no cache here (a batch keeps one per sequence, backend/batch.h).
+  Session(const Weights& w, const BackendOptions& opt, KvMode kv, bool own_cache = true);
+  const Weights& w;
+  const Config& c;
+  ThreadPool pool;
+  int ctx;  // KV cache capacity in tokens
+  RopeTable rope;
+  std::optional<kv::DenseCache> dense;     // dense and static KV
+  std::optional<kv::LatentCache> latent;   // legacy KV
+  std::optional<kv::StreamCache> streams;  // a compressed key type (--cache-type-k)
+  int pos = 0;                             // position of the first token being run
+
+  uint64_t cache_bytes() const;
+};
+
+}  // namespace lr::cpu

@@ -1,0 +1,269 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.h"
+
+namespace lr {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+}  // namespace
+
+Request::News Request::take(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait_for(l, timeout, [&] { return news_; });
+  News n = std::move(pending_);
+  pending_ = News{};
+  pending_.done = n.done;  // done stays done
+  pending_.finish = n.finish;
+  pending_.usage = n.usage;
+  news_ = false;
+  return n;
+}
+
+void Request::post(const std::string& text, const TokenOut* token, Finish finish,
+                   const Usage& usage) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    pending_.text += text;
+    if (token) pending_.tokens.push_back(*token);
+    if (finish != Finish::None) {
+      pending_.done = true;
+      pending_.finish = finish;
+    }
+    pending_.usage = usage;
+    news_ = true;
+  }
+  cv_.notify_all();
+}
+
+Engine::Engine(std::unique_ptr<BatchBackend> batch, const Tokenizer& tok, const EngineOptions& o)
+    : batch_(std::move(batch)), tok_(tok), opt_(o) {
+  if (o.queue < 0) fail("--queue must be >= 0 (got {})", o.queue);
+  slots_.resize(size_t(batch_->slots()));
+  logits_.resize(size_t(batch_->slots()) * size_t(batch_->weights().cfg.vocab));
+  metrics_.set_gauges(0, 0, batch_->slots(), 0);
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  shutdown();
+}
+
+std::shared_ptr<Request> Engine::submit(std::vector<int32_t> prompt, const GenParams& p) {
+  if (prompt.empty()) fail("the prompt is empty");
+  if (int64_t(prompt.size()) >= ctx())
+    fail(
+        "the prompt has {} tokens; a slot's context holds {} (with room for one generated token; "
+        "raise -c)",
+        prompt.size(), ctx());
+  for (int32_t id : prompt)
+    if (id < 0 || id >= tok_.n_vocab())
+      fail("token id {} is out of range for a vocabulary of {}", id, tok_.n_vocab());
+  if (p.max_tokens < 1) fail("max_tokens must be at least 1 (got {})", p.max_tokens);
+  Sampler check(p.sampling);  // throws on bad sampling parameters, here rather than in the loop
+  auto r = std::make_shared<Request>();
+  r->prompt_ = std::move(prompt);
+  r->params_ = p;
+  r->arrived_ = Clock::now();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopping_ || int(queue_.size()) >= opt_.queue) {
+      metrics_.add_rejected();
+      throw Busy(stopping_ ? "the server is shutting down" : "the request queue is full");
+    }
+    queue_.push_back(r);
+  }
+  cv_.notify_all();
+  return r;
+}
+
+void Engine::shutdown() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!stopping_) {
+      stopping_ = true;
+      deadline_ = Clock::now() + opt_.shutdown_grace;
+    }
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::hurry() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopping_) deadline_ = Clock::now();
+  }
+  cv_.notify_all();
+}
+
+void Engine::loop() {
+  for (;;) {
+    bool busy =
+        std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.req != nullptr; });
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      if (!busy) cv_.wait(l, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_ && Clock::now() >= deadline_) cancel_all_locked();
+      if (stopping_ && queue_.empty() && !busy) return;
+    }
+    for (size_t s = 0; s < slots_.size(); ++s)
+      if (slots_[s].req && slots_[s].req->cancelled()) finish(int(s), Finish::Cancelled);
+    admit();
+    try {
+      run_step();
+    } catch (const std::exception& e) {  // a broken step ends the requests in it, not the server
+      std::fprintf(stderr, "lowrank serve: step failed: %s\n", e.what());
+      for (size_t s = 0; s < slots_.size(); ++s)
+        if (slots_[s].req) finish(int(s), Finish::Cancelled);
+    }
+  }
+}
+
+void Engine::cancel_all_locked() {
+  for (auto& r : queue_) r->cancel();
+  for (Slot& s : slots_)
+    if (s.req) s.req->cancel();
+}
+
+void Engine::admit() {
+  for (;;) {
+    std::shared_ptr<Request> r;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      while (!queue_.empty() && queue_.front()->cancelled()) {  // gone before it ran
+        auto gone = queue_.front();
+        queue_.pop_front();
+        metrics_.add_finished("cancelled", seconds(Clock::now() - gone->arrived_));
+        gone->post("", nullptr, Finish::Cancelled, {int(gone->prompt_.size()), 0, 0});
+      }
+      if (queue_.empty()) break;
+      // The free slot whose cache shares the longest prefix; else the least recently used.
+      int best = -1;
+      size_t best_common = 0;
+      const std::vector<int32_t>& prompt = queue_.front()->prompt_;
+      for (size_t s = 0; s < slots_.size(); ++s) {
+        const Slot& sl = slots_[s];
+        if (sl.req) continue;
+        const size_t n = std::min(sl.cached.size(), prompt.size());
+        const size_t common = size_t(
+            std::mismatch(prompt.begin(), prompt.begin() + long(n), sl.cached.begin()).first -
+            prompt.begin());
+        if (best < 0 || common > best_common ||
+            (common == best_common && sl.last_used < slots_[size_t(best)].last_used)) {
+          best = int(s);
+          best_common = common;
+        }
+      }
+      if (best < 0) break;
+      r = queue_.front();
+      queue_.pop_front();
+      Slot& sl = slots_[size_t(best)];
+      // At least the prompt's last token runs, for its logits.
+      const size_t keep = std::min(best_common, r->prompt_.size() - 1);
+      batch_->rewind(best, int(keep));
+      sl.cached.resize(keep);
+      sl.req = r;
+      sl.fed = keep;
+      sl.reused = int(keep);
+      sl.next = -1;
+      sl.seq.emplace(tok_, r->prompt_, r->params_);
+      r->admitted_ = Clock::now();
+      metrics_.add_prompt(int(r->prompt_.size()), int(keep));
+    }
+  }
+}
+
+void Engine::run_step() {
+  std::vector<BatchBackend::Chunk> chunks;
+  std::vector<int> owner;  // slot of each chunk that asks for logits
+  int budget = batch_->max_step_tokens();
+  for (size_t s = 0; s < slots_.size() && budget > 0; ++s) {  // decoding slots: one token each
+    Slot& sl = slots_[s];
+    if (!sl.req || sl.prefilling()) continue;
+    chunks.push_back({int(s), &sl.next, 1, true, /*generated=*/true});
+    owner.push_back(int(s));
+    --budget;
+  }
+  if (!chunks.empty()) budget = std::min(budget, opt_.decode_chunk);
+  for (size_t s = 0; s < slots_.size() && budget > 0; ++s) {  // then prompt chunks
+    Slot& sl = slots_[s];
+    if (!sl.prefilling()) continue;
+    const int n = int(std::min<size_t>(size_t(budget), sl.req->prompt_.size() - sl.fed));
+    const bool last = sl.fed + size_t(n) == sl.req->prompt_.size();
+    chunks.push_back({int(s), sl.req->prompt_.data() + sl.fed, n, last});
+    if (last) owner.push_back(int(s));
+    budget -= n;
+  }
+  update_gauges();
+  if (chunks.empty()) return;
+  batch_->step(chunks, logits_.data());
+  ++steps_;
+  metrics_.add_step(batch_->last_step().tokens);
+  for (const auto& c : chunks) {
+    Slot& sl = slots_[size_t(c.slot)];
+    sl.cached.insert(sl.cached.end(), c.tokens, c.tokens + c.n);
+    if (sl.prefilling()) sl.fed += size_t(c.n);
+  }
+  const size_t vocab = size_t(batch_->weights().cfg.vocab);
+  for (size_t i = 0; i < owner.size(); ++i) advance(owner[i], &logits_[i * vocab]);
+  update_gauges();
+}
+
+void Engine::update_gauges() {
+  int running = 0;
+  int64_t cached = 0;
+  for (const Slot& sl : slots_)
+    if (sl.req) ++running, cached += int64_t(sl.cached.size());
+  std::lock_guard<std::mutex> l(mu_);
+  metrics_.set_gauges(running, int(queue_.size()), slots(),
+                      double(cached) / (double(slots()) * double(ctx())));
+}
+
+void Engine::advance(int s, const float* logits) {
+  Slot& sl = slots_[size_t(s)];
+  Request& r = *sl.req;
+  // The next step would feed the token: it needs a position in the cache.
+  const bool room = int(sl.cached.size()) < ctx();
+  Sequence::Step o = sl.seq->next(logits, batch_->weights().cfg.vocab, room);
+  const auto now = Clock::now();
+  const bool first = sl.seq->generated().size() == 1;
+  metrics_.add_token(seconds(now - (first ? r.arrived_ : r.last_token_)), first);
+  if (first) r.first_token_ = now;
+  r.last_token_ = now;
+  if (!o.text.empty() || o.token)
+    r.post(o.text, o.token ? &*o.token : nullptr, Finish::None, usage_of(r, sl));
+  if (o.finish != Finish::None) return finish(s, o.finish);
+  sl.next = o.id;
+}
+
+Usage Engine::usage_of(const Request& r, const Slot& sl) const {
+  Usage u{int(r.prompt_.size()), sl.seq ? int(sl.seq->generated().size()) : 0, sl.reused};
+  if (sl.seq && !sl.seq->generated().empty()) {
+    u.prompt_s = seconds(r.first_token_ - r.admitted_);
+    u.decode_s = seconds(r.last_token_ - r.first_token_);
+  }
+  return u;
+}
+
+void Engine::finish(int s, Finish f) {
+  Slot& sl = slots_[size_t(s)];
+  const Request& r = *sl.req;
+  // Counted before the request hears of it, so a client's next /metrics includes it.
+  metrics_.add_finished(finish_name(f), seconds(Clock::now() - r.arrived_));
+  const std::shared_ptr<Request> req = std::move(sl.req);
+  sl.last_used = steps_;
+  update_gauges();
+  req->post("", nullptr, f, usage_of(*req, sl));
+}
+
+}  // namespace lr

@@ -1,0 +1,163 @@
+// The engine under every command that generates: requests wait in a
+// bounded queue, run in slots (one sequence each, with its own KV cache in a
+// BatchBackend made by runtime/session.h make_slots), and advance together,
+// one batch step at a time, on the engine's own thread. `serve` runs many
+// slots; `run` and `chat` one (a conversation's next turn reuses the
+// cached prefix, so only its new tokens are evaluated); `bench-batch` B.
+//
+// A step holds one token of every slot that decodes and then prompt chunks
+// of the slots that prefill, up to the step's token budget (chunked
+// prefill, as llama.cpp's slot loop and vLLM's scheduler do); a slot's
+// prompt chunk asks for logits only when it ends the prompt. A request is
+// admitted when a slot is free (each slot holds a full context, so a free
+// slot is free KV capacity); it takes the free slot whose cached tokens
+// share the longest prefix with its prompt and evaluates only the rest.
+// Requests see their tokens through their Request: text in whole UTF-8
+// characters, held back while it might begin a stop string (each slot's
+// answer is a runtime/sequence.h Sequence).
+//
+// The batch is invariant (backend/batch.h), and each request samples with
+// its own seeded sampler, so a request's tokens do not depend on the others.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/batch.h"
+#include "runtime/metrics.h"
+#include "runtime/sequence.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lr {
+
+struct Usage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  int cached_tokens = 0;  // prompt tokens a slot's cache already held
+  double prompt_s = 0;    // from taking a slot to the first generated token
+  double decode_s = 0;    // from the first generated token to the last
+};
+
+// One request's channel between its HTTP handler and the engine thread.
+class Request {
+ public:
+  // What is new since the last take.
+  struct News {
+    std::string text;
+    std::vector<TokenOut> tokens;  // when log-probabilities were asked for
+    bool done = false;
+    Finish finish = Finish::None;
+    Usage usage;
+  };
+  // Waits until there is news or `timeout` passes, and takes it.
+  News take(std::chrono::milliseconds timeout);
+  // Asks the engine to stop this request (it frees the slot within one step).
+  void cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+
+ private:
+  friend class Engine;
+  void post(const std::string& text, const TokenOut* token, Finish finish, const Usage& usage);
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  News pending_;
+  bool news_ = false;
+  std::atomic<bool> cancelled_{false};
+  // The engine's side.
+  std::vector<int32_t> prompt_;
+  GenParams params_;
+  std::chrono::steady_clock::time_point arrived_, admitted_, first_token_, last_token_;
+};
+
+struct EngineOptions {
+  int queue = 64;         // requests waiting for a slot at most
+  int step_tokens = 512;  // tokens per step at most (prompt chunks fill what decoding leaves)
+  // Prompt tokens per step at most while other slots decode: a decoding
+  // slot's next token waits for the step, so its inter-token time is bounded
+  // by this chunk's cost (prompts alone take step_tokens).
+  int decode_chunk = 128;
+  std::chrono::milliseconds shutdown_grace{10000};  // running requests may finish within this
+};
+
+class Engine {
+ public:
+  // Starts the engine thread over `batch` (its slots and context).
+  Engine(std::unique_ptr<BatchBackend> batch, const Tokenizer& tok, const EngineOptions& o);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request. Throws Busy when the queue is full or the engine
+  // stops, lr::Error for a prompt that does not fit a slot's context.
+  struct Busy : std::runtime_error {
+    using std::runtime_error::runtime_error;
+  };
+  std::shared_ptr<Request> submit(std::vector<int32_t> prompt, const GenParams& p);
+
+  // Stops accepting, lets running and queued requests finish within the
+  // grace period, cancels the rest and joins the engine thread.
+  void shutdown();
+  // Ends the grace period now: running and queued requests are cancelled at
+  // the next step (a second SIGINT/SIGTERM). No effect before shutdown().
+  void hurry();
+  // After shutdown() began: new requests are refused, /health answers 503.
+  bool stopping() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return stopping_;
+  }
+
+  int slots() const { return batch_->slots(); }
+  int ctx() const { return batch_->ctx(); }
+  Metrics::Snapshot metrics() const { return metrics_.snapshot(); }
+
+ private:
+  struct Slot {
+    std::shared_ptr<Request> req;  // null when free
+    std::vector<int32_t> cached;   // the tokens in the slot's cache, in order
+    size_t fed = 0;                // prompt tokens in the cache
+    int reused = 0;                // of them, those the slot held from before
+    int32_t next = -1;             // the sampled token the next step feeds (decoding)
+    std::optional<Sequence> seq;   // the answer of its request
+    uint64_t last_used = 0;        // step of its last request's end (LRU among free slots)
+    bool prefilling() const { return req && fed < req->prompt_.size(); }
+  };
+
+  void loop();
+  void admit();
+  void run_step();
+  // After slot s's logits: sample, stop or go on.
+  void advance(int s, const float* logits);
+  void finish(int s, Finish f);
+  void cancel_all_locked();
+  Usage usage_of(const Request& r, const Slot& sl) const;
+  // Slots busy, queue length and cache use into the metrics.
+  void update_gauges();
+
+  std::unique_ptr<BatchBackend> batch_;
+  const Tokenizer& tok_;
+  EngineOptions opt_;
+  std::vector<Slot> slots_;
+  std::vector<float> logits_;
+  uint64_t steps_ = 0;
+
+  mutable std::mutex mu_;  // queue_, stopping_
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Request>> queue_;
+  bool stopping_ = false;
+  std::chrono::steady_clock::time_point deadline_;
+  Metrics metrics_;
+  std::thread thread_;
+};
+
+}  // namespace lr

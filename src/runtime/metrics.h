@@ -1,0 +1,51 @@
+// What the engine counts (its slots, queue, tokens and latencies); served as
+// GET /metrics by lowrank serve (server/metrics.h). Updated by the engine
+// thread, read by others: one mutex.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace lr {
+
+// A cumulative histogram over fixed upper bounds (seconds), as Prometheus keeps one.
+struct Histogram {
+  std::vector<double> bounds;    // ascending; +Inf is implicit
+  std::vector<uint64_t> counts;  // [bounds.size() + 1]: observations <= bounds[i] (not cumulated)
+  double sum = 0;
+  uint64_t count = 0;
+  explicit Histogram(std::vector<double> b = {});
+  void observe(double v);
+};
+
+class Metrics {
+ public:
+  struct Snapshot {
+    int running = 0, waiting = 0, slots = 0;
+    double kv_usage = 0;  // cached tokens of busy slots / (slots * ctx)
+    uint64_t prompt_tokens = 0, generated_tokens = 0, cached_prompt_tokens = 0;
+    uint64_t steps = 0, step_tokens = 0;
+    std::map<std::string, uint64_t> finished;  // by finish reason
+    uint64_t rejected = 0;                     // refused: queue full or stopping
+    Histogram ttft, itl, e2e;
+    Histogram step_sizes;  // tokens per batch step
+  };
+  Metrics();
+
+  void set_gauges(int running, int waiting, int slots, double kv_usage);
+  void add_step(int tokens);
+  void add_prompt(int tokens, int cached);
+  void add_token(double since_last_s, bool first);  // the first: time to first token
+  void add_finished(const std::string& reason, double e2e_s);
+  void add_rejected();
+  Snapshot snapshot() const;
+
+ private:
+  mutable std::mutex mu_;
+  Snapshot s_;
+};
+
+}  // namespace lr

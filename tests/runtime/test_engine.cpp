@@ -1,0 +1,349 @@
+// The engine (runtime/engine.h) on a tiny random model: a request's
+// tokens alone and among others, prefix reuse, stop strings, the queue
+// bound, cancellation and shutdown.
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <random>
+
+#include "../error_of.h"
+#include "../model/model_test_util.h"
+#include "runtime/engine.h"
+#include "runtime/model.h"
+#include "runtime/session.h"
+
+namespace lr {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Tiny {
+  test::TempDir t;
+  Model m;
+  Tiny() {
+    test::TinySpec s;
+    s.tokenizer = true;  // bytes: every token is text
+    s.wtype = DType::Q4_0;
+    s.ctx_train = 512;
+    m = load_model(test::write_tiny(t, s, "tiny.gguf"), std::nullopt);
+  }
+  std::unique_ptr<Engine> engine(int slots, int ctx = 128, int queue = 16, int step_tokens = 24,
+                                 int decode_chunk = 128) {
+    BackendOptions o;
+    o.ctx = ctx;
+    o.n_threads = 2;
+    EngineOptions e;
+    e.queue = queue;
+    e.step_tokens = step_tokens;
+    e.decode_chunk = decode_chunk;
+    return std::make_unique<Engine>(make_cpu_batch_backend(m.weights, o, slots, step_tokens),
+                                    *m.tokenizer, e);
+  }
+};
+
+std::vector<int32_t> prompt(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (auto& x : p) x = int32_t(3 + rng() % 256);
+  return p;
+}
+
+struct Result {
+  std::string text;
+  std::vector<TokenOut> tokens;
+  Finish finish = Finish::None;
+  Usage usage;
+};
+
+Result wait(Request& r) {
+  Result out;
+  for (int i = 0; i < 2000; ++i) {  // 20 s at most
+    Request::News n = r.take(10ms);
+    out.text += n.text;
+    out.tokens.insert(out.tokens.end(), n.tokens.begin(), n.tokens.end());
+    if (n.done) {
+      out.finish = n.finish;
+      out.usage = n.usage;
+      return out;
+    }
+  }
+  ADD_FAILURE() << "request did not finish";
+  return out;
+}
+
+GenParams greedy(int max_tokens) {
+  GenParams p;
+  p.sampling.temperature = 0;
+  p.max_tokens = max_tokens;
+  p.top_logprobs = 2;
+  return p;
+}
+
+void expect_same(const Result& a, const Result& b) {
+  EXPECT_EQ(a.text, b.text);
+  ASSERT_EQ(a.tokens.size(), b.tokens.size());
+  for (size_t i = 0; i < a.tokens.size(); ++i) {
+    EXPECT_EQ(a.tokens[i].id, b.tokens[i].id);
+    EXPECT_EQ(a.tokens[i].logprob, b.tokens[i].logprob) << "token " << i;  // bit for bit
+  }
+}
+
+// A request alone and among 7 others (sampled ones too) gives the same
+// tokens and the same log-probabilities, bit for bit.
+TEST(Engine, ARequestGivesTheSameTokensAloneAndAmongOthers) {
+  Tiny tiny;
+  const auto p = prompt(37, 1);
+  Result alone;
+  {
+    auto e = tiny.engine(4);
+    alone = wait(*e->submit(p, greedy(20)));
+  }
+  EXPECT_EQ(alone.finish, Finish::Length);
+  EXPECT_EQ(alone.tokens.size(), 20u);
+  EXPECT_EQ(alone.usage.prompt_tokens, 37);
+  EXPECT_EQ(alone.usage.completion_tokens, 20);
+  auto e = tiny.engine(4);
+  std::vector<std::shared_ptr<Request>> others;
+  for (int i = 0; i < 7; ++i) {
+    GenParams g = greedy(5 + 4 * i);
+    g.sampling.temperature = i % 2 ? 0.9f : 0.f;
+    g.sampling.seed = uint64_t(i);
+    others.push_back(e->submit(prompt(5 + 11 * i, 100 + uint32_t(i)), g));
+    if (i == 2) others.push_back(e->submit(p, greedy(20)));  // joins while others run
+  }
+  Result among = wait(*others[3]);
+  expect_same(alone, among);
+  for (auto& r : others) wait(*r);
+  const auto m = e->metrics();
+  EXPECT_EQ(m.finished.at("length"), 8u);
+  EXPECT_EQ(m.generated_tokens, 20u + (5 + 9 + 13 + 17 + 21 + 25 + 29));
+}
+
+// While a slot decodes, a newcomer's prompt goes in chunks of at most
+// decode_chunk tokens, so no step makes the decoding slot wait for a long
+// chunk; alone, a prompt takes the whole step. Its tokens are the same.
+TEST(Engine, PromptChunksStaySmallWhileOthersDecode) {
+  Tiny tiny;
+  const auto p = prompt(40, 5);
+  auto largest_step = [](const Metrics::Snapshot& m) {
+    double top = 0;
+    for (size_t i = 0; i < m.step_sizes.counts.size(); ++i)
+      if (m.step_sizes.counts[i] > 0)
+        top = i < m.step_sizes.bounds.size() ? m.step_sizes.bounds[i] : 1e9;
+    return top;  // the bound of the highest bucket observed
+  };
+  std::vector<Result> newcomer;
+  for (int chunk : {3, 128}) {
+    // a decodes until it is cancelled, so it outlasts the newcomer's 14
+    // chunks however the host schedules the threads; the test checks it did.
+    auto e = tiny.engine(2, 4096, 16, 24, chunk);
+    auto a = e->submit(prompt(3, 6), greedy(4000));
+    for (int i = 0; i < 500 && a->take(10ms).tokens.empty(); ++i) {
+    }  // a decodes
+    newcomer.push_back(wait(*e->submit(p, greedy(3))));
+    a->cancel();
+    EXPECT_EQ(wait(*a).finish, Finish::Cancelled) << "a stopped decoding before the newcomer ended";
+    const auto m = e->metrics();
+    EXPECT_EQ(m.step_sizes.count, m.steps);
+    if (chunk == 3)
+      EXPECT_LE(largest_step(m), 4) << "a step took more than a's token and 3 prompt tokens";
+    else
+      EXPECT_GE(largest_step(m), 16) << "alone beside one decoding slot, the prompt fills the step";
+  }
+  expect_same(newcomer[0], newcomer[1]);
+}
+
+// The slot that served a prompt keeps it: a longer prompt that starts with it
+// evaluates only the rest, and answers as a fresh engine does.
+TEST(Engine, PromptPrefixIsReused) {
+  Tiny tiny;
+  auto first = prompt(30, 2), second = first;
+  const auto more = prompt(9, 3);
+  second.insert(second.end(), more.begin(), more.end());
+  Result fresh;
+  {
+    auto e = tiny.engine(2);
+    fresh = wait(*e->submit(second, greedy(6)));
+  }
+  EXPECT_EQ(fresh.usage.cached_tokens, 0);
+  auto e = tiny.engine(2);
+  wait(*e->submit(first, greedy(6)));
+  Result reused = wait(*e->submit(second, greedy(6)));
+  EXPECT_EQ(reused.usage.cached_tokens, 30);
+  expect_same(fresh, reused);
+  // The same prompt again: all but its last token come from the cache.
+  Result again = wait(*e->submit(second, greedy(6)));
+  EXPECT_EQ(again.usage.cached_tokens, 38);
+  expect_same(fresh, again);
+  EXPECT_EQ(e->metrics().cached_prompt_tokens, 68u);
+}
+
+// The text ends before the first stop string, which never goes out, even in part.
+TEST(Engine, StopStringsEndTheText) {
+  Tiny tiny;
+  auto e = tiny.engine(1);
+  const auto p = prompt(12, 4);
+  Result full = wait(*e->submit(p, greedy(40)));
+  ASSERT_GE(full.text.size(), 12u) << "the tiny model's greedy text is too short for this test";
+  const std::string stop = full.text.substr(full.text.size() / 2, 3);
+  GenParams g = greedy(40);
+  g.stop = {stop, "never appears \x01\x02"};
+  Result cut = wait(*e->submit(p, g));
+  EXPECT_EQ(cut.finish, Finish::Stop);
+  EXPECT_EQ(cut.text, full.text.substr(0, full.text.find(stop)));
+  // A stop token ends it too: the greedy answer's 5th token.
+  g = greedy(40);
+  g.stop_tokens = {full.tokens[4].id};
+  Result tok = wait(*e->submit(p, g));
+  EXPECT_EQ(tok.finish, Finish::Stop);
+  EXPECT_EQ(tok.usage.completion_tokens, 5);
+}
+
+TEST(Engine, FullQueueIsBusyAndBadRequestsAreRefused) {
+  Tiny tiny;
+  auto e = tiny.engine(1, 4096, /*queue=*/1);
+  auto a = e->submit(prompt(8, 5), greedy(4000));  // holds the slot until it is cancelled
+  int busy = 0;
+  std::vector<std::shared_ptr<Request>> queued;
+  for (int i = 0; i < 3; ++i) {
+    try {
+      queued.push_back(e->submit(prompt(8, 6), greedy(2)));
+    } catch (const Engine::Busy& b) {
+      EXPECT_STREQ(b.what(), "the request queue is full");
+      ++busy;
+    }
+  }
+  EXPECT_GE(busy, 2);
+  EXPECT_EQ(test::error_of([&] { e->submit(prompt(4096, 7), greedy(2)); }),
+            "the prompt has 4096 tokens; a slot's context holds 4096 (with room for one generated "
+            "token; raise -c)");
+  EXPECT_EQ(test::error_of([&] { e->submit({}, greedy(2)); }), "the prompt is empty");
+  EXPECT_EQ(test::error_of([&] {
+              e->submit({1, 300}, greedy(2));
+            }),
+            "token id 300 is out of range for a vocabulary of 259");
+  EXPECT_EQ(test::error_of([&] {
+              e->submit({1, 2}, greedy(0));
+            }),
+            "max_tokens must be at least 1 (got 0)");
+  a->cancel();
+  EXPECT_EQ(wait(*a).finish, Finish::Cancelled);
+  for (auto& r : queued) wait(*r);
+  EXPECT_GE(e->metrics().rejected, 2u);
+}
+
+// A cancelled request ends within a step and frees its slot for the next.
+TEST(Engine, CancelFreesTheSlot) {
+  Tiny tiny;
+  auto e = tiny.engine(1, 4096);
+  auto a = e->submit(prompt(8, 8), greedy(4000));
+  auto b = e->submit(prompt(8, 9), greedy(3));
+  a->take(5s);  // a runs
+  a->cancel();
+  Result ra = wait(*a), rb = wait(*b);
+  EXPECT_EQ(ra.finish, Finish::Cancelled);
+  EXPECT_LT(ra.usage.completion_tokens, 4000);
+  EXPECT_EQ(rb.finish, Finish::Length);
+  EXPECT_EQ(rb.usage.completion_tokens, 3);
+  const auto m = e->metrics();
+  EXPECT_EQ(m.finished.at("cancelled"), 1u);
+  EXPECT_EQ(m.finished.at("length"), 1u);
+}
+
+// Shutdown lets nothing new in and ends what runs once the grace period is over.
+TEST(Engine, ShutdownCancelsAfterTheGracePeriod) {
+  Tiny tiny;
+  BackendOptions o;
+  o.ctx = 4096;
+  o.n_threads = 1;
+  EngineOptions eo;
+  eo.shutdown_grace = 0ms;
+  Engine e(make_cpu_batch_backend(tiny.m.weights, o, 2, 16), *tiny.m.tokenizer, eo);
+  auto a = e.submit(prompt(8, 10), greedy(4000));
+  a->take(5s);
+  e.shutdown();
+  EXPECT_EQ(wait(*a).finish, Finish::Cancelled);
+  EXPECT_THROW(e.submit(prompt(8, 11), greedy(2)), Engine::Busy);
+}
+
+}  // namespace
+}  // namespace lr
+
+namespace lr {
+namespace {
+
+// Greedy tokens and their log-probabilities from a session driven by hand:
+// the prompt in chunks of `chunk` tokens, then one token at a time.
+Result by_hand(Backend& b, const std::vector<int32_t>& p, int n, int chunk) {
+  const int V = b.weights().cfg.vocab;
+  std::vector<float> logits(static_cast<size_t>(V));
+  for (size_t i = 0; i < p.size(); i += size_t(chunk))
+    b.forward(p.data() + i, int(std::min(p.size() - i, size_t(chunk))), logits.data(), false);
+  Result r;
+  for (int i = 0; i < n; ++i) {
+    TokenOut t;
+    t.id = argmax(logits.data(), V);
+    t.logprob = token_logprob(logits.data(), V, t.id);
+    r.tokens.push_back(t);
+    if (i + 1 < n) b.forward(&t.id, 1, logits.data(), false);
+  }
+  return r;
+}
+
+// A one-slot engine (make_slots, as run and chat make it) runs the
+// single-sequence session, so whatever a session runs runs under the engine:
+// the fast path, a compressed key cache (which the batch refuses), the
+// scalar reference. Its tokens are the session's, bit for bit.
+TEST(Engine, OneSlotRunsTheSessionAsGenerationByHand) {
+  test::TempDir t;
+  test::TinySpec s;
+  s.tokenizer = true;
+  s.ctx_train = 512;
+  const std::string path = test::write_tiny(t, s, "tiny.gguf");
+  const Model stored = load_model(path, std::nullopt);
+  const Model f32 = load_model(path, DType::F32);
+  const auto p = prompt(29, 7);
+  struct Case {
+    const char* name;
+    const Model& m;
+    ExecPath path;
+    kv::KeyType keys;
+  };
+  for (const Case& c : {Case{"fast", stored, ExecPath::Fast, kv::KeyType::F32},
+                        Case{"fast, f16 keys", stored, ExecPath::Fast, kv::KeyType::F16},
+                        Case{"reference", f32, ExecPath::Reference, kv::KeyType::F32}}) {
+    SCOPED_TRACE(c.name);
+    BackendOptions o;
+    o.ctx = 64;
+    o.n_threads = 2;
+    o.keys.type = c.keys;
+    EngineOptions eo;
+    eo.step_tokens = 8;  // the engine cuts the prompt into chunks of 8
+    auto session = make_session(c.m, c.path, o);
+    const Result want = by_hand(*session, p, 12, eo.step_tokens);
+    GenParams g = greedy(12);
+    g.top_logprobs = 0;
+    Engine e(make_slots(c.m, c.path, o, 1, eo.step_tokens), *c.m.tokenizer, eo);
+    const Result got = wait(*e.submit(p, g));
+    ASSERT_EQ(got.tokens.size(), want.tokens.size());
+    for (size_t i = 0; i < want.tokens.size(); ++i) {
+      EXPECT_EQ(got.tokens[i].id, want.tokens[i].id) << i;
+      EXPECT_EQ(got.tokens[i].logprob, want.tokens[i].logprob) << i;  // bit for bit
+    }
+    EXPECT_GT(got.usage.prompt_s, 0);
+    EXPECT_GT(got.usage.decode_s, 0);
+  }
+  // Several slots keep dense caches: a compressed key cache is refused, naming the way out.
+  BackendOptions o;
+  o.ctx = 64;
+  o.keys.type = kv::KeyType::Svdq;
+  EXPECT_NE(test::error_of([&] { make_slots(stored, ExecPath::Fast, o, 2, 16); })
+                .find("runs in one slot: -np 1"),
+            std::string::npos);
+  EXPECT_NE(test::error_of([&] { make_slots(f32, ExecPath::Reference, BackendOptions{}, 2, 16); })
+                .find("the scalar reference runs one sequence"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace lr

@@ -1,0 +1,62 @@
+#include "answer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+namespace lr::cli {
+
+Answer stream_answer(Engine& engine, std::vector<int32_t> prompt, const GenParams& p, FILE* out,
+                     const std::atomic<bool>* interrupt) {
+  using namespace std::chrono_literals;
+  std::shared_ptr<Request> r = engine.submit(std::move(prompt), p);
+  Answer a;
+  for (;;) {
+    Request::News n = r->take(50ms);
+    if (!n.text.empty()) {
+      std::fwrite(n.text.data(), 1, n.text.size(), out);
+      std::fflush(out);
+      a.text += n.text;
+    }
+    a.usage = n.usage;
+    if (n.done) {
+      a.finish = n.finish;
+      return a;
+    }
+    if (interrupt && interrupt->load()) r->cancel();
+  }
+}
+
+void print_answer_stats(FILE* f, const std::string& where, const Answer& a) {
+  const Usage& u = a.usage;
+  const int evaluated = u.prompt_tokens - u.cached_tokens;
+  const int decodes = std::max(0, u.completion_tokens - 1);  // the first comes with the prompt
+  std::fprintf(f,
+               "\n[%s] prompt: %d tokens (%d cached) in %.3f s (%.1f tok/s) | generated: %d "
+               "tokens, decode %.1f tok/s%s\n",
+               where.c_str(), u.prompt_tokens, u.cached_tokens, u.prompt_s,
+               double(evaluated) / std::max(u.prompt_s, 1e-9), u.completion_tokens,
+               decodes > 0 ? double(decodes) / std::max(u.decode_s, 1e-9) : 0.0,
+               a.finish == Finish::Stop        ? " (stopped)"
+               : a.finish == Finish::Cancelled ? " (interrupted)"
+                                               : "");
+}
+
+void add_sampling_options(CLI::App& sub, SamplerParams& p) {
+  sub.add_option("--temp", p.temperature, "temperature (0: greedy)")->capture_default_str();
+  sub.add_option("--top-k", p.top_k, "top-k (0: off)")->capture_default_str();
+  sub.add_option("--top-p", p.top_p, "top-p (1: off)")->capture_default_str();
+  sub.add_option("--min-p", p.min_p, "min-p (0: off)")->capture_default_str();
+  sub.add_option("--repeat-penalty", p.repeat_penalty, "repetition penalty (1: off)")
+      ->capture_default_str();
+  sub.add_option("--repeat-last-n", p.repeat_last_n,
+                 "tokens the penalty looks back over, the prompt's included")
+      ->capture_default_str();
+  sub.add_option("-s,--seed", p.seed, "RNG seed (default: random)");
+}
+
+void seed_unless_given(const CLI::App& sub, SamplerParams& p) {
+  if (sub.count("--seed") == 0) p.seed = std::random_device{}();
+}
+
+}  // namespace lr::cli

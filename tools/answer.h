@@ -1,0 +1,35 @@
+// An answer streamed to the terminal, for run and chat: a request of the
+// one-slot engine (runtime/engine.h) whose text is written as it comes.
+#pragma once
+
+#include <atomic>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "runtime/engine.h"
+
+namespace lr::cli {
+
+struct Answer {
+  std::string text;
+  Finish finish = Finish::None;
+  Usage usage;
+};
+
+// Submits `prompt` and writes the answer's text to `out` until it ends. When
+// *interrupt turns true the request is cancelled (its text so far is kept).
+Answer stream_answer(Engine& engine, std::vector<int32_t> prompt, const GenParams& p, FILE* out,
+                     const std::atomic<bool>* interrupt = nullptr);
+
+// "[cpu path, 2 threads] prompt: 12 tokens in 0.041 s (292.7 tok/s) | generated: ..." to `f`.
+void print_answer_stats(FILE* f, const std::string& where, const Answer& a);
+
+// --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n, -s/--seed.
+void add_sampling_options(CLI::App& sub, SamplerParams& p);
+// The seed: --seed when given, else a random one.
+void seed_unless_given(const CLI::App& sub, SamplerParams& p);
+
+}  // namespace lr::cli
