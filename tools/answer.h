@@ -2,12 +2,11 @@
 // one-slot engine (runtime/engine.h) whose text is written as it comes.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <cstdio>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "runtime/engine.h"
 

@@ -22,7 +22,9 @@ namespace lr::cli {
 namespace {
 
 std::atomic<bool> g_interrupt{false};
-extern "C" void on_sigint(int) { g_interrupt.store(true); }
+extern "C" void on_sigint(int) {
+  g_interrupt.store(true);
+}
 
 struct ChatOptions {
   ModelOptions model;

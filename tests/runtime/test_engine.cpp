@@ -337,11 +337,13 @@ TEST(Engine, OneSlotRunsTheSessionAsGenerationByHand) {
   BackendOptions o;
   o.ctx = 64;
   o.keys.type = kv::KeyType::Svdq;
-  EXPECT_NE(test::error_of([&] { make_slots(stored, ExecPath::Fast, o, 2, 16); })
-                .find("runs in one slot: -np 1"),
+  EXPECT_NE(test::error_of([&] {
+              make_slots(stored, ExecPath::Fast, o, 2, 16);
+            }).find("runs in one slot: -np 1"),
             std::string::npos);
-  EXPECT_NE(test::error_of([&] { make_slots(f32, ExecPath::Reference, BackendOptions{}, 2, 16); })
-                .find("the scalar reference runs one sequence"),
+  EXPECT_NE(test::error_of([&] {
+              make_slots(f32, ExecPath::Reference, BackendOptions{}, 2, 16);
+            }).find("the scalar reference runs one sequence"),
             std::string::npos);
 }
 

@@ -39,7 +39,8 @@ GenParams greedy(int max_tokens) {
 }
 
 // Feeds `text` byte by byte; returns what each step released.
-std::vector<Sequence::Step> feed(Sequence& s, const std::string& text, int vocab, bool room = true) {
+std::vector<Sequence::Step> feed(Sequence& s, const std::string& text, int vocab,
+                                 bool room = true) {
   std::vector<Sequence::Step> out;
   for (unsigned char c : text) {
     out.push_back(s.next(pick(vocab, c).data(), vocab, room));

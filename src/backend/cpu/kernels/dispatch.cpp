@@ -29,7 +29,8 @@ void matvec(const Matrix& W, const float* x, float* y, int64_t r0, int64_t r1) {
 void matmul(const Matrix& W, const float* X, int64_t ldx, float* Y, int64_t ldy, int64_t n,
             int64_t r0, int64_t r1, MatmulPath path) {
   if (n == 1 && path == MatmulPath::Any) return matvec(W, X, Y, r0, r1);
-  if (W.panels) return matmul_panels(W.dtype, W.panels.get(), X, Y, n, W.cols, ldx, ldy, r0, r1, path);
+  if (W.panels)
+    return matmul_panels(W.dtype, W.panels.get(), X, Y, n, W.cols, ldx, ldy, r0, r1, path);
   switch (W.dtype) {
     case DType::BF16:
       return matmul_bf16(W.half(), X, Y, n, W.cols, ldx, ldy, r0, r1, path);
@@ -40,7 +41,8 @@ void matmul(const Matrix& W, const float* X, int64_t ldx, float* Y, int64_t ldy,
     case DType::F32:
       return matmul_f32(W.f32(), X, Y, n, W.cols, ldx, ldy, r0, r1, path);
     default:
-      return matmul_blocks(W.dtype, W.ptr(), W.row_bytes(), X, Y, n, W.cols, ldx, ldy, r0, r1, path);
+      return matmul_blocks(W.dtype, W.ptr(), W.row_bytes(), X, Y, n, W.cols, ldx, ldy, r0, r1,
+                           path);
   }
 }
 
@@ -50,7 +52,8 @@ void matvec_rows(const Matrix& W, const float* X, int64_t ldx, float* Y, int64_t
   if (W.panels) return matvec_panels_n(W.dtype, W.panels.get(), X, ldx, Y, ldy, n, W.cols, r0, r1);
   if (is_block_format(W.dtype))
     return matvec_blocks_n(W.dtype, W.ptr(), W.row_bytes(), X, ldx, Y, ldy, n, W.cols, r0, r1);
-  if (W.dtype == DType::Q8_0) return matvec_q8_0_n(W.q8(), W.scales.get(), X, ldx, Y, ldy, n, W.cols, r0, r1);
+  if (W.dtype == DType::Q8_0)
+    return matvec_q8_0_n(W.q8(), W.scales.get(), X, ldx, Y, ldy, n, W.cols, r0, r1);
   // Blocks of 64 rows (in L2) against every x in turn.
   constexpr int64_t kBlockRows = 64;
   for (int64_t r = r0; r < r1; r += kBlockRows)
