@@ -54,7 +54,7 @@ int run(const PplOptions& o) {
                tokens.size(), p.ctx, p.score_all ? "every token after the first" : "the second half");
 
   BackendOptions bo = o.model.backend_options();
-  auto backend = make_backend(m, o.model.path(), bo);
+  auto backend = make_session(m, o.model.path(), bo);
   auto t0 = std::chrono::steady_clock::now();
   PerplexityResult r = perplexity(*backend, tokens, p, [&](int done, int total, double ppl) {
     if (o.no_progress) return;

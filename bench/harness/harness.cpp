@@ -57,7 +57,7 @@ Sample run_once(const Model& m, const BenchMode& mode, const BenchShape& sh, int
   o.exec = mode.exec;
   o.keys = keys;
   o.keys.type = mode.keys;
-  auto b = make_backend(m, path, o);
+  auto b = make_session(m, path, o);
   const int vocab = m.weights->cfg.vocab;
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int32_t> tok(1, vocab - 1);
