@@ -4,6 +4,8 @@
 #include <chrono>
 #include <random>
 
+#include "core/error.h"
+
 namespace lr::cli {
 
 Answer stream_answer(Engine& engine, std::vector<int32_t> prompt, const GenParams& p, FILE* out,
@@ -20,6 +22,7 @@ Answer stream_answer(Engine& engine, std::vector<int32_t> prompt, const GenParam
     }
     a.usage = n.usage;
     if (n.done) {
+      if (!n.error.empty()) fail("{}", n.error);  // a failed step, not an interrupted answer
       a.finish = n.finish;
       return a;
     }

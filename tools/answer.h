@@ -20,6 +20,7 @@ struct Answer {
 
 // Submits `prompt` and writes the answer's text to `out` until it ends. When
 // *interrupt turns true the request is cancelled (its text so far is kept).
+// Throws lr::Error when the engine's step failed.
 Answer stream_answer(Engine& engine, std::vector<int32_t> prompt, const GenParams& p, FILE* out,
                      const std::atomic<bool>* interrupt = nullptr);
 

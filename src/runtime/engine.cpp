@@ -25,12 +25,13 @@ Request::News Request::take(std::chrono::milliseconds timeout) {
   pending_.done = n.done;  // done stays done
   pending_.finish = n.finish;
   pending_.usage = n.usage;
+  pending_.error = n.error;
   news_ = false;
   return n;
 }
 
 void Request::post(const std::string& text, const TokenOut* token, Finish finish,
-                   const Usage& usage) {
+                   const Usage& usage, const std::string& error) {
   {
     std::lock_guard<std::mutex> l(mu_);
     pending_.text += text;
@@ -40,6 +41,7 @@ void Request::post(const std::string& text, const TokenOut* token, Finish finish
       pending_.finish = finish;
     }
     pending_.usage = usage;
+    if (!error.empty()) pending_.error = error;
     news_ = true;
   }
   cv_.notify_all();
@@ -121,10 +123,10 @@ void Engine::loop() {
     admit();
     try {
       run_step();
-    } catch (const std::exception& e) {  // a broken step ends the requests in it, not the server
-      std::fprintf(stderr, "lowrank serve: step failed: %s\n", e.what());
+    } catch (const std::exception& e) {  // a broken step ends the requests in it, not the engine
+      std::fprintf(stderr, "lowrank: step failed: %s\n", e.what());
       for (size_t s = 0; s < slots_.size(); ++s)
-        if (slots_[s].req) finish(int(s), Finish::Cancelled);
+        if (slots_[s].req) finish(int(s), Finish::Cancelled, e.what());
     }
   }
 }
@@ -255,7 +257,7 @@ Usage Engine::usage_of(const Request& r, const Slot& sl) const {
   return u;
 }
 
-void Engine::finish(int s, Finish f) {
+void Engine::finish(int s, Finish f, const std::string& error) {
   Slot& sl = slots_[size_t(s)];
   const Request& r = *sl.req;
   // Counted before the request hears of it, so a client's next /metrics includes it.
@@ -263,7 +265,7 @@ void Engine::finish(int s, Finish f) {
   const std::shared_ptr<Request> req = std::move(sl.req);
   sl.last_used = steps_;
   update_gauges();
-  req->post("", nullptr, f, usage_of(*req, sl));
+  req->post("", nullptr, f, usage_of(*req, sl), error);
 }
 
 }  // namespace lr

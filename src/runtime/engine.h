@@ -58,6 +58,7 @@ class Request {
     bool done = false;
     Finish finish = Finish::None;
     Usage usage;
+    std::string error;  // a step that failed (Cancelled): what it threw
   };
   // Waits until there is news or `timeout` passes, and takes it.
   News take(std::chrono::milliseconds timeout);
@@ -67,7 +68,8 @@ class Request {
 
  private:
   friend class Engine;
-  void post(const std::string& text, const TokenOut* token, Finish finish, const Usage& usage);
+  void post(const std::string& text, const TokenOut* token, Finish finish, const Usage& usage,
+            const std::string& error = "");
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -138,7 +140,7 @@ class Engine {
   void run_step();
   // After slot s's logits: sample, stop or go on.
   void advance(int s, const float* logits);
-  void finish(int s, Finish f);
+  void finish(int s, Finish f, const std::string& error = "");
   void cancel_all_locked();
   Usage usage_of(const Request& r, const Slot& sl) const;
   // Slots busy, queue length and cache use into the metrics.

@@ -1,7 +1,5 @@
 #include "runtime/metrics.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 
 namespace lr {

@@ -28,11 +28,6 @@ std::string describe(ExecPath path, const BackendOptions& opt);
 
 // One sequence on `path`.
 std::unique_ptr<Backend> make_session(const Model& m, ExecPath path, const BackendOptions& opt);
-// The older name of make_session, kept for the tests that use it.
-inline std::unique_ptr<Backend> make_backend(const Model& m, ExecPath path,
-                                             const BackendOptions& opt) {
-  return make_session(m, path, opt);
-}
 
 // An engine's slots (runtime/engine.h), steps of at most max_step_tokens:
 // - one slot: a session (make_session) as a batch of one, so a one-slot

@@ -65,8 +65,8 @@ void compare(const Model& m, const ExecOptions& e, int prompt, int gen, const st
   o.ctx = prompt + gen + 1;
   o.n_threads = 2;
   o.exec = e;
-  auto cpu = make_backend(m, ExecPath::Fast, o);
-  auto gpu = make_backend(m, ExecPath::Cuda, o);
+  auto cpu = make_session(m, ExecPath::Fast, o);
+  auto gpu = make_session(m, ExecPath::Cuda, o);
   const int V = m.weights->cfg.vocab;
   std::vector<int32_t> toks(static_cast<size_t>(prompt));
   for (int i = 0; i < prompt; ++i) toks[size_t(i)] = 3 + (i * 7919) % (V - 3);
@@ -128,9 +128,9 @@ TEST_F(Gpu, FusedDecodeIsTheUnfusedArithmetic) {
   BackendOptions o;
   o.ctx = 300;
   o.exec = slow;
-  auto a = make_backend(m, ExecPath::Cuda, o);
+  auto a = make_session(m, ExecPath::Cuda, o);
   o.exec = fast;
-  auto b = make_backend(m, ExecPath::Cuda, o);
+  auto b = make_session(m, ExecPath::Cuda, o);
   const int V = m.weights->cfg.vocab;
   std::vector<int32_t> toks(static_cast<size_t>(270));  // decode crosses a split-K chunk
   for (size_t i = 0; i < toks.size(); ++i) toks[i] = int32_t(3 + (i * 31) % size_t(V - 3));
@@ -166,7 +166,7 @@ TEST_F(Gpu, PrefillOnTheOwnGemmAndABadChoice) {
   ASSERT_EQ(setenv("LOWRANK_CUDA_PREFILL", "magma", 1), 0);
   BackendOptions o;
   o.ctx = 16;
-  const std::string e = test::error_of([&] { make_backend(m, ExecPath::Cuda, o); });
+  const std::string e = test::error_of([&] { make_session(m, ExecPath::Cuda, o); });
   unsetenv("LOWRANK_CUDA_PREFILL");
   EXPECT_NE(e.find("LOWRANK_CUDA_PREFILL=magma: expected cublas (the default) or own"),
             std::string::npos)
@@ -226,7 +226,7 @@ TEST_F(Gpu, LaunchCountsFollowThePlan) {
     BackendOptions o;
     o.ctx = 64;
     o.exec = e;
-    auto gpu = make_backend(m, ExecPath::Cuda, o);
+    auto gpu = make_session(m, ExecPath::Cuda, o);
     std::vector<float> logits(size_t(m.weights->cfg.vocab));
     int32_t tok = 5;
     gpu->forward(&tok, 1, logits.data(), false);  // captures the graphs
@@ -249,7 +249,7 @@ TEST_F(Gpu, ContextOverflowAndRewind) {
   Model m = load_model(synth(0.5), DType::BF16);
   BackendOptions o;
   o.ctx = 8;
-  auto gpu = make_backend(m, ExecPath::Cuda, o);
+  auto gpu = make_session(m, ExecPath::Cuda, o);
   std::vector<int32_t> toks = {1, 2, 3, 4, 5, 6, 7, 8, 9};
   std::vector<float> logits(size_t(m.weights->cfg.vocab));
   EXPECT_THROW(gpu->forward(toks.data(), 9, logits.data(), false), Error);

@@ -111,7 +111,7 @@ inline std::vector<float> plan_logits(std::shared_ptr<const Weights> w, const st
 // Logits [toks, vocab] of the model at `path` from the reference forward (f32).
 inline std::vector<float> reference_logits(const std::string& path, const std::vector<int32_t>& toks) {
   Model m = load_model(path, DType::F32);
-  auto b = make_backend(m, ExecPath::Reference, {64, 1});
+  auto b = make_session(m, ExecPath::Reference, {64, 1});
   std::vector<float> out(toks.size() * size_t(m.weights->cfg.vocab));
   b->forward(toks.data(), int(toks.size()), out.data(), true);
   return out;

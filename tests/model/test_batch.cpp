@@ -242,7 +242,7 @@ void expect_invariant(const Model& m, double tol = 2e-3) {
     o.ctx = 64;
     o.n_threads = threads;
     for (size_t i = 0; i < seqs.size(); ++i) {
-      auto b = make_backend(m, ExecPath::Fast, o);
+      auto b = make_session(m, ExecPath::Fast, o);
       const Seq& q = seqs[i];
       std::vector<float> l(size_t(q.prompt) * size_t(vocab));
       b->forward(q.tokens.data(), q.prompt, l.data(), true);

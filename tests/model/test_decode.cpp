@@ -53,7 +53,7 @@ std::vector<float> decode_logits(const Model& m, ExecPath path, const ExecOption
   o.ctx = 96;
   o.n_threads = threads;
   o.exec = e;
-  auto b = make_backend(m, path, o);
+  auto b = make_session(m, path, o);
   const size_t V = size_t(m.weights->cfg.vocab);
   std::vector<float> out((kSeq.size() - kPrompt + 1) * V);
   b->forward(kSeq.data(), kPrompt, out.data(), false);
@@ -67,7 +67,7 @@ std::vector<int32_t> greedy(const Model& m, ExecPath path, const ExecOptions& e,
   o.ctx = 96;
   o.n_threads = threads;
   o.exec = e;
-  auto b = make_backend(m, path, o);
+  auto b = make_session(m, path, o);
   std::vector<float> logits(size_t(m.weights->cfg.vocab));
   b->forward(kSeq.data(), kPrompt, logits.data(), false);
   std::vector<int32_t> toks;
@@ -195,7 +195,7 @@ ExecCounters one_step(const Model& m, const ExecOptions& e, int threads) {
   o.ctx = 64;
   o.n_threads = threads;
   o.exec = e;
-  auto b = make_backend(m, ExecPath::Fast, o);
+  auto b = make_session(m, ExecPath::Fast, o);
   std::vector<float> logits(size_t(m.weights->cfg.vocab));
   b->forward(kSeq.data(), kPrompt, logits.data(), false);
   b->reset_counters();
@@ -285,7 +285,7 @@ TEST(Decode, LegacyKvNeedsLowRankKeysAndValues) {
   BackendOptions o;
   o.exec.kv = KvMode::Legacy;
   try {
-    make_backend(m, ExecPath::Fast, o);
+    make_session(m, ExecPath::Fast, o);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--kv legacy"), std::string::npos) << e.what();

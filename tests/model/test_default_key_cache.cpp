@@ -21,7 +21,7 @@ double ppl_with(const Model& m, const std::vector<int32_t>& toks, const kv::KeyC
   o.ctx = 1024;
   o.n_threads = 2;
   o.keys = k;
-  auto b = make_backend(m, ExecPath::Fast, o);
+  auto b = make_session(m, ExecPath::Fast, o);
   PerplexityOptions p;
   p.ctx = 1024;
   p.max_chunks = 1;

@@ -39,7 +39,7 @@ TEST(DefaultModel, LowRankKeep06EveryDecodeModeMatchesReference) {
   std::vector<int32_t> want;
   std::vector<std::vector<float>> ref_logits;
   {
-    auto ref = make_backend(f32, ExecPath::Reference, {128, 1});
+    auto ref = make_session(f32, ExecPath::Reference, {128, 1});
     std::vector<float> l(static_cast<size_t>(vocab));
     ref->forward(prompt.data(), int(prompt.size()), l.data(), false);
     for (int s = 0; s < kSteps; ++s) {
@@ -69,7 +69,7 @@ TEST(DefaultModel, LowRankKeep06EveryDecodeModeMatchesReference) {
       bo.ctx = 128;
       bo.n_threads = 2;
       bo.exec = e;
-      auto b = make_backend(*m, ExecPath::Fast, bo);
+      auto b = make_session(*m, ExecPath::Fast, bo);
       std::vector<float> l(static_cast<size_t>(vocab));
       b->forward(prompt.data(), int(prompt.size()), l.data(), false);
       std::vector<int32_t> got;

@@ -56,7 +56,7 @@ Outcome run(const Model& m, const kv::KeyCacheConfig& k, int threads, int prompt
   o.ctx = 128;
   o.n_threads = threads;
   o.keys = k;
-  auto b = make_backend(m, ExecPath::Fast, o);
+  auto b = make_session(m, ExecPath::Fast, o);
   const size_t V = size_t(m.weights->cfg.vocab);
   Outcome r;
   r.logits.resize((kSeq.size() - size_t(prompt) + 1) * V);
@@ -155,10 +155,10 @@ TEST(KeyCache, EachSequenceFitsItsOwnBasis) {
     return l;
   };
   const std::vector<int32_t> prompt(kSeq.begin(), kSeq.begin() + 64);
-  auto alone = make_backend(m, ExecPath::Fast, o);
+  auto alone = make_session(m, ExecPath::Fast, o);
   const auto la = first(*alone, prompt);
   // The same session after another sequence (rewind(0) forgets its basis).
-  auto reused = make_backend(m, ExecPath::Fast, o);
+  auto reused = make_session(m, ExecPath::Fast, o);
   const auto lo = first(*reused, other);
   reused->rewind(0);
   const auto lb = first(*reused, prompt);
@@ -219,7 +219,7 @@ TEST(KeyCache, BadCalibrationTensorsAndModesAreClearErrors) {
   o.exec.kv = KvMode::Static;
   o.keys = keys(kv::KeyType::Svdq);
   try {
-    make_backend(m, ExecPath::Fast, o);
+    make_session(m, ExecPath::Fast, o);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--cache-type-k svdq runs with --kv dense"), std::string::npos) << e.what();

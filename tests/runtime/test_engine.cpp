@@ -53,6 +53,7 @@ struct Result {
   std::vector<TokenOut> tokens;
   Finish finish = Finish::None;
   Usage usage;
+  std::string error;
 };
 
 Result wait(Request& r) {
@@ -64,6 +65,7 @@ Result wait(Request& r) {
     if (n.done) {
       out.finish = n.finish;
       out.usage = n.usage;
+      out.error = n.error;
       return out;
     }
   }
@@ -345,6 +347,31 @@ TEST(Engine, OneSlotRunsTheSessionAsGenerationByHand) {
               make_slots(f32, ExecPath::Reference, BackendOptions{}, 2, 16);
             }).find("the scalar reference runs one sequence"),
             std::string::npos);
+}
+
+// A step that throws ends the requests in it as cancelled and hands them
+// the error (run and chat report it, rather than an interrupted answer); the
+// engine goes on with the next request.
+TEST(Engine, AFailedStepEndsItsRequestsWithTheError) {
+  Tiny tiny;
+  struct Failing final : BatchBackend {
+    explicit Failing(std::shared_ptr<const Weights> w) : BatchBackend(std::move(w), 1, 64, 16) {}
+    void step(const std::vector<Chunk>& chunks, float*) override {
+      check_step(chunks);
+      if (++steps == 1) fail("the device went away");
+      for (const Chunk& c : chunks) n_past_[size_t(c.slot)] += c.n;
+    }
+    StepStats last_step() const override { return {}; }
+    int steps = 0;
+  };
+  Engine e(std::make_unique<Failing>(tiny.m.weights), *tiny.m.tokenizer, EngineOptions{});
+  const Result failed = wait(*e.submit(prompt(5, 1), greedy(3)));
+  EXPECT_EQ(failed.finish, Finish::Cancelled);
+  EXPECT_EQ(failed.error, "the device went away");
+  const Result next = wait(*e.submit(prompt(5, 2), greedy(3)));
+  EXPECT_EQ(next.finish, Finish::Length);  // the logits are zeros: greedy picks token 0 three times
+  EXPECT_EQ(next.error, "");
+  EXPECT_EQ(next.usage.completion_tokens, 3);
 }
 
 }  // namespace
