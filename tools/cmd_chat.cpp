@@ -94,7 +94,7 @@ int chat(const ChatOptions& o) {
       a = stream_answer(engine, p.ids, g, stdout, &g_interrupt);
     } catch (const Error& e) {  // the conversation no longer fits: say so, keep it as it was
       msgs.pop_back();
-      std::fprintf(stdout, "lowrank chat: %s; /clear starts a new conversation\n", e.what());
+      std::fprintf(stderr, "lowrank chat: %s; /clear starts a new conversation\n", e.what());
       continue;
     }
     std::fputs("\n", stdout);
