@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda.h"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/plan.h"
 #include "backend/cuda/prefill_blas.h"

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -62,6 +63,21 @@ inline AllLogits run_batch(BatchBackend& b, const std::vector<Seq>& seqs, bool t
     }
   }
   return out;
+}
+
+// Every logit row `got` has is `want`'s, bit for bit (and more rows than
+// sequences were compared).
+inline void expect_same_bits(const AllLogits& got, const AllLogits& want) {
+  int compared = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    for (size_t p = 0; p < got[i].size(); ++p) {
+      if (got[i][p].empty()) continue;
+      ASSERT_EQ(want[i][p].size(), got[i][p].size()) << "sequence " << i << " at position " << p;
+      ASSERT_EQ(std::memcmp(got[i][p].data(), want[i][p].data(), got[i][p].size() * 4), 0)
+          << "sequence " << i << " at position " << p;
+      ++compared;
+    }
+  EXPECT_GT(compared, int(got.size()));
 }
 
 }  // namespace lr::test

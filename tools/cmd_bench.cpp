@@ -6,11 +6,12 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "backend/cuda/cuda.h"
+#include "bench/harness/harness.h"
 #include "common.h"
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "model/load.h"
-#include "bench/harness/harness.h"
 #include "svg_plot.h"
 
 namespace lr::cli {

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backend/cuda/cuda.h"
 #include "common.h"
 #include "core/error.h"
 

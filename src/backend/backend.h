@@ -1,6 +1,8 @@
 // The narrow interface every backend implements. A backend instance is a
 // session: it owns the KV cache and scratch buffers; the weights it reads are
 // shared and read-only. Model code and tools do not know which backend runs.
+// Each backend's factories are in its own header: backend/ref/ref.h,
+// backend/cpu/cpu.h, backend/cuda/cuda.h (runtime/session.h picks one).
 #pragma once
 
 #include <climits>
@@ -9,8 +11,8 @@
 #include <memory>
 #include <string>
 
+#include "kv/cache_stats.h"
 #include "kv/key_config.h"
-#include "kv/stream_cache.h"
 #include "model/plan_transforms.h"
 #include "model/weights.h"
 
@@ -80,42 +82,5 @@ class Backend {
   int ctx_;
   int n_past_ = 0;
 };
-
-// The plain scalar f32 definition of the model: slow, obviously correct.
-// Requires F32 weights.
-std::unique_ptr<Backend> make_reference_backend(std::shared_ptr<const Weights> w,
-                                                const BackendOptions& opt);
-// The plan of `target` (model/plan.h) for opt.exec's rung, executed step by
-// step in plain scalar loops: the slow twin of the fast executors (same steps,
-// buffers, folds and cache layouts). Any weight type; f32 caches.
-std::unique_ptr<Backend> make_scalar_plan_backend(std::shared_ptr<const Weights> w, const BackendOptions& opt,
-                                                  Target target);
-// The fast CPU path: AVX2 kernels, bf16 (or f32) weights, multithreaded.
-std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const Weights> w,
-                                          const BackendOptions& opt);
-// Hidden states through the decoder layers of `w` alone: no embedding, no
-// output head. Calibration that goes layer by layer (compress --sequential)
-// runs a model of one layer at a time on the states it keeps. opt.observer
-// sees each layer's linear inputs as in a prompt.
-class LayerRunner {
- public:
-  virtual ~LayerRunner() = default;
-  // x [n, dim], replaced by the last layer's output; positions 0 .. n-1 of
-  // the runner's cache (n <= opt.ctx), whatever earlier calls held.
-  virtual void run(float* x, int n) = 0;
-};
-std::unique_ptr<LayerRunner> make_cpu_layer_runner(std::shared_ptr<const Weights> w,
-                                                   const BackendOptions& opt);
-
-// The CUDA path (src/backend/cuda): bf16 weights on the device, f32
-// accumulation, f16 KV cache; opt.exec picks the ablation rung, with
-// per-layer and per-token units as captured CUDA graphs. Throws lr::Error in a
-// build without CUDA (LOWRANK_CUDA=OFF) or on a machine without a device.
-std::unique_ptr<Backend> make_cuda_backend(std::shared_ptr<const Weights> w,
-                                           const BackendOptions& opt);
-// "NVIDIA H200, 139 GiB, sm_90, driver 12.8" or why there is none.
-std::string cuda_device_info(bool* available = nullptr);
-// The GPU's read bandwidth in GB/s: a kernel summing a 2 GiB buffer, best of 5.
-double cuda_read_bandwidth_gbs();
 
 }  // namespace lr

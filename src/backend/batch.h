@@ -1,7 +1,9 @@
 // Several sequences advanced together, one step at a time: the engine under
-// a server's slots. Each slot is a sequence with its own dense KV cache of
-// ctx positions (slots do not share a pool: a slot's cache is contiguous and
-// its capacity is known when a request is admitted). A step takes chunks of
+// a server's slots. Each slot is a sequence with its own KV cache of ctx
+// positions, of the kind opt.keys names (the CPU batch: dense f32 or a
+// compressed key type, backend/cpu/exec/seq_cache.h; the CUDA batch: f16).
+// Slots do not share a pool: a slot's cache is contiguous and its capacity
+// is known when a request is admitted. A step takes chunks of
 // tokens of distinct slots — one token of a slot that decodes, a piece of
 // the prompt of one that prefills — and every linear map reads its weights
 // once for all of the step's tokens; attention runs per slot over its cache.
@@ -13,6 +15,15 @@
 // through matrix kernels whose every output's arithmetic is the same for
 // any number of tokens and any place among them; attention per token is
 // split the same way always (backend/cpu/executor.h Rows::AsDecode).
+// A compressed key cache is read by each row as a decode step at its
+// position reads it (kv/key_stream.h view_at: the blocks a key-at-a-time
+// cache would hold by then, the rest as f16 rows), and its window is
+// encoded in whole windows, so the blocks do not depend on the cut either.
+// Where it stops: SVDq with a sequence basis fits the basis on the keys a
+// slot holds when a chunk first ends past min_fit_tokens, so its bits
+// depend on where that chunk ends (a calibrated basis does not); and a slot
+// rewound inside a KIVI or SVDq block keeps that block's kept positions as
+// their reconstruction, not as the f16 keys a fresh slot would hold.
 #pragma once
 
 #include <cstdint>
@@ -80,22 +91,5 @@ class BatchBackend {
 // a session's prefill chunks do.
 std::unique_ptr<BatchBackend> make_sequence_batch(std::unique_ptr<Backend> session,
                                                   int max_step_tokens);
-
-// The fast CPU batch: opt.ctx positions per slot, opt.n_threads threads, the
-// fused per-token plan (opt.exec other than the default, an observer or a
-// compressed key cache are refused).
-std::unique_ptr<BatchBackend> make_cpu_batch_backend(std::shared_ptr<const Weights> w,
-                                                     const BackendOptions& opt, int slots,
-                                                     int max_step_tokens);
-
-// The CUDA batch (backend/cuda/backend_cuda.cpp): every slot's f16 cache on
-// the device, each step the unfused plan over all its rows, products on the
-// own GEMM (batch-invariant); decode-only steps of up to 16 rows padded to a
-// bucket of 1, 2, 4, 8 or 16 rows and run as that bucket's CUDA graph
-// (captured at its first use; padded rows run in a spare slot). Dense KV,
-// f16 cache; at most 512 tokens per step. Throws lr::Error without a GPU.
-std::unique_ptr<BatchBackend> make_cuda_batch_backend(std::shared_ptr<const Weights> w,
-                                                      const BackendOptions& opt, int slots,
-                                                      int max_step_tokens);
 
 }  // namespace lr

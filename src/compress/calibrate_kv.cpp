@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu.h"
 #include "core/error.h"
 #include "format/gguf_source.h"
 #include "kv/svdq.h"

@@ -4,6 +4,7 @@
 #include <sstream>
 #include <vector>
 
+#include "backend/cpu/cpu.h"
 #include "core/error.h"
 
 namespace lr::compress {

@@ -2,8 +2,9 @@
 
 #include <algorithm>
 
-#include "linalg/blas.h"
+#include "backend/cpu/cpu.h"
 #include "core/error.h"
+#include "linalg/blas.h"
 
 namespace lr::compress {
 

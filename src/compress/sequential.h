@@ -17,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cpu/cpu.h"
 #include "compress/calibration.h"
 #include "compress/gram.h"
 #include "linalg/linalg.h"

@@ -27,7 +27,6 @@ namespace {
 // bounded by the input.
 constexpr size_t kMaxStack = size_t(1) << 24;
 
-
 class Machine {
  public:
   Machine(const uint8_t* d, uint64_t n, const std::string& what, const Hooks& h, Document& doc)
@@ -37,145 +36,244 @@ class Machine {
     for (;;) {
       const uint64_t at = pos_;
       const uint8_t op = byte();
-      switch (op) {
-        case 0x80: byte(); break;                  // PROTO
-        case 0x95: uint(8); break;                 // FRAME (framing is informational)
-        case '.':                                  // STOP
-          if (stack_.size() != 1 || !marks_.empty())
-            fail("{}: pickle STOP at offset {} with {} values on the stack", what_, at, stack_.size());
-          return stack_.back();
-        case '(': marks_.push_back(stack_.size()); break;  // MARK
-        case '}': push(doc_.make(Kind::Dict)); break;
-        case ']': push(doc_.make(Kind::List)); break;
-        case ')': push(doc_.make(Kind::Tuple)); break;
-        case 0x8f: push(doc_.make(Kind::Set)); break;   // EMPTY_SET
-        case 'N': push(doc_.make(Kind::None)); break;
-        case 0x88: case 0x89: {                    // NEWTRUE, NEWFALSE
-          auto v = doc_.make(Kind::Bool);
-          v->i = op == 0x88;
-          push(v);
-          break;
-        }
-        case 'J': push_int(int32_t(uint32_t(uint(4)))); break;  // BININT
-        case 'K': push_int(int64_t(uint(1))); break;            // BININT1
-        case 'M': push_int(int64_t(uint(2))); break;            // BININT2
-        case 0x8a: {                                            // LONG1
-          const uint64_t len = uint(1);
-          if (len > 8) fail("{}: pickle LONG1 of {} bytes at offset {} (at most 8 are read)", what_, len, at);
-          const uint8_t* b = bytes(len);
-          uint64_t v = 0;
-          for (uint64_t i = len; i-- > 0;) v = v << 8 | b[i];
-          if (len > 0 && len < 8 && (b[len - 1] & 0x80)) v |= ~uint64_t(0) << (8 * len);  // sign-extend
-          push_int(int64_t(v));
-          break;
-        }
-        case 'G': {                                             // BINFLOAT (big-endian double)
-          uint64_t v = 0;
-          const uint8_t* b = bytes(8);
-          for (int i = 0; i < 8; ++i) v = v << 8 | b[i];
-          auto f = doc_.make(Kind::Float);
-          std::memcpy(&f->f, &v, 8);
-          push(f);
-          break;
-        }
-        case 'X': push_str(Kind::String, uint(4)); break;       // BINUNICODE
-        case 0x8c: push_str(Kind::String, uint(1)); break;      // SHORT_BINUNICODE
-        case 0x8d: push_str(Kind::String, uint(8)); break;      // BINUNICODE8
-        case 'B': push_str(Kind::Bytes, uint(4)); break;        // BINBYTES
-        case 'C': push_str(Kind::Bytes, uint(1)); break;        // SHORT_BINBYTES
-        case 0x8e: push_str(Kind::Bytes, uint(8)); break;       // BINBYTES8
-        case 't': {                                             // TUPLE
-          auto v = doc_.make(Kind::Tuple);
-          v->items = pop_mark(at);
-          push(v);
-          break;
-        }
-        case 0x85: case 0x86: case 0x87: {                      // TUPLE1..3
-          auto v = doc_.make(Kind::Tuple);
-          v->items.resize(size_t(op - 0x84));
-          for (size_t i = v->items.size(); i-- > 0;) v->items[i] = pop(at);
-          push(v);
-          break;
-        }
-        case 'a': {                                             // APPEND
-          ValuePtr x = pop(at);
-          list_at(at)->items.push_back(x);
-          break;
-        }
-        case 'e': case 0x90: {                                  // APPENDS, ADDITEMS
-          std::vector<ValuePtr> xs = pop_mark(at);
-          ValuePtr l = list_at(at);
-          l->items.insert(l->items.end(), xs.begin(), xs.end());
-          break;
-        }
-        case 's': {                                             // SETITEM
-          ValuePtr v = pop(at), k = pop(at);
-          dict_at(at)->items.insert(dict_at(at)->items.end(), {k, v});
-          break;
-        }
-        case 'u': {                                             // SETITEMS
-          std::vector<ValuePtr> kv = pop_mark(at);
-          if (kv.size() % 2) fail("{}: pickle SETITEMS at offset {} with an odd number of values", what_, at);
-          ValuePtr dct = dict_at(at);
-          dct->items.insert(dct->items.end(), kv.begin(), kv.end());
-          break;
-        }
-        case 'c': {                                             // GLOBAL "module\nname\n"
-          std::string mod = line(at), name = line(at);
-          push_global(mod + "." + name);
-          break;
-        }
-        case 0x93: {                                            // STACK_GLOBAL
-          ValuePtr name = pop(at), mod = pop(at);
-          if (mod->kind != Kind::String || name->kind != Kind::String)
-            fail("{}: pickle STACK_GLOBAL at offset {} needs two strings", what_, at);
-          push_global(mod->s + "." + name->s);
-          break;
-        }
-        case 'R': {                                             // REDUCE: a call
-          ValuePtr args = pop(at), fn = pop(at);
-          if (fn->kind != Kind::Global)
-            fail("{}: pickle REDUCE at offset {} calls something that is not a global", what_, at);
-          if (args->kind != Kind::Tuple) fail("{}: pickle REDUCE at offset {} without an argument tuple", what_, at);
-          if (!hooks_.call) fail("{}: refusing to call {} (offset {})", what_, fn->s, at);
-          push(hooks_.call(doc_, fn->s, args));
-          break;
-        }
-        case 0x81: {                                            // NEWOBJ: cls.__new__(cls, *args), not run
-          ValuePtr args = pop(at), cls = pop(at);
-          if (cls->kind != Kind::Global) fail("{}: pickle NEWOBJ at offset {} of a non-class", what_, at);
-          auto o = doc_.make(Kind::Object);
-          o->s = cls->s;
-          if (args->kind == Kind::Tuple) o->items = args->items;
-          push(o);
-          break;
-        }
-        case 'b': {                                             // BUILD: record the state
-          ValuePtr st = pop(at);
-          ValuePtr& target = top(at);
-          if (target->kind == Kind::Object) target->state = st;
-          // On dicts (OrderedDict._metadata) and hook values the state is ignored.
-          break;
-        }
-        case 'Q': {                                             // BINPERSID
-          ValuePtr pid = pop(at);
-          if (!hooks_.persistent) fail("{}: pickle persistent id at offset {} is not allowed here", what_, at);
-          push(hooks_.persistent(doc_, pid));
-          break;
-        }
-        case 'q': memo_put(uint(1)); break;                     // BINPUT
-        case 'r': memo_put(uint(4)); break;                     // LONG_BINPUT
-        case 0x94: memo_put(memo_.size()); break;               // MEMOIZE
-        case 'h': memo_get(uint(1), at); break;                 // BINGET
-        case 'j': memo_get(uint(4), at); break;                 // LONG_BINGET
-        case '0': pop(at); break;                               // POP
-        case '1': pop_mark(at); break;                          // POP_MARK
-        case '2': push(top(at)); break;                         // DUP
-        default:
-          fail("{}: unsupported pickle opcode 0x{:02x} at offset {} (only the opcodes of tensor "
-               "checkpoints are read)", what_, op, at);
+      if (op == '.') {  // STOP
+        if (stack_.size() != 1 || !marks_.empty())
+          fail("{}: pickle STOP at offset {} with {} values on the stack", what_, at,
+               stack_.size());
+        return stack_.back();
       }
+      if (!literal_op(op, at) && !container_op(op, at) && !object_op(op, at) && !stack_op(op, at))
+        fail(
+            "{}: unsupported pickle opcode 0x{:02x} at offset {} (only the opcodes of tensor "
+            "checkpoints are read)",
+            what_, op, at);
     }
+  }
+
+  // Each family of opcodes: true when op is one of them (and was run).
+  // Protocol and frame markers, and the opcodes that push a literal.
+  bool literal_op(uint8_t op, uint64_t at) {
+    switch (op) {
+      case 0x80:
+        byte();
+        break;  // PROTO
+      case 0x95:
+        uint(8);
+        break;  // FRAME (framing is informational)
+      case '}':
+        push(doc_.make(Kind::Dict));
+        break;
+      case ']':
+        push(doc_.make(Kind::List));
+        break;
+      case ')':
+        push(doc_.make(Kind::Tuple));
+        break;
+      case 0x8f:
+        push(doc_.make(Kind::Set));
+        break;  // EMPTY_SET
+      case 'N':
+        push(doc_.make(Kind::None));
+        break;
+      case 0x88:
+      case 0x89: {  // NEWTRUE, NEWFALSE
+        auto v = doc_.make(Kind::Bool);
+        v->i = op == 0x88;
+        push(v);
+        break;
+      }
+      case 'J':
+        push_int(int32_t(uint32_t(uint(4))));
+        break;  // BININT
+      case 'K':
+        push_int(int64_t(uint(1)));
+        break;  // BININT1
+      case 'M':
+        push_int(int64_t(uint(2)));
+        break;      // BININT2
+      case 0x8a: {  // LONG1
+        const uint64_t len = uint(1);
+        if (len > 8)
+          fail("{}: pickle LONG1 of {} bytes at offset {} (at most 8 are read)", what_, len, at);
+        const uint8_t* b = bytes(len);
+        uint64_t v = 0;
+        for (uint64_t i = len; i-- > 0;) v = v << 8 | b[i];
+        if (len > 0 && len < 8 && (b[len - 1] & 0x80))
+          v |= ~uint64_t(0) << (8 * len);  // sign-extend
+        push_int(int64_t(v));
+        break;
+      }
+      case 'G': {  // BINFLOAT (big-endian double)
+        uint64_t v = 0;
+        const uint8_t* b = bytes(8);
+        for (int i = 0; i < 8; ++i) v = v << 8 | b[i];
+        auto f = doc_.make(Kind::Float);
+        std::memcpy(&f->f, &v, 8);
+        push(f);
+        break;
+      }
+      case 'X':
+        push_str(Kind::String, uint(4));
+        break;  // BINUNICODE
+      case 0x8c:
+        push_str(Kind::String, uint(1));
+        break;  // SHORT_BINUNICODE
+      case 0x8d:
+        push_str(Kind::String, uint(8));
+        break;  // BINUNICODE8
+      case 'B':
+        push_str(Kind::Bytes, uint(4));
+        break;  // BINBYTES
+      case 'C':
+        push_str(Kind::Bytes, uint(1));
+        break;  // SHORT_BINBYTES
+      case 0x8e:
+        push_str(Kind::Bytes, uint(8));
+        break;  // BINBYTES8
+      default:
+        return false;
+    }
+    return true;
+  }
+
+  // The opcodes that build tuples, lists and dicts.
+  bool container_op(uint8_t op, uint64_t at) {
+    switch (op) {
+      case 't': {  // TUPLE
+        auto v = doc_.make(Kind::Tuple);
+        v->items = pop_mark(at);
+        push(v);
+        break;
+      }
+      case 0x85:
+      case 0x86:
+      case 0x87: {  // TUPLE1..3
+        auto v = doc_.make(Kind::Tuple);
+        v->items.resize(size_t(op - 0x84));
+        for (size_t i = v->items.size(); i-- > 0;) v->items[i] = pop(at);
+        push(v);
+        break;
+      }
+      case 'a': {  // APPEND
+        ValuePtr x = pop(at);
+        list_at(at)->items.push_back(x);
+        break;
+      }
+      case 'e':
+      case 0x90: {  // APPENDS, ADDITEMS
+        std::vector<ValuePtr> xs = pop_mark(at);
+        ValuePtr l = list_at(at);
+        l->items.insert(l->items.end(), xs.begin(), xs.end());
+        break;
+      }
+      case 's': {  // SETITEM
+        ValuePtr v = pop(at), k = pop(at);
+        dict_at(at)->items.insert(dict_at(at)->items.end(), {k, v});
+        break;
+      }
+      case 'u': {  // SETITEMS
+        std::vector<ValuePtr> kv = pop_mark(at);
+        if (kv.size() % 2)
+          fail("{}: pickle SETITEMS at offset {} with an odd number of values", what_, at);
+        ValuePtr dct = dict_at(at);
+        dct->items.insert(dct->items.end(), kv.begin(), kv.end());
+        break;
+      }
+      default:
+        return false;
+    }
+    return true;
+  }
+
+  // Marks, the memo and plain stack moves.
+  bool stack_op(uint8_t op, uint64_t at) {
+    switch (op) {
+      case '(':
+        marks_.push_back(stack_.size());
+        break;  // MARK
+      case 'q':
+        memo_put(uint(1));
+        break;  // BINPUT
+      case 'r':
+        memo_put(uint(4));
+        break;  // LONG_BINPUT
+      case 0x94:
+        memo_put(memo_.size());
+        break;  // MEMOIZE
+      case 'h':
+        memo_get(uint(1), at);
+        break;  // BINGET
+      case 'j':
+        memo_get(uint(4), at);
+        break;  // LONG_BINGET
+      case '0':
+        pop(at);
+        break;  // POP
+      case '1':
+        pop_mark(at);
+        break;  // POP_MARK
+      case '2':
+        push(top(at));
+        break;  // DUP
+      default:
+        return false;
+    }
+    return true;
+  }
+
+  // The opcodes that name globals, call them (through the hooks) and build objects.
+  bool object_op(uint8_t op, uint64_t at) {
+    switch (op) {
+      case 'c': {  // GLOBAL "module\nname\n"
+        std::string mod = line(at), name = line(at);
+        push_global(mod + "." + name);
+        break;
+      }
+      case 0x93: {  // STACK_GLOBAL
+        ValuePtr name = pop(at), mod = pop(at);
+        if (mod->kind != Kind::String || name->kind != Kind::String)
+          fail("{}: pickle STACK_GLOBAL at offset {} needs two strings", what_, at);
+        push_global(mod->s + "." + name->s);
+        break;
+      }
+      case 'R': {  // REDUCE: a call
+        ValuePtr args = pop(at), fn = pop(at);
+        if (fn->kind != Kind::Global)
+          fail("{}: pickle REDUCE at offset {} calls something that is not a global", what_, at);
+        if (args->kind != Kind::Tuple)
+          fail("{}: pickle REDUCE at offset {} without an argument tuple", what_, at);
+        if (!hooks_.call) fail("{}: refusing to call {} (offset {})", what_, fn->s, at);
+        push(hooks_.call(doc_, fn->s, args));
+        break;
+      }
+      case 0x81: {  // NEWOBJ: cls.__new__(cls, *args), not run
+        ValuePtr args = pop(at), cls = pop(at);
+        if (cls->kind != Kind::Global)
+          fail("{}: pickle NEWOBJ at offset {} of a non-class", what_, at);
+        auto o = doc_.make(Kind::Object);
+        o->s = cls->s;
+        if (args->kind == Kind::Tuple) o->items = args->items;
+        push(o);
+        break;
+      }
+      case 'b': {  // BUILD: record the state
+        ValuePtr st = pop(at);
+        ValuePtr& target = top(at);
+        if (target->kind == Kind::Object) target->state = st;
+        // On dicts (OrderedDict._metadata) and hook values the state is ignored.
+        break;
+      }
+      case 'Q': {  // BINPERSID
+        ValuePtr pid = pop(at);
+        if (!hooks_.persistent)
+          fail("{}: pickle persistent id at offset {} is not allowed here", what_, at);
+        push(hooks_.persistent(doc_, pid));
+        break;
+      }
+      default:
+        return false;
+    }
+    return true;
   }
 
  private:
@@ -184,7 +282,9 @@ class Machine {
     return d_[pos_++];
   }
   const uint8_t* bytes(uint64_t k) {
-    if (k > n_ - pos_) fail("{}: pickle data truncated: {} bytes needed at offset {}, {} left", what_, k, pos_, n_ - pos_);
+    if (k > n_ - pos_)
+      fail("{}: pickle data truncated: {} bytes needed at offset {}, {} left", what_, k, pos_,
+           n_ - pos_);
     const uint8_t* p = d_ + pos_;
     pos_ += k;
     return p;
@@ -250,7 +350,8 @@ class Machine {
   }
   ValuePtr dict_at(uint64_t at) {
     ValuePtr& d = top(at);
-    if (d->kind != Kind::Dict) fail("{}: pickle setitem at offset {} on something that is not a dict", what_, at);
+    if (d->kind != Kind::Dict)
+      fail("{}: pickle setitem at offset {} on something that is not a dict", what_, at);
     return d;
   }
   void memo_put(uint64_t key) {
@@ -259,7 +360,8 @@ class Machine {
   }
   void memo_get(uint64_t key, uint64_t at) {
     auto it = memo_.find(key);
-    if (it == memo_.end()) fail("{}: pickle memo key {} read at offset {} was never stored", what_, key, at);
+    if (it == memo_.end())
+      fail("{}: pickle memo key {} read at offset {} was never stored", what_, key, at);
     push(it->second);
   }
 

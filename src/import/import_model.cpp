@@ -1,18 +1,18 @@
 #include "import/import_model.h"
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <cstring>
 #include <set>
 
-#include "linalg/linalg.h"
 #include "core/error.h"
 #include "format/dobi_remap.h"
 #include "format/gguf_source.h"
 #include "format/safetensors.h"
 #include "format/torch_checkpoint.h"
+#include "linalg/linalg.h"
 #include "model/config.h"
 #include "model/load.h"
 #include "model/save.h"
@@ -99,23 +99,29 @@ struct Checkpoint {
       std::set<std::string> files;
       for (auto& [k, v] : idx["weight_map"].items()) {
         if (!v.is_string() || v.get<std::string>().find('/') != std::string::npos)
-          fail("{}/pytorch_model.bin.index.json: weight_map entry '{}' is not a file name", path, k);
+          fail("{}/pytorch_model.bin.index.json: weight_map entry '{}' is not a file name", path,
+               k);
         files.insert(v.get<std::string>());
       }
       for (const std::string& f : files) c.add_torch((dir / f).string());
     } else if (fs::exists(dir / "pytorch_model.bin")) {
       c.add_torch((dir / "pytorch_model.bin").string());
     } else {
-      fail("{}: no model.safetensors, pytorch_model.bin or pytorch_model.bin.index.json in the directory", path);
+      fail(
+          "{}: no model.safetensors, pytorch_model.bin or pytorch_model.bin.index.json in the "
+          "directory",
+          path);
     }
     // Dobi-SVD remapping: the factors' 8-bit codes beside the non-linear weights.
-    if (fs::exists(dir / "remapping_weight.pt")) c.add_torch((dir / "remapping_weight.pt").string());
+    if (fs::exists(dir / "remapping_weight.pt"))
+      c.add_torch((dir / "remapping_weight.pt").string());
     return c;
   }
 };
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::string detect(const Checkpoint& c, std::string* why) {
@@ -142,7 +148,7 @@ std::string detect(const Checkpoint& c, std::string* why) {
   if (ab) {
     const bool dobi = c.config.is_object() && c.config.contains("dobi_target_modules");
     const bool dobi_pickle = c.globals.count("modules.module.SVDTransformLayer") > 0;
-    *why = dobi ? "ALinear/BLinear tensors and dobi_target_modules in config.json"
+    *why = dobi          ? "ALinear/BLinear tensors and dobi_target_modules in config.json"
            : dobi_pickle ? "ALinear/BLinear tensors in modules.module.SVDTransformLayer objects"
                          : "ALinear/BLinear tensors (ASVD naming; shapes decide the sides)";
     return dobi || dobi_pickle ? "dobi" : "asvd";
@@ -155,8 +161,10 @@ std::string detect(const Checkpoint& c, std::string* why) {
   int k = 0;
   for (const std::string& n : c.names)
     if (k++ < 4) some += (some.empty() ? "" : ", ") + n;
-  fail("{}: no factor tensors of a known family (svdllm, asvd, dobi, basis-sharing, palu); tensors include {}",
-       c.path, some);
+  fail(
+      "{}: no factor tensors of a known family (svdllm, asvd, dobi, basis-sharing, palu); tensors "
+      "include {}",
+      c.path, some);
 }
 
 // The HuggingFace names of one projection of layer l: its weight
@@ -176,7 +184,8 @@ Names names_of(const WeightSpec& spec, int l) {
 
 // An integer of config.json, or a message naming where it was.
 int64_t config_int(const std::string& path, const json& v, const std::string& where) {
-  if (!v.is_number_integer()) fail("{}: config.json {}: expected an integer, found {}", path, where, v.dump());
+  if (!v.is_number_integer())
+    fail("{}: config.json {}: expected an integer, found {}", path, where, v.dump());
   return v.get<int64_t>();
 }
 
@@ -188,19 +197,23 @@ std::string dims(const TensorView& t) {
 
 // rows, cols of a 2-D tensor (GGML shape {cols, rows}); 0, 0 otherwise.
 std::pair<uint64_t, uint64_t> rc(const TensorView& t) {
-  return t.shape.size() == 2 ? std::pair{t.shape[1], t.shape[0]} : std::pair{uint64_t(0), uint64_t(0)};
+  return t.shape.size() == 2 ? std::pair{t.shape[1], t.shape[0]}
+                             : std::pair{uint64_t(0), uint64_t(0)};
 }
 
 // GGUF-named non-linear tensors (embedding, norms, output head) for the
 // writer: from the checkpoint under their HuggingFace names, else from --base.
 class ImportSource final : public TensorSource {
  public:
-  ImportSource(const Checkpoint& ck, const TensorSource& base, const Config& c) : ck_(ck), base_(base) {
+  ImportSource(const Checkpoint& ck, const TensorSource& base, const Config& c)
+      : ck_(ck), base_(base) {
     for (const WeightSpec& spec : kWeightTable) {
       if (spec.is_linear() && spec.slot != Slot::Output) continue;
       const int n = spec.per_layer ? c.n_layers : 1;
       for (int l = 0; l < n; ++l) {
-        auto name = [&](const char* pat) { return spec.per_layer ? fmt::format(fmt::runtime(pat), l) : std::string(pat); };
+        auto name = [&](const char* pat) {
+          return spec.per_layer ? fmt::format(fmt::runtime(pat), l) : std::string(pat);
+        };
         hf_[name(spec.gguf)] = {name(spec.hf), slot_shape(c, spec.slot), spec.is_norm};
       }
     }
@@ -211,9 +224,12 @@ class ImportSource final : public TensorSource {
     if (it == hf_.end()) return std::nullopt;  // linear maps are written from the weights
     const Entry& e = it->second;
     if (auto t = ck_.find(e.hf)) {
-      const bool ok = e.norm ? t->shape == std::vector<uint64_t>{uint64_t(e.shape.second)}
-                             : rc(*t) == std::pair{uint64_t(e.shape.first), uint64_t(e.shape.second)};
-      if (!ok) fail("{}: tensor '{}' has shape {}, expected [{}, {}]", ck_.path, e.hf, dims(*t), e.shape.first, e.shape.second);
+      const bool ok = e.norm
+                          ? t->shape == std::vector<uint64_t>{uint64_t(e.shape.second)}
+                          : rc(*t) == std::pair{uint64_t(e.shape.first), uint64_t(e.shape.second)};
+      if (!ok)
+        fail("{}: tensor '{}' has shape {}, expected [{}, {}]", ck_.path, e.hf, dims(*t),
+             e.shape.first, e.shape.second);
       return t;
     }
     from_base_.insert(name);
@@ -236,23 +252,26 @@ class ImportSource final : public TensorSource {
 
 // A row-major f32 [rows, cols] buffer as a tensor view (for read_matrix).
 TensorView f32_view(const std::vector<float>& x, int64_t rows, int64_t cols) {
-  return TensorView{DType::F32, {uint64_t(cols), uint64_t(rows)}, reinterpret_cast<const uint8_t*>(x.data()),
-                    x.size() * 4, nullptr};
+  return TensorView{DType::F32,
+                    {uint64_t(cols), uint64_t(rows)},
+                    reinterpret_cast<const uint8_t*>(x.data()),
+                    x.size() * 4,
+                    nullptr};
 }
 
 // Palu's k or v projection of layer l, when its factors are there: U is
 // block-diagonal over head groups, and is stored as one dense [out, sum r_g]
 // factor (exact; the off-block zeros are counted in the report's note).
-bool import_palu(const Checkpoint& ck, const Config& c, const WeightSpec& spec, int l, const std::string& M,
-                 Linear& lin, ImportReport& rep) {
+bool import_palu(const Checkpoint& ck, const Config& c, const WeightSpec& spec, int l,
+                 const std::string& M, Linear& lin, ImportReport& rep) {
   if (spec.slot != Slot::K && spec.slot != Slot::V) return false;
   const auto vt = ck.find(M + ".VT.weight");
   if (!vt) return false;
   const auto [out_dim, in_dim] = slot_shape(c, spec.slot);
   const auto [R, vcols] = rc(*vt);
   if (vcols != uint64_t(in_dim) || R == 0)
-    fail("{}: '{}.VT.weight' has shape {}, expected [rank, {}] ({} of layer {})", ck.path, M, dims(*vt), in_dim,
-         spec.kind, l);
+    fail("{}: '{}.VT.weight' has shape {}, expected [rank, {}] ({} of layer {})", ck.path, M,
+         dims(*vt), in_dim, spec.kind, l);
   std::vector<TensorView> us;
   std::vector<int64_t> ranks;
   uint64_t rows = 0;
@@ -260,9 +279,12 @@ bool import_palu(const Checkpoint& ck, const Config& c, const WeightSpec& spec, 
     const auto u = ck.find(fmt::format("{}.U.{}.weight", M, g));
     if (!u) break;
     if (ck.find(fmt::format("{}.U.{}.bias", M, g)))
-      fail("{}: '{}.U.{}.bias': biased k/v projections are not supported (LLaMA models have none)", ck.path, M, g);
+      fail("{}: '{}.U.{}.bias': biased k/v projections are not supported (LLaMA models have none)",
+           ck.path, M, g);
     const auto [ur, uc] = rc(*u);
-    if (ur == 0 || uc == 0) fail("{}: '{}.U.{}.weight' has shape {}, expected [group rows, rank]", ck.path, M, g, dims(*u));
+    if (ur == 0 || uc == 0)
+      fail("{}: '{}.U.{}.weight' has shape {}, expected [group rows, rank]", ck.path, M, g,
+           dims(*u));
     us.push_back(*u);
     ranks.push_back(int64_t(uc));
     rows += ur;
@@ -271,9 +293,11 @@ bool import_palu(const Checkpoint& ck, const Config& c, const WeightSpec& spec, 
   for (int64_t r : ranks) rsum += uint64_t(r);
   if (us.empty()) fail("{}: '{}.VT.weight' has no '{}.U.0.weight' beside it", ck.path, M, M);
   if (rows != uint64_t(out_dim) || rsum != R)
-    fail("{}: the {} U.* blocks of '{}' have {} rows and ranks summing to {}; expected {} rows and the {} rows "
-         "of its VT",
-         ck.path, us.size(), M, rows, rsum, out_dim, R);
+    fail(
+        "{}: the {} U.* blocks of '{}' have {} rows and ranks summing to {}; expected {} rows and "
+        "the {} rows "
+        "of its VT",
+        ck.path, us.size(), M, rows, rsum, out_dim, R);
   if (ck.config.is_object()) {
     auto hw = ck.config.find("head_wise_ranks");
     if (hw != ck.config.end() && hw->is_object() && hw->contains(M)) {
@@ -282,8 +306,8 @@ bool import_palu(const Checkpoint& ck, const Config& c, const WeightSpec& spec, 
       if (want.is_array())
         for (const json& x : want) w.push_back(config_int(ck.path, x, "head_wise_ranks." + M));
       if (w != ranks)
-        fail("{}: config.json head_wise_ranks says {} has group ranks {}, its U.* blocks have {}", ck.path, M,
-             want.dump(), json(ranks).dump());
+        fail("{}: config.json head_wise_ranks says {} has group ranks {}, its U.* blocks have {}",
+             ck.path, M, want.dump(), json(ranks).dump());
     }
   }
   // Block g: rows [r0, r0 + group rows), columns [c0, c0 + r_g), in HuggingFace row order.
@@ -292,19 +316,22 @@ bool import_palu(const Checkpoint& ck, const Config& c, const WeightSpec& spec, 
   for (const TensorView& u : us) {
     const Matrix m = read_matrix(u, DType::F32, false, c.head_dim);
     for (int64_t i = 0; i < m.rows; ++i)
-      std::copy_n(m.f32() + i * m.cols, m.cols, &U[size_t(r0 + uint64_t(i)) * size_t(R) + size_t(c0)]);
+      std::copy_n(m.f32() + i * m.cols, m.cols,
+                  &U[size_t(r0 + uint64_t(i)) * size_t(R) + size_t(c0)]);
     r0 += uint64_t(m.rows);
     c0 += uint64_t(m.cols);
   }
-  lin.u = read_matrix(f32_view(U, out_dim, int64_t(R)), DType::F32, spec.slot == Slot::K, c.head_dim);
+  lin.u =
+      read_matrix(f32_view(U, out_dim, int64_t(R)), DType::F32, spec.slot == Slot::K, c.head_dim);
   lin.v = read_matrix(*vt, DType::F32, false, c.head_dim);
   MatrixReport mr{fmt::format("blk.{}.{}", l, spec.kind), out_dim, in_dim, int64_t(R), false, ""};
   std::string rs;
   for (int64_t r : ranks) rs += (rs.empty() ? "" : "+") + std::to_string(r);
   uint64_t nonzero = 0;  // entries inside the blocks
   for (size_t g = 0; g < us.size(); ++g) nonzero += rc(us[g]).first * uint64_t(ranks[g]);
-  mr.note = fmt::format("Palu: {} head group(s), ranks {}; block-diagonal U stored dense ({:.0f}% zeros)", us.size(),
-                        rs, 100.0 * (1.0 - double(nonzero) / double(U.size())));
+  mr.note =
+      fmt::format("Palu: {} head group(s), ranks {}; block-diagonal U stored dense ({:.0f}% zeros)",
+                  us.size(), rs, 100.0 * (1.0 - double(nonzero) / double(U.size())));
   rep.matrices.push_back(mr);
   return true;
 }
@@ -313,8 +340,8 @@ bool import_palu(const Checkpoint& ck, const Config& c, const WeightSpec& spec, 
 // dequantized as Dobi's loader does, kept as the factor pair when that is
 // smaller than the matrix ((out + in) k < out in), else multiplied back to a
 // dense matrix, as the loader also does.
-bool import_dobi_remap(const Checkpoint& ck, const Config& c, const WeightSpec& spec, int l, const std::string& M,
-                       Linear& lin, ImportReport& rep) {
+bool import_dobi_remap(const Checkpoint& ck, const Config& c, const WeightSpec& spec, int l,
+                       const std::string& M, Linear& lin, ImportReport& rep) {
   auto us_quan = ck.find_raw(M + ".us_quan");
   if (!us_quan) return false;
   const auto [out_dim, in_dim] = slot_shape(c, spec.slot);
@@ -329,8 +356,12 @@ bool import_dobi_remap(const Checkpoint& ck, const Config& c, const WeightSpec& 
     if (!t) fail("{}: '{}.us_quan' has no '{}.{}' beside it", ck.path, M, M, f);
     return *t;
   };
-  dobi::RemappedTensors t{*us_quan, need_raw("vt_quan"), need("us_absmax"), need("vt_absmax"),
-                          ck.find_string(M + ".tuple_info.0"), ck.find(M + ".tuple_info.1")};
+  dobi::RemappedTensors t{*us_quan,
+                          need_raw("vt_quan"),
+                          need("us_absmax"),
+                          need("vt_absmax"),
+                          ck.find_string(M + ".tuple_info.0"),
+                          ck.find(M + ".tuple_info.1")};
   const dobi::Factors f = dobi::dequantize(what, t, out_dim, in_dim);
   const bool permute = spec.slot == Slot::Q || spec.slot == Slot::K;
   MatrixReport mr{fmt::format("blk.{}.{}", l, spec.kind), out_dim, in_dim, f.k, false, ""};
@@ -346,21 +377,203 @@ bool import_dobi_remap(const Checkpoint& ck, const Config& c, const WeightSpec& 
     const std::vector<float> w(prod.a.begin(), prod.a.end());
     lin.w = read_matrix(f32_view(w, out_dim, in_dim), DType::F32, permute, c.head_dim);
     mr.rank = 0;
-    mr.note = fmt::format("Dobi-SVD remapped rank {} is not smaller than the matrix: multiplied back to dense", f.k);
+    mr.note = fmt::format(
+        "Dobi-SVD remapped rank {} is not smaller than the matrix: multiplied back to dense", f.k);
   }
   rep.matrices.push_back(mr);
   return true;
 }
 
+// Names of the two factors of matrix `spec` of layer l, (first, second), in
+// each naming the family uses (empty: the family has its own reader).
+std::vector<std::pair<std::string, std::string>> factor_names(const std::string& fam,
+                                                              const WeightSpec& spec, int l) {
+  const auto [hf, M, P, x] = names_of(spec, l);
+  if (fam == "svdllm")
+    return {{P + "." + x + "_v_proj.weight", P + "." + x + "_u_proj.weight"},
+            {M + ".v_proj.weight", M + ".u_proj.weight"}};
+  if (fam == "asvd") return {{M + ".BLinear.weight", M + ".ALinear.weight"}};
+  if (fam == "dobi") return {{M + ".ALinear.weight", M + ".BLinear.weight"}};
+  if (fam == "palu") return {};
+  return {{P + "." + x + "_basis.weight", M + ".weight"},
+          {fmt::format("model.{}_basis.{}.weight", x, l), M + ".weight"}};
+}
+
+// The first pair of `pairs` the checkpoint holds, as lin's factors (a basis
+// read once for all the matrices that share its storage). False: none held.
+bool import_factors(const Checkpoint& ck, const Config& c, const WeightSpec& spec, int l,
+                    const std::vector<std::pair<std::string, std::string>>& pairs,
+                    std::map<const uint8_t*, Matrix>& bases, Linear& lin, MatrixReport& mr) {
+  const auto [out_dim, in_dim] = slot_shape(c, spec.slot);
+  const bool permute = spec.slot == Slot::Q || spec.slot == Slot::K;
+  for (const auto& [fa, fb] : pairs) {
+    auto ta = ck.find(fa), tb = ck.find(fb);
+    if (!ta || !tb) continue;
+    // Orientation by shape: first = [r, in] and second = [out, r], or the other way round.
+    auto [ar, ac] = rc(*ta);
+    auto [br, bc] = rc(*tb);
+    const bool as_named = ac == uint64_t(in_dim) && br == uint64_t(out_dim) && bc == ar && ar > 0;
+    const bool swapped = bc == uint64_t(in_dim) && ar == uint64_t(out_dim) && ac == br && br > 0;
+    if (!as_named && !swapped)
+      fail("{}: '{}' {} and '{}' {} are not the two factors of a [{}, {}] matrix ({} of layer {})",
+           ck.path, fa, dims(*ta), fb, dims(*tb), out_dim, in_dim, spec.kind, l);
+    if (as_named && swapped) mr.note = "square factors: sides taken from the family's names";
+    const TensorView& A = as_named ? *ta : *tb;  // [r, in], applied first
+    const TensorView& B = as_named ? *tb : *ta;  // [out, r]
+    auto it = bases.find(A.data);
+    if (it == bases.end())
+      it = bases.emplace(A.data, read_matrix(A, DType::F32, false, c.head_dim)).first;
+    lin.v = it->second;
+    lin.u = read_matrix(B, DType::F32, permute, c.head_dim);
+    mr.rank = lin.v.rows;
+    return true;
+  }
+  return false;
+}
+
+// The dense weight of a matrix the checkpoint did not factor; an error
+// naming every name looked for when it is not there either.
+void import_dense(const Checkpoint& ck, const Config& c, const std::string& fam,
+                  const WeightSpec& spec, int l,
+                  const std::vector<std::pair<std::string, std::string>>& pairs, Linear& lin) {
+  const auto [out_dim, in_dim] = slot_shape(c, spec.slot);
+  const auto [hf, M, P, x] = names_of(spec, l);
+  auto t = ck.find(hf);
+  if (!t) {
+    std::string looked;
+    for (const auto& [a, b] : pairs) looked += fmt::format("'{}' / '{}' and ", a, b);
+    if (fam == "palu" && (spec.slot == Slot::K || spec.slot == Slot::V))
+      looked += fmt::format("'{}.VT.weight' / '{}.U.0.weight' and ", M, M);
+    fail("{}: no factors and no dense weight for {} of layer {} (looked for {}'{}')", ck.path,
+         spec.kind, l, looked, hf);
+  }
+  if (rc(*t) != std::pair{uint64_t(out_dim), uint64_t(in_dim)})
+    fail("{}: dense tensor '{}' has shape {}, expected [{}, {}]", ck.path, hf, dims(*t), out_dim,
+         in_dim);
+  lin.w = read_matrix(*t, DType::F32, spec.slot == Slot::Q || spec.slot == Slot::K, c.head_dim);
+}
+
+// Every linear map of every layer from the checkpoint, as `fam` stores them.
+void import_layers(const Checkpoint& ck, const std::string& fam, Weights& w, ImportReport& rep) {
+  const Config& c = w.cfg;
+  std::map<const uint8_t*, Matrix> bases;  // a shared basis is one matrix (by checkpoint storage)
+  for (int l = 0; l < c.n_layers; ++l)
+    for (const WeightSpec& spec : kWeightTable) {
+      if (!spec.is_linear() || !spec.per_layer) continue;
+      const std::string M = names_of(spec, l).M;
+      Linear& lin = slot_linear(w, spec.slot, l);
+      if (fam == "dobi" && import_dobi_remap(ck, c, spec, l, M, lin, rep)) continue;
+      // Palu's k and v: V^T [sum r_g, in] and one U.g [group rows, r_g] per head group; the rest
+      // dense.
+      if (fam == "palu" && import_palu(ck, c, spec, l, M, lin, rep)) continue;
+      const auto pairs = factor_names(fam, spec, l);
+      const auto [out_dim, in_dim] = slot_shape(c, spec.slot);
+      MatrixReport mr{fmt::format("blk.{}.{}", l, spec.kind), out_dim, in_dim, 0, false, ""};
+      if (!import_factors(ck, c, spec, l, pairs, bases, lin, mr))
+        import_dense(ck, c, fam, spec, l, pairs, lin);
+      rep.matrices.push_back(mr);
+    }
+}
+
+// Rank maps in config.json must agree with the tensors.
+void check_config_ranks(const Checkpoint& ck, const std::string& fam, const Weights& w) {
+  const Config& c = w.cfg;
+  if (!ck.config.is_object()) return;
+  for (const char* key : {"svd_ranks", "truncation_ranks", "dobi_target_modules"}) {
+    auto m = ck.config.find(key);
+    if (m == ck.config.end() || !m->is_object()) continue;
+    for (int l = 0; l < c.n_layers; ++l)
+      for (const WeightSpec& spec : kWeightTable) {
+        if (!spec.is_linear() || !spec.per_layer) continue;
+        const std::string module = names_of(spec, l).M;
+        auto r = m->find(module);
+        if (r == m->end()) continue;
+        const int64_t want = config_int(ck.path, *r, std::string(key) + "." + module);
+        const int64_t have = slot_linear(w, spec.slot, l).rank();
+        if (want != have)
+          fail("{}: config.json {} says {} has rank {}, its tensors have rank {}", ck.path, key,
+               module, want, have);
+      }
+  }
+  for (const WeightSpec& spec : kWeightTable) {  // Basis Sharing: num_basis_<x>
+    if (!spec.is_linear() || !spec.per_layer || fam != "basis-sharing") continue;
+    const std::string x = names_of(spec, 0).x;
+    auto n = ck.config.find("num_basis_" + x);
+    if (n == ck.config.end()) continue;
+    const int64_t want = config_int(ck.path, *n, "num_basis_" + x);
+    for (int l = 0; l < c.n_layers; ++l) {
+      const int64_t have = slot_linear(w, spec.slot, l).rank();
+      if (have != want)
+        fail("{}: config.json num_basis_{} is {}, layer {} has a {} basis of {} vectors", ck.path,
+             x, want, l, x, have);
+    }
+  }
+}
+
+// Basis Sharing: layers whose config says they share must hold identical
+// bases, then stored once.
+void check_shared_bases(const Checkpoint& ck, Weights& w) {
+  const Config& c = w.cfg;
+  if (!ck.config.is_object()) return;
+  for (const WeightSpec& spec : kWeightTable) {
+    if (!spec.is_linear() || !spec.per_layer) continue;
+    const std::string x = names_of(spec, 0).x;
+    auto g = ck.config.find(x + "_groups");
+    if (g == ck.config.end() || !g->is_array()) continue;
+    for (const auto& group : *g) {
+      if (!group.is_array() || group.empty())
+        fail("{}: config.json {}_groups has an empty or non-list group", ck.path, x);
+      const int64_t first = config_int(ck.path, group[0], x + "_groups");
+      for (const auto& m : group) {
+        const int64_t l = config_int(ck.path, m, x + "_groups");
+        if (l < 0 || l >= c.n_layers || first < 0 || first >= c.n_layers)
+          fail("{}: config.json {}_groups names layer {}, the model has {}", ck.path, x, l,
+               c.n_layers);
+        const Linear& a = slot_linear(w, spec.slot, first);
+        const Linear& b = slot_linear(w, spec.slot, l);
+        if (!a.low_rank() || !b.low_rank()) continue;
+        if (a.v.ptr() == b.v.ptr()) continue;
+        if (a.v.rows != b.v.rows || std::memcmp(a.v.ptr(), b.v.ptr(), size_t(a.v.bytes())) != 0)
+          fail(
+              "{}: layers {} and {} claim to share the {} basis ({}_groups) but their bases differ",
+              ck.path, first, l, x, x);
+        slot_linear(w, spec.slot, l).v = a.v;  // identical: stored once
+      }
+    }
+  }
+}
+
+// Which imported maps share their basis with another, in rep.matrices' order.
+void mark_shared(const Weights& w, ImportReport& rep) {
+  // The block's maps layer by layer, as rep.matrices lists them.
+  auto block = [&](auto&& f) {
+    for_each_linear(w, [&](const WeightSpec& spec, int, const Linear& lin) {
+      if (spec.per_layer) f(lin);
+    });
+  };
+  std::map<const uint8_t*, int> uses;
+  block([&](const Linear& lin) { uses[lin.v.ptr()] += lin.low_rank(); });
+  size_t i = 0;
+  block([&](const Linear& lin) {
+    rep.matrices[i++].shared = lin.low_rank() && uses[lin.v.ptr()] > 1;
+  });
+}
+
 }  // namespace
 
-ImportReport import_checkpoint(const std::string& in, const std::string& out, const ImportOptions& opt) {
+ImportReport import_checkpoint(const std::string& in, const std::string& out,
+                               const ImportOptions& opt) {
   if (opt.base.empty())
-    fail("import needs --base: the dense GGUF model the checkpoint was compressed from (config, tokenizer, and "
-         "any embedding, norm or output weights the checkpoint omits)");
-  const std::set<std::string> families = {"auto", "svdllm", "asvd", "dobi", "basis-sharing", "palu"};
+    fail(
+        "import needs --base: the dense GGUF model the checkpoint was compressed from (config, "
+        "tokenizer, and "
+        "any embedding, norm or output weights the checkpoint omits)");
+  const std::set<std::string> families = {"auto", "svdllm",        "asvd",
+                                          "dobi", "basis-sharing", "palu"};
   if (!families.count(opt.from))
-    fail("unknown family '{}' for --from (expected auto, svdllm, asvd, dobi, basis-sharing or palu)", opt.from);
+    fail(
+        "unknown family '{}' for --from (expected auto, svdllm, asvd, dobi, basis-sharing or palu)",
+        opt.from);
   auto base = gguf::File::open(opt.base);
   GgufSource base_src(base);
   Weights w;
@@ -375,138 +588,10 @@ ImportReport import_checkpoint(const std::string& in, const std::string& out, co
   const std::string& fam = rep.family;
   rep.params_before = parameter_count(c);
 
-  std::map<const uint8_t*, Matrix> bases;  // a shared basis is one matrix (by checkpoint storage)
-  for (int l = 0; l < c.n_layers; ++l) {
-    for (const WeightSpec& spec : kWeightTable) {
-      if (!spec.is_linear() || !spec.per_layer) continue;
-      const auto [out_dim, in_dim] = slot_shape(c, spec.slot);
-      const auto [hf, M, P, x] = names_of(spec, l);
-      std::vector<std::pair<std::string, std::string>> pairs;  // (first, second) by the family's names
-      if (fam == "svdllm") {
-        pairs = {{P + "." + x + "_v_proj.weight", P + "." + x + "_u_proj.weight"},
-                 {M + ".v_proj.weight", M + ".u_proj.weight"}};
-      } else if (fam == "asvd") {
-        pairs = {{M + ".BLinear.weight", M + ".ALinear.weight"}};
-      } else if (fam == "dobi") {
-        if (import_dobi_remap(ck, c, spec, l, M, slot_linear(w, spec.slot, l), rep)) continue;
-        pairs = {{M + ".ALinear.weight", M + ".BLinear.weight"}};
-      } else if (fam == "palu") {
-        // k and v: V^T [sum r_g, in] and one U.g [group rows, r_g] per head group; the rest dense.
-        if (import_palu(ck, c, spec, l, M, slot_linear(w, spec.slot, l), rep)) continue;
-      } else {
-        pairs = {{P + "." + x + "_basis.weight", M + ".weight"},
-                 {fmt::format("model.{}_basis.{}.weight", x, l), M + ".weight"}};
-      }
-      Linear& lin = slot_linear(w, spec.slot, l);
-      const bool permute = spec.slot == Slot::Q || spec.slot == Slot::K;
-      MatrixReport mr{fmt::format("blk.{}.{}", l, spec.kind), out_dim, in_dim, 0, false, ""};
-      bool done = false;
-      for (const auto& [fa, fb] : pairs) {
-        auto ta = ck.find(fa), tb = ck.find(fb);
-        if (!ta || !tb) continue;
-        // Orientation by shape: first = [r, in] and second = [out, r], or the other way round.
-        auto [ar, ac] = rc(*ta);
-        auto [br, bc] = rc(*tb);
-        const bool as_named = ac == uint64_t(in_dim) && br == uint64_t(out_dim) && bc == ar && ar > 0;
-        const bool swapped = bc == uint64_t(in_dim) && ar == uint64_t(out_dim) && ac == br && br > 0;
-        if (!as_named && !swapped)
-          fail("{}: '{}' {} and '{}' {} are not the two factors of a [{}, {}] matrix ({} of layer {})", ck.path, fa,
-               dims(*ta), fb, dims(*tb), out_dim, in_dim, spec.kind, l);
-        if (as_named && swapped) mr.note = "square factors: sides taken from the family's names";
-        const TensorView& A = as_named ? *ta : *tb;  // [r, in], applied first
-        const TensorView& B = as_named ? *tb : *ta;  // [out, r]
-        auto it = bases.find(A.data);
-        if (it == bases.end()) it = bases.emplace(A.data, read_matrix(A, DType::F32, false, c.head_dim)).first;
-        lin.v = it->second;
-        lin.u = read_matrix(B, DType::F32, permute, c.head_dim);
-        mr.rank = lin.v.rows;
-        done = true;
-        break;
-      }
-      if (!done) {
-        auto t = ck.find(hf);
-        if (!t) {
-          std::string looked;
-          for (const auto& [a, b] : pairs) looked += fmt::format("'{}' / '{}' and ", a, b);
-          if (fam == "palu" && (spec.slot == Slot::K || spec.slot == Slot::V)) looked += fmt::format("'{}.VT.weight' / '{}.U.0.weight' and ", M, M);
-          fail("{}: no factors and no dense weight for {} of layer {} (looked for {}'{}')", ck.path, spec.kind, l,
-               looked, hf);
-        }
-        if (rc(*t) != std::pair{uint64_t(out_dim), uint64_t(in_dim)})
-          fail("{}: dense tensor '{}' has shape {}, expected [{}, {}]", ck.path, hf, dims(*t), out_dim, in_dim);
-        lin.w = read_matrix(*t, DType::F32, permute, c.head_dim);
-      }
-      rep.matrices.push_back(mr);
-    }
-  }
-  // Rank maps in config.json must agree with the tensors.
-  if (ck.config.is_object()) {
-    for (const char* key : {"svd_ranks", "truncation_ranks", "dobi_target_modules"}) {
-      auto m = ck.config.find(key);
-      if (m == ck.config.end() || !m->is_object()) continue;
-      for (int l = 0; l < c.n_layers; ++l)
-        for (const WeightSpec& spec : kWeightTable) {
-          if (!spec.is_linear() || !spec.per_layer) continue;
-          const std::string module = names_of(spec, l).M;
-          auto r = m->find(module);
-          if (r == m->end()) continue;
-          const int64_t want = config_int(ck.path, *r, std::string(key) + "." + module);
-          const int64_t have = slot_linear(w, spec.slot, l).rank();
-          if (want != have)
-            fail("{}: config.json {} says {} has rank {}, its tensors have rank {}", ck.path, key, module, want, have);
-        }
-    }
-    for (const WeightSpec& spec : kWeightTable) {  // Basis Sharing: num_basis_<x>
-      if (!spec.is_linear() || !spec.per_layer || fam != "basis-sharing") continue;
-      const std::string x = names_of(spec, 0).x;
-      auto n = ck.config.find("num_basis_" + x);
-      if (n == ck.config.end()) continue;
-      const int64_t want = config_int(ck.path, *n, "num_basis_" + x);
-      for (int l = 0; l < c.n_layers; ++l) {
-        const int64_t have = slot_linear(w, spec.slot, l).rank();
-        if (have != want)
-          fail("{}: config.json num_basis_{} is {}, layer {} has a {} basis of {} vectors", ck.path, x, want, l, x,
-               have);
-      }
-    }
-  }
-  // Shared bases: layers whose config says they share must hold identical bases.
-  if (fam == "basis-sharing" && ck.config.is_object())
-    for (const WeightSpec& spec : kWeightTable) {
-      if (!spec.is_linear() || !spec.per_layer) continue;
-      const std::string x = names_of(spec, 0).x;
-      auto g = ck.config.find(x + "_groups");
-      if (g == ck.config.end() || !g->is_array()) continue;
-      for (const auto& group : *g) {
-        if (!group.is_array() || group.empty()) fail("{}: config.json {}_groups has an empty or non-list group", ck.path, x);
-        const int64_t first = config_int(ck.path, group[0], x + "_groups");
-        for (const auto& m : group) {
-          const int64_t l = config_int(ck.path, m, x + "_groups");
-          if (l < 0 || l >= c.n_layers || first < 0 || first >= c.n_layers)
-            fail("{}: config.json {}_groups names layer {}, the model has {}", ck.path, x, l, c.n_layers);
-          const Linear& a = slot_linear(w, spec.slot, first);
-          const Linear& b = slot_linear(w, spec.slot, l);
-          if (!a.low_rank() || !b.low_rank()) continue;
-          if (a.v.ptr() == b.v.ptr()) continue;
-          if (a.v.rows != b.v.rows || std::memcmp(a.v.ptr(), b.v.ptr(), size_t(a.v.bytes())) != 0)
-            fail("{}: layers {} and {} claim to share the {} basis ({}_groups) but their bases differ", ck.path, first,
-                 l, x, x);
-          slot_linear(w, spec.slot, l).v = a.v;  // identical: stored once
-        }
-      }
-    }
-  {
-    // The block's maps layer by layer, as rep.matrices lists them.
-    auto block = [&](auto&& f) {
-      for_each_linear(w, [&](const WeightSpec& spec, int, const Linear& lin) {
-        if (spec.per_layer) f(lin);
-      });
-    };
-    std::map<const uint8_t*, int> uses;
-    block([&](const Linear& lin) { uses[lin.v.ptr()] += lin.low_rank(); });
-    size_t i = 0;
-    block([&](const Linear& lin) { rep.matrices[i++].shared = lin.low_rank() && uses[lin.v.ptr()] > 1; });
-  }
+  import_layers(ck, fam, w, rep);
+  check_config_ranks(ck, fam, w);
+  if (fam == "basis-sharing") check_shared_bases(ck, w);
+  mark_shared(w, rep);
   ImportSource src(ck, base_src, c);
   w.cfg.tied_output = !src.has_output() && !base_src.find("output.weight");
   SaveOptions so;

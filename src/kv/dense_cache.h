@@ -20,6 +20,8 @@ class DenseCache {
 
   float* key(int l, int h) { return &k_[offset(l, h)]; }
   float* value(int l, int h) { return &v_[offset(l, h)]; }
+  const float* key(int l, int h) const { return &k_[offset(l, h)]; }
+  const float* value(int l, int h) const { return &v_[offset(l, h)]; }
   int head_dim() const { return head_dim_; }
   // Writes n positions' keys and values (rows of kv_dim floats `stride` apart, heads consecutive).
   void append(int l, int pos, const float* k, const float* v, int n, int64_t stride);

@@ -151,7 +151,10 @@ void KeyStream::add_queries(const float* q, int64_t n, int64_t stride, int64_t p
   qm_->add(rows.data(), n, d_);
 }
 
-void KeyStream::append(const float* k_in, int64_t n, int64_t stride) {
+void KeyStream::append(const float* k_in, int64_t n, int64_t stride, bool keep_flushed) {
+  flushed_.clear();
+  flushed_first_ = compressed();
+  fitted_before_ = fitted();
   if (n <= 0) return;
   if (n_ + n > cap_) fail("key cache: {} cached + {} new keys exceed the capacity {}", n_, n, cap_);
   // Keys enter as f16 values, wherever they go next (window, fit, blocks):
@@ -181,11 +184,14 @@ void KeyStream::append(const float* k_in, int64_t n, int64_t stride) {
     n_ += n;
     return;
   }
-  // Window rows, then the new rows: whole blocks are encoded, the rest is the new window.
+  // Window rows, then the new rows: whole windows of blocks are encoded (as
+  // appends of one key at a time would leave them), the rest is the new window.
   rows.resize(size_t(total) * size_t(d_));
   for (int64_t i = 0; i < n_window_; ++i) window_row(i, &rows[size_t(i) * size_t(d_)]);
   std::copy(in.begin(), in.end(), rows.begin() + ptrdiff_t(n_window_) * d_);
-  const int64_t nb = total / bt_;
+  const int64_t nb = fitted_before_ ? total / flush_ * (flush_ / bt_) : total / bt_;
+  if (keep_flushed)
+    for (int64_t i = 0; i < nb * bt_ * d_; ++i) flushed_.push_back(f32_to_f16(rows[size_t(i)]));
   encode_blocks(rows.data(), nb);
   n_window_ = 0;
   for (int64_t i = nb * bt_; i < total; ++i) window_push(&rows[size_t(i) * size_t(d_)]);
@@ -277,6 +283,7 @@ void KeyStream::decode_token(const uint8_t* src, float* out) const {
 
 void KeyStream::truncate(int64_t n) {
   LR_ASSERT(n >= 0 && n <= n_);
+  drop_flushed();
   if (n == 0) {
     n_ = n_blocks_ = n_window_ = 0;
     if (cfg_.type == KeyType::Svdq && cfg_.svdq.basis == BasisSource::Sequence) {
@@ -329,12 +336,34 @@ void KeyStream::reconstruct(int64_t j, float* out) const {
 }
 
 void KeyStream::decode_rows(int64_t j0, int64_t j1, float* out) const {
-  LR_ASSERT(j0 >= 0 && j1 <= n_ && (!latent() || j0 >= compressed()));
+  LR_ASSERT(j0 >= 0 && j1 <= n_ && (!latent() || j0 >= kept_from()));
   for (int64_t j = j0; j < j1; ++j) {
     float* o = out + (j - j0) * d_;
     if (j >= compressed()) window_row(j - compressed(), o);
+    else if (latent()) f16_row(&flushed_[size_t(j - flushed_first_) * size_t(d_)], o, d_);
     else decode_token(&blocks_[size_t(j) * block_bytes()], o);
   }
+}
+
+int64_t KeyStream::kept_from() const {
+  return flushed_.empty() ? compressed() : flushed_first_;
+}
+
+KeyView KeyStream::view_at(int64_t p) const {
+  LR_ASSERT(p >= 0 && p < n_);
+  if (!latent()) return {this, p + 1};
+  if (flushed_.empty()) return view();
+  // As appends of one key at a time would have left the blocks at p: whole
+  // windows from where the last append began (none before a sequence
+  // basis is fitted).
+  const int64_t b0 = flushed_first_;
+  if (!fitted_before_ || p + 1 < b0) return {this, b0};
+  return {this, std::min(compressed(), b0 + (p + 1 - b0) / flush_ * flush_)};
+}
+
+void KeyStream::drop_flushed() {
+  flushed_.clear();
+  flushed_.shrink_to_fit();
 }
 
 void KeyStream::latents(int64_t j, float* out) const {

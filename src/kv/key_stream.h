@@ -20,22 +20,20 @@
 #include <memory>
 #include <vector>
 
+#include "kv/cache_stats.h"
 #include "kv/key_config.h"
 #include "kv/svdq.h"
 
 namespace lr::kv {
 
-// Bytes a key stream holds, by kind.
-struct KeyBytes {
-  uint64_t codes = 0;   // quantized codes (f16 keys: the keys)
-  uint64_t scales = 0;  // per-block scales and minimums
-  uint64_t window = 0;  // the f16 window (its allocation)
-  uint64_t basis = 0;   // SVDq basis (f16 [channels, d]) and mean (f32 [d])
-  uint64_t total() const { return codes + scales + window + basis; }
-  KeyBytes& operator+=(const KeyBytes& o) {
-    codes += o.codes, scales += o.scales, window += o.window, basis += o.basis;
-    return *this;
-  }
+class KeyStream;
+
+// The keys of a stream as attention at one position reads them: positions
+// below `blocks` from the stored blocks, the rest decoded as f16 rows
+// (KeyStream::decode_rows).
+struct KeyView {
+  const KeyStream* ks = nullptr;
+  int64_t blocks = 0;
 };
 
 class KeyStream {
@@ -48,8 +46,14 @@ class KeyStream {
 
   // Appends the post-RoPE keys of the next n positions (rows of k, `stride`
   // floats apart). Throws lr::Error for a non-finite key or one outside the
-  // f16 range, or when the capacity would overflow.
-  void append(const float* k, int64_t n, int64_t stride);
+  // f16 range, or when the capacity would overflow. The window is encoded
+  // in whole windows (flush_tokens()), so the blocks after any cut of the
+  // positions into appends are those of appends of one key at a time (once
+  // the basis is there). keep_flushed: the f16 rows this append encodes into
+  // blocks stay readable (decode_rows, view_at) until the next append or
+  // drop_flushed().
+  void append(const float* k, int64_t n, int64_t stride, bool keep_flushed = false);
+  void drop_flushed();
   // Query metric, before the fit: queries [n, d] (the query heads of this
   // stream's group) whose second moment weights the basis.
   bool wants_queries() const;
@@ -79,8 +83,17 @@ class KeyStream {
   void latents(int64_t j, float* out) const;
 
   // Keys [j1 - j0, d] of positions that are not in latent blocks (f16, q8_0,
-  // q4_0 tokens, and window positions of every type), decoded.
+  // q4_0 tokens, window positions of every type, rows the last append kept
+  // from kept_from() on), decoded.
   void decode_rows(int64_t j0, int64_t j1, float* out) const;
+  int64_t kept_from() const;
+  // Every position as its stored form now.
+  KeyView view() const { return {this, compressed()}; }
+  // Position p (one the last append brought) as a decode step at p sees it:
+  // the blocks appends of one key at a time would have made by then, the
+  // later positions as f16 rows. The same as view() unless the last append
+  // kept its flushed rows.
+  KeyView view_at(int64_t p) const;
 
   // The stored form, read-only, for the scoring kernels (backend/cpu/key_kernels.h).
   // Blocks of block_tokens() positions each: latent types hold f16 scales
@@ -128,6 +141,9 @@ class KeyStream {
   std::vector<float> mean_;                // SVDq [d]
   std::vector<uint8_t> blocks_;            // [capacity / bt, block_bytes()]
   std::vector<uint16_t> window_;           // [window capacity, d] f16
+  std::vector<uint16_t> flushed_;          // [rows, d] f16: the last append's encoded rows (kept)
+  int64_t flushed_first_ = 0;              // their first position
+  bool fitted_before_ = true;              // whether the basis was there before the last append
   int64_t n_ = 0, n_blocks_ = 0, n_window_ = 0;
 };
 

@@ -29,6 +29,8 @@ class LatentCache {
   // The rebuilt history of the current layer: row j is position j, [ctx, kv_dim].
   float* keys() { return k_.data(); }
   float* values() { return v_.data(); }
+  const float* keys() const { return k_.data(); }
+  const float* values() const { return v_.data(); }
   int kv_dim() const { return kv_dim_; }
   uint64_t bytes() const {
     return (k_.size() + v_.size() + pk_.size() + pv_.size()) * sizeof(float);

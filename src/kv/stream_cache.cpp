@@ -43,7 +43,7 @@ void StreamCache::end_call(ThreadPool& pool) {
 }
 
 void StreamCache::append(int l, int h, int pos, const float* k, const float* v, int n,
-                         int64_t stride) {
+                         int64_t stride, bool keep_flushed) {
   if (staging()) {
     const int at = pos - stage_begin_;
     LR_ASSERT(at >= 0 && at + n <= stage_n_);
@@ -53,11 +53,15 @@ void StreamCache::append(int l, int h, int pos, const float* k, const float* v, 
     }
     return;
   }
-  stream(l, h).append(k, n, stride);
+  stream(l, h).append(k, n, stride, keep_flushed);
   uint16_t* dst = values(l, h) + size_t(pos) * size_t(d_);
   for (int t = 0; t < n; ++t)
     for (int i = 0; i < d_; ++i)
       dst[size_t(t) * size_t(d_) + size_t(i)] = f32_to_f16(v[t * stride + i]);
+}
+
+void StreamCache::drop_flushed() {
+  for (KeyStream& s : ks_) s.drop_flushed();
 }
 
 void StreamCache::truncate(int n) {

@@ -15,25 +15,6 @@
 
 namespace lr::kv {
 
-// What a session's key cache holds.
-struct KeyCacheStats {
-  KeyType type = KeyType::F32;
-  int64_t tokens = 0;  // cached positions
-  int head_dim = 0;
-  int streams = 0;           // layers x KV heads
-  KeyBytes held;             // bytes held for the cached positions
-  KeyBytes allocated;        // bytes reserved for the whole context
-  uint64_t value_bytes = 0;  // f16 values, whole context
-  double mean_rank = 0;      // SVDq: mean rank and stored channels over fitted streams
-  double mean_channels = 0;
-  double nominal_bits = 0;  // SVDq: mean over streams of mean(schedule) x rank / head_dim
-  int fitted = 0, degraded = 0;
-  // Bits per key element of what is held: all key bytes x 8 / (tokens x head_dim x streams).
-  double true_bits() const {
-    return tokens > 0 ? double(held.total()) * 8.0 / (double(tokens) * head_dim * streams) : 0;
-  }
-};
-
 class StreamCache {
  public:
   // calibrated: per (layer, KV head), layer-major, the basis of a calibrated
@@ -45,6 +26,9 @@ class StreamCache {
   KeyStream& stream(int l, int h) { return ks_[index(l, h)]; }
   const KeyStream& stream(int l, int h) const { return ks_[index(l, h)]; }
   uint16_t* values(int l, int h) { return &v16_[index(l, h) * size_t(ctx_) * size_t(d_)]; }
+  const uint16_t* values(int l, int h) const {
+    return &v16_[index(l, h) * size_t(ctx_) * size_t(d_)];
+  }
 
   void begin_call(int pos, int n);
   void end_call(ThreadPool& pool);
@@ -53,9 +37,19 @@ class StreamCache {
   // The staged positions [stage_begin, stage_begin + n) of KV head h, [n, head_dim].
   float* staged_key(int l, int h) { return &sk_[index(l, h) * size_t(stage_n_) * size_t(d_)]; }
   float* staged_value(int l, int h) { return &sv_[index(l, h) * size_t(stage_n_) * size_t(d_)]; }
+  const float* staged_key(int l, int h) const {
+    return &sk_[index(l, h) * size_t(stage_n_) * size_t(d_)];
+  }
+  const float* staged_value(int l, int h) const {
+    return &sv_[index(l, h) * size_t(stage_n_) * size_t(d_)];
+  }
   // Keys and values of KV head h at positions [pos, pos + n), rows `stride`
-  // floats apart: staged during a staging call, else encoded now.
-  void append(int l, int h, int pos, const float* k, const float* v, int n, int64_t stride);
+  // floats apart: staged during a staging call, else encoded now (keeping
+  // the rows it encodes readable: KeyStream::append keep_flushed).
+  void append(int l, int h, int pos, const float* k, const float* v, int n, int64_t stride,
+              bool keep_flushed = false);
+  // Lets go of the rows the last appends kept.
+  void drop_flushed();
   // Forgets positions >= n.
   void truncate(int n);
 

@@ -1,5 +1,8 @@
 #include "runtime/session.h"
 
+#include "backend/cpu/cpu.h"
+#include "backend/cuda/cuda.h"
+#include "backend/ref/ref.h"
 #include "core/error.h"
 
 namespace lr {

@@ -33,8 +33,9 @@ std::unique_ptr<Backend> make_session(const Model& m, ExecPath path, const Backe
 // - one slot: a session (make_session) as a batch of one, so a one-slot
 //   engine runs whatever a session runs: every ablation rung, every
 //   --cache-type-k, the reference, the GPU's per-token graphs;
-// - several: the batch-invariant CPU or CUDA batch (backend/batch.h), which
-//   keeps dense caches; a key cache or rung it lacks is refused, naming it.
+// - several: the batch-invariant CPU batch (backend/batch.h; a cache of the
+//   --cache-type-k kind per slot) or CUDA batch (f16 caches); a key cache or
+//   rung it lacks is refused, naming it.
 std::unique_ptr<BatchBackend> make_slots(const Model& m, ExecPath path, const BackendOptions& opt,
                                          int slots, int max_step_tokens);
 

@@ -13,6 +13,7 @@
 
 #include "../error_of.h"
 #include "../model/model_test_util.h"
+#include "backend/cuda/cuda.h"
 #include "backend/cuda/plan.h"
 #include "bench/harness/harness.h"
 #include "compress/compress_model.h"

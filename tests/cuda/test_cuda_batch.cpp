@@ -15,6 +15,8 @@
 #include "../error_of.h"
 #include "../model/model_test_util.h"
 #include "backend/batch.h"
+#include "backend/cpu/cpu.h"
+#include "backend/cuda/cuda.h"
 #include "compress/compress_model.h"
 #include "core/error.h"
 #include "model/load.h"

@@ -13,6 +13,8 @@
 
 #include "../kernels/isa_util.h"
 #include "backend/backend.h"
+#include "backend/cpu/cpu.h"
+#include "backend/ref/ref.h"
 #include "compress/synth_model.h"
 #include "format/gguf.h"
 #include "runtime/model.h"
@@ -72,6 +74,18 @@ inline TinySpec k_quant_spec() {
   s.tokenizer = true;
   s.dim = 256;
   s.ffn_dim = 512;
+  return s;
+}
+
+// A tiny model for the key caches: head_dim 32 (q8_0 and q4_0 blocks), GQA
+// 3 (6 query heads, 2 KV heads), with a byte-fallback tokenizer.
+inline TinySpec key_cache_spec() {
+  TinySpec s;
+  s.dim = 192;
+  s.n_heads = 6;
+  s.n_kv_heads = 2;
+  s.ffn_dim = 256;
+  s.tokenizer = true;
   return s;
 }
 

@@ -13,12 +13,13 @@
 #include "../error_of.h"
 #include "../kernels/isa_util.h"
 #include "../kernels/random_blocks.h"
-#include "backend/batch.h"
-#include "backend/cpu/exec/cpu_weights.h"
-#include "backend/cpu/kernels/panels.h"
-#include "backend/cpu/kernels/dispatch.h"
-#include "compress/compress_model.h"
 #include "model_test_util.h"
+#include "backend/batch.h"
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/exec/cpu_weights.h"
+#include "backend/cpu/kernels/dispatch.h"
+#include "backend/cpu/kernels/panels.h"
+#include "compress/compress_model.h"
 #include "runtime/model.h"
 #include "runtime/session.h"
 
@@ -183,6 +184,7 @@ TEST(Batch, RowViewsKeepTheirPanels) {
 }
 
 using test::AllLogits;
+using test::expect_same_bits;
 using test::Seq;
 
 std::vector<Seq> random_seqs(int vocab, std::vector<std::pair<int, int>> lengths, uint64_t seed) {
@@ -206,20 +208,6 @@ AllLogits run_batched(const Model& m, const std::vector<Seq>& seqs, int threads,
   o.n_threads = threads;
   auto batch = make_cpu_batch_backend(m.weights, o, int(seqs.size()), 32);
   return test::run_batch(*batch, seqs, together, most, seed);
-}
-
-// Every logit row `got` has is `want`'s, bit for bit.
-void expect_same_bits(const AllLogits& got, const AllLogits& want) {
-  int compared = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    for (size_t p = 0; p < got[i].size(); ++p) {
-      if (got[i][p].empty()) continue;
-      ASSERT_EQ(want[i][p].size(), got[i][p].size()) << "sequence " << i << " at position " << p;
-      ASSERT_EQ(std::memcmp(got[i][p].data(), want[i][p].data(), got[i][p].size() * 4), 0)
-          << "sequence " << i << " at position " << p;
-      ++compared;
-    }
-  EXPECT_GT(compared, int(got.size()));
 }
 
 // `tol`: how far the single-sequence backend's logits may be from the
@@ -434,9 +422,9 @@ TEST(Batch, BadStepsAreRefusedBeforeRunning) {
             "cannot rewind slot 0 to 7 tokens: it holds 6");
   EXPECT_EQ(b->n_past(0), 6);
   EXPECT_EQ(b->n_past(1), 0);
-  o.keys.type = kv::KeyType::Svdq;
+  o.exec.kv = KvMode::Static;
   EXPECT_EQ(test::error_of([&] { make_cpu_batch_backend(m.weights, o, 2, 6); }),
-            "a batch keeps dense f32 keys (--cache-type-k svdq runs in one slot: -np 1)");
+            "a batch runs with dense KV");
 }
 
 }  // namespace

@@ -10,16 +10,17 @@
 #include <iterator>
 
 #include "../error_of.h"
+#include "model_test_util.h"
+#include "backend/cuda/cuda.h"
 #include "backend/cuda/plan.h"
+#include "bench/harness/harness.h"
 #include "compress/factorize.h"
+#include "compress/synth_model.h"
 #include "core/error.h"
 #include "model/load.h"
 #include "model/pack.h"
-#include "model_test_util.h"
-#include "bench/harness/harness.h"
 #include "runtime/model.h"
 #include "runtime/session.h"
-#include "compress/synth_model.h"
 
 namespace lr {
 namespace {

@@ -7,6 +7,8 @@
 #include <tuple>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu.h"
+#include "backend/ref/ref.h"
 #include "core/error.h"
 #include "format/gguf_source.h"
 #include "model/load.h"

@@ -27,16 +27,7 @@ const std::vector<int32_t> kSeq = [] {
 }();
 constexpr int kPrompt = 48;
 
-// head_dim 32 (q8_0 / q4_0 blocks), GQA 3 (6 query heads, 2 KV heads).
-test::TinySpec spec() {
-  test::TinySpec s;
-  s.dim = 192;
-  s.n_heads = 6;
-  s.n_kv_heads = 2;
-  s.ffn_dim = 256;
-  s.tokenizer = true;
-  return s;
-}
+test::TinySpec spec() { return test::key_cache_spec(); }
 
 kv::KeyCacheConfig keys(kv::KeyType t) {
   kv::KeyCacheConfig k;

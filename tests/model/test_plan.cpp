@@ -8,6 +8,7 @@
 
 #include "../error_of.h"
 #include "backend/backend.h"
+#include "backend/ref/ref.h"
 #include "compress/synth_model.h"
 #include "model/plan_transforms.h"
 #include "model_test_util.h"

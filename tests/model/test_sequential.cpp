@@ -5,6 +5,7 @@
 
 #include "../error_of.h"
 #include "backend/backend.h"
+#include "backend/cpu/cpu.h"
 #include "compress/calibration.h"
 #include "compress/compress_model.h"
 #include "model/scalar_ops.h"

@@ -135,9 +135,9 @@ def tokens_of(s, body):
     return r.choices[0].text, r.choices[0].logprobs.token_logprobs
 
 
-def invariance(model):
+def invariance(model, *args):
     """The same request alone and among 7 concurrent others (sampled too): the same tokens and log-probabilities."""
-    s = Server("-np", "8", "--queue", "16", model=model)
+    s = Server("-np", "8", "--queue", "16", *args, model=model)
     try:
         target = {"prompt": "The history of the Roman Empire begins", "max_tokens": 24, "temperature": 0, "logprobs": 1}
         alone = tokens_of(s, target)
@@ -158,6 +158,12 @@ def invariance(model):
 
 def test_batch_invariance():
     invariance(MODEL)
+
+
+@pytest.mark.parametrize("keys", [["q8_0"], ["kivi2", "--kivi-window", "32"]])
+def test_batch_invariance_compressed_keys(keys):
+    """Each slot with its own compressed key cache (q8_0; KIVI quantizing every 32 tokens)."""
+    invariance(MODEL, "--cache-type-k", *keys)
 
 
 def test_batch_invariance_low_rank(tmp_path):

@@ -25,6 +25,7 @@
 
 #include "backend/backend.h"
 #include "backend/batch.h"
+#include "backend/cuda/cuda.h"
 #include "backend/cuda/cuda_api.h"
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/kernels.cuh"

@@ -2,6 +2,7 @@
 // clear error, not a link failure.
 #include "backend/backend.h"
 #include "backend/batch.h"
+#include "backend/cuda/cuda.h"
 #include "core/error.h"
 
 namespace lr {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/ref/ref.h"
 #include "core/error.h"
 #include "model/scalar_ops.h"
 

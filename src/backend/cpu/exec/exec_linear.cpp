@@ -5,8 +5,8 @@
 // rows).
 #include <algorithm>
 
-#include "backend/cpu/kernels/attention_kernels.h"
 #include "backend/cpu/exec/executor.h"
+#include "backend/cpu/kernels/attention_kernels.h"
 #include "backend/cpu/kernels/kernels.h"
 #include "core/error.h"
 
@@ -22,11 +22,102 @@ void Executor::merge_rows(int first, int count, float* out, int64_t ld) const {
                    out + int64_t(t - first) * ld + h * hd);
 }
 
+// Job j's input for the call's tokens: a buffer's rows, or its folded form
+// (norm, SiLU*mul, the attention merge) in thread tid's scratch. Sets ldx.
+const float* Executor::linear_input(const Job& j, const Step& s, int tid, int64_t& ldx) {
+  const int t0 = first(s), n = count(s);
+  const int64_t cols = j.m->cols;
+  if (!j.norm && !j.merge_in && j.in2 == Buf::None) {
+    ldx = width(j.in);
+    return row(j.in, t0) + j.in_off;
+  }
+  float* mine = local(tid);
+  ldx = cols;
+  if (j.merge_in) {
+    merge_rows(t0, n, mine, cols);
+    return mine;
+  }
+  for (int t = 0; t < n; ++t) {
+    const float* in = row(j.in, t0 + t) + j.in_off;
+    float* dst = mine + int64_t(t) * cols;
+    if (j.norm) {
+      cpu::rms_norm(in, j.norm->f32(), dst, cols, s_.c.rms_eps);
+    } else {
+      std::copy_n(in, cols, dst);
+      silu_mul(dst, row(j.in2, t0 + t) + j.in_off, cols);
+    }
+  }
+  return mine;
+}
+
+// y [n, ldy] rows [r0, r1) = M x for the call's tokens: generated rows as
+// decode steps, then prompt rows in tiles (Rows::AsDecode), else all at once.
+void Executor::product_rows(const Step& s, const Matrix& m, const float* x, int64_t ldx, float* y0,
+                            int64_t ldy, int64_t r0, int64_t r1) {
+  const int n = count(s);
+  if (rows_ != Rows::AsDecode) return matmul(m, x, ldx, y0, ldy, n, r0, r1);
+  const int nd = decoded(s);
+  if (nd > 0) matvec_rows(m, x, ldx, y0, ldy, nd, r0, r1);
+  if (nd < n) matmul(m, x + nd * ldx, ldx, y0 + nd * ldy, ldy, n - nd, r0, r1, MatmulPath::Tiles);
+}
+
+// Rows [r0, r1) of a summed or pivoted job through thread tid's scratch, in
+// slices of output rows: the sum out += M x, or pivoted rows: M's rows among
+// them computed, the pivot rows' latents copied from x, scattered into
+// their places.
+void Executor::sliced_product(const Step& s, const Job& j, int tid, const float* x, int64_t ldx,
+                              float* y0, int64_t ldy, int64_t r0, int64_t r1) {
+  const int n = count(s);
+  float* part = sum_scratch(tid);
+  const Pivots* pv = j.pivots;
+  const int64_t h = sum_rows(n);
+  for (int64_t a = r0; a < r1; a += h) {
+    const int64_t b = std::min(r1, a + h);
+    const int64_t ma = pv ? pv->before[size_t(a)] : a, mb = pv ? pv->before[size_t(b)] : b;
+    if (mb > ma) product_rows(s, j.m->rows_view(ma, mb - ma), x, ldx, part, h, 0, mb - ma);
+    for (int t = 0; t < n; ++t) {
+      const float* pt = part + int64_t(t) * h;
+      float* y = y0 + int64_t(t) * ldy;
+      if (!pv) {
+        cpu::add(pt, y + a, b - a);
+        continue;
+      }
+      const float* xt = x + int64_t(t) * ldx;
+      for (int64_t i = a; i < b; ++i) {
+        const int32_t src = pv->source[size_t(i)];
+        const float v = src >= 0 ? pt[src - ma] : xt[-1 - src];
+        y[i] = j.sum ? y[i] + v : v;
+      }
+    }
+  }
+}
+
+// What job j finishes on the rows [r0, r1) it computed into buffer `to`:
+// the bias, the residual add, RoPE, the dense cache's append of head rows.
+void Executor::finish_rows(const Step& s, const Job& j, Buf to, int64_t r0, int64_t r1) {
+  const int t0 = first(s), n = count(s), hd = s_.c.head_dim;
+  for (int t = 0; t < n; ++t) {
+    float* y = row(to, t0 + t) + j.out_off;
+    if (j.bias) cpu::add(j.bias->f32() + r0, y + r0, r1 - r0);
+    if (j.accumulate) cpu::add(y + r0, row(Buf::X, t0 + t) + j.out_off + r0, r1 - r0);
+    const int p = pos(t0 + t);
+    if (j.rope) s_.rope.apply_rows(y, r0, r1, hd, p);
+    for (int64_t r = r0; j.append && r < r1;) {  // each head's part of the rows
+      const int h = int(r / hd);
+      const int64_t e = std::min<int64_t>(r1, int64_t(h + 1) * hd);
+      kv::DenseCache& kv = *cache(t0 + t).dense();  // a dense plan folds its append here
+      float* to_cache = j.out == Buf::K ? kv.key(s.layer, h) : kv.value(s.layer, h);
+      std::copy(y + r, y + e, to_cache + int64_t(p) * hd + (r - int64_t(h) * hd));
+      r = e;
+    }
+  }
+}
+
 // Work is split across threads in units of rows, 8 for one token
-// (matrix-vector; 16 for matrices in panels) or 16 (the matrix-matrix kernels' tile height), over the
-// jobs' rows one after another; a unit never splits a RoPE pair. A step that
-// ends in SiLU*mul splits its jobs' rows alike, so each thread finishes the
-// gate and up rows it computed.
+// (matrix-vector; 16 for matrices in panels) or 16 (the matrix-matrix
+// kernels' tile height), over the jobs' rows one after another; a unit never
+// splits a RoPE pair. A step that ends in SiLU*mul splits its jobs' rows
+// alike, so each thread finishes the gate and up rows it computed.
 Executor::Fn Executor::linear(const Step& s) {
   std::vector<Job> jobs = s.jobs;
   if (s.stacked) {  // one product over the packed matrix, into the jobs' consecutive outputs
@@ -40,102 +131,27 @@ Executor::Fn Executor::linear(const Step& s) {
     LR_ASSERT(!s.silu_mul || j.rows() == jobs[0].rows());
     LR_ASSERT(!j.pivots || (j.in == Buf::P && !j.norm));
   }
-  const int hd = s_.c.head_dim;
   bool panels = false;  // matrices in panels of 16 rows (backend/cpu/panels.h): units of 16 rows
   for (const Job& j : jobs) panels |= j.m->panels != nullptr;
-  return [this, &s, jobs, hd, panels](int tid, int nth) {
+  return [this, &s, jobs, panels](int tid, int nth) {
     const int t0 = first(s), n = count(s);
     const int64_t align = n == 1 && !panels ? 8 : 16;
-    // The job's input: a buffer's rows, or its folded form in this thread's
-    // scratch (jobs of a step that read the same input resolve it once).
+    // Jobs of a step that read the same input resolve it once.
     const Job* last = nullptr;
     const float* x = nullptr;
     int64_t ldx = 0;
-    auto input = [&](const Job& j) {
-      if (last && last->in == j.in && last->in_off == j.in_off && last->norm == j.norm &&
-          last->in2 == j.in2 && last->merge_in == j.merge_in)
-        return;
-      last = &j;
-      const int64_t cols = j.m->cols;
-      if (!j.norm && !j.merge_in && j.in2 == Buf::None) {
-        x = row(j.in, t0) + j.in_off;
-        ldx = width(j.in);
-        return;
-      }
-      float* mine = local(tid);
-      x = mine;
-      ldx = cols;
-      if (j.merge_in) return merge_rows(t0, n, mine, cols);
-      for (int t = 0; t < n; ++t) {
-        const float* in = row(j.in, t0 + t) + j.in_off;
-        float* dst = mine + int64_t(t) * cols;
-        if (j.norm) {
-          cpu::rms_norm(in, j.norm->f32(), dst, cols, s_.c.rms_eps);
-        } else {
-          std::copy_n(in, cols, dst);
-          silu_mul(dst, row(j.in2, t0 + t) + j.in_off, cols);
-        }
-      }
-    };
-    // y [n, ldy] rows [r0, r1) = M x for the call's tokens.
-    auto compute = [&](const Matrix& m, float* y0, int64_t ldy, int64_t r0, int64_t r1) {
-      if (rows_ == Rows::AsDecode) {  // generated rows as decode steps, then prompt rows in tiles
-        const int nd = decoded(s);
-        if (nd > 0) matvec_rows(m, x, ldx, y0, ldy, nd, r0, r1);
-        if (nd < n) matmul(m, x + nd * ldx, ldx, y0 + nd * ldy, ldy, n - nd, r0, r1, MatmulPath::Tiles);
-      } else {
-        matmul(m, x, ldx, y0, ldy, n, r0, r1);
-      }
-    };
-    // Rows [r0, r1) of job j for the call's tokens, then what the job finishes on them.
     auto product = [&](const Job& j, int64_t r0, int64_t r1) {
-      input(j);
+      if (!last || last->in != j.in || last->in_off != j.in_off || last->norm != j.norm ||
+          last->in2 != j.in2 || last->merge_in != j.merge_in)
+        x = linear_input(j, s, tid, ldx);
+      last = &j;
       const Buf to = j.accumulate ? Buf::Y : j.out;  // a residual is summed from Y
       float* y0 = row(to, t0) + j.out_off;
-      if (!j.sum && !j.pivots) {
-        compute(*j.m, y0, width(to), r0, r1);
-      } else {
-        // Through this thread's scratch, in slices of output rows: the sum
-        // out += M x, or pivoted rows: M's rows among them computed, the
-        // pivot rows' latents copied from x, scattered into their places.
-        float* part = sum_scratch(tid);
-        const Pivots* pv = j.pivots;
-        const int64_t h = sum_rows(n);
-        for (int64_t a = r0; a < r1; a += h) {
-          const int64_t b = std::min(r1, a + h);
-          const int64_t ma = pv ? pv->before[size_t(a)] : a, mb = pv ? pv->before[size_t(b)] : b;
-          if (mb > ma) compute(j.m->rows_view(ma, mb - ma), part, h, 0, mb - ma);
-          for (int t = 0; t < n; ++t) {
-            const float* pt = part + int64_t(t) * h;
-            float* y = y0 + int64_t(t) * width(to);
-            if (!pv) {
-              cpu::add(pt, y + a, b - a);
-              continue;
-            }
-            const float* xt = x + int64_t(t) * ldx;
-            for (int64_t i = a; i < b; ++i) {
-              const int32_t src = pv->source[size_t(i)];
-              const float v = src >= 0 ? pt[src - ma] : xt[-1 - src];
-              y[i] = j.sum ? y[i] + v : v;
-            }
-          }
-        }
-      }
-      for (int t = 0; t < n; ++t) {
-        float* y = row(to, t0 + t) + j.out_off;
-        if (j.bias) cpu::add(j.bias->f32() + r0, y + r0, r1 - r0);
-        if (j.accumulate) cpu::add(y + r0, row(Buf::X, t0 + t) + j.out_off + r0, r1 - r0);
-        const int p = pos(t0 + t);
-        if (j.rope) s_.rope.apply_rows(y, r0, r1, hd, p);
-        for (int64_t r = r0; j.append && r < r1;) {  // each head's part of the rows
-          const int h = int(r / hd);
-          const int64_t e = std::min<int64_t>(r1, int64_t(h + 1) * hd);
-          kv::DenseCache& kv = cache(t0 + t);
-          float* to_cache = j.out == Buf::K ? kv.key(s.layer, h) : kv.value(s.layer, h);
-          std::copy(y + r, y + e, to_cache + int64_t(p) * hd + (r - int64_t(h) * hd));
-          r = e;
-        }
-      }
+      if (!j.sum && !j.pivots)
+        product_rows(s, *j.m, x, ldx, y0, width(to), r0, r1);
+      else
+        sliced_product(s, j, tid, x, ldx, y0, width(to), r0, r1);
+      finish_rows(s, j, to, r0, r1);
     };
     if (s.silu_mul) {
       const Span sp = split(jobs[0].rows(), tid, nth, align);
@@ -154,7 +170,8 @@ Executor::Fn Executor::linear(const Step& s) {
       if (unit >= units_of(j)) return j.rows();
       if (!j.pivots) return unit * align;
       const std::vector<int32_t>& before = j.pivots->before;
-      const int64_t i = std::lower_bound(before.begin(), before.end(), int32_t(unit * align)) - before.begin();
+      const int64_t i =
+          std::lower_bound(before.begin(), before.end(), int32_t(unit * align)) - before.begin();
       return i / align * align;
     };
     int64_t units = 0;

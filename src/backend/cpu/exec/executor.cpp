@@ -85,8 +85,9 @@ void Executor::run(const int32_t* tokens, int n, Head head, float* logits) {
   generated_ = head_generated_ = rows_ == Rows::AsDecode ? n : 0;
   for (int t = 0; t < n; ++t) {
     pos_[size_t(t)] = s_.pos + t;
-    cache_[size_t(t)] = s_.dense ? &*s_.dense : nullptr;
+    cache_[size_t(t)] = s_.cache.get();
   }
+  find_runs();
   if (!plan_.steps.empty() && plan_.steps[0].op == Op::Embed)  // on the calling thread
     for (int t = 0; t < n; ++t) s_.w.tok_embd.row_to_f32(tokens[t], row(Buf::X, t));
   execute(head);
@@ -101,19 +102,20 @@ void Executor::run_hidden(float* x, int n) {
   generated_ = head_generated_ = 0;
   for (int t = 0; t < n; ++t) {
     pos_[size_t(t)] = s_.pos + t;
-    cache_[size_t(t)] = s_.dense ? &*s_.dense : nullptr;
+    cache_[size_t(t)] = s_.cache.get();
   }
+  find_runs();
   const int64_t dim = width(Buf::X);
   std::copy_n(x, size_t(n) * size_t(dim), row(Buf::X, 0));
   execute(Head::None);
   std::copy_n(row(Buf::X, 0), size_t(n) * size_t(dim), x);
 }
 
-void Executor::run_rows(const int32_t* tokens, const int* pos, kv::DenseCache* const* caches,
-                        int n, int n_generated, const int* head_rows, int n_head, float* logits) {
+void Executor::run_rows(const int32_t* tokens, const int* pos, SeqCache* const* caches, int n,
+                        int n_generated, const int* head_rows, int n_head, float* logits) {
   LR_ASSERT(n >= 1 && n <= max_tokens_ && n_head >= 0 && n_head <= n);
   LR_ASSERT(rows_ == Rows::AsDecode && n_generated >= 0 && n_generated <= n);
-  LR_ASSERT(plan_.kv == KvMode::Dense && !plan_.streamed_keys && !s_.streams);
+  LR_ASSERT(plan_.kv == KvMode::Dense);
   LR_ASSERT(!plan_.steps.empty() && plan_.steps[0].op == Op::Embed);
   n_ = n;
   logits_ = logits;
@@ -128,7 +130,15 @@ void Executor::run_rows(const int32_t* tokens, const int* pos, kv::DenseCache* c
     s_.w.tok_embd.row_to_f32(tokens[t], row(Buf::X, t));
   }
   for (int i = 1; i < n_head; ++i) LR_ASSERT(head_rows[i] > head_rows[i - 1]);
+  find_runs();
   execute(n_head > 0 ? Head::All : Head::None);
+}
+
+void Executor::find_runs() {
+  runs_.clear();
+  for (int t = 0; t < n_; ++t)
+    if (runs_.empty() || cache_[size_t(t)] != cache_[size_t(t - 1)]) runs_.push_back({t, 1});
+    else ++runs_.back().count;
 }
 
 void Executor::gather_head_rows() {
@@ -269,44 +279,29 @@ Executor::Fn Executor::rope(const Step& s) {
       const int t = int(u / c.n_kv_heads), h = int(u % c.n_kv_heads), p = pos(t);
       s_.rope.apply(row(Buf::Q, t) + h * g * hd, g, hd, p);
       s_.rope.apply(row(Buf::K, t) + h * hd, 1, hd, p);
-      std::copy_n(row(Buf::K, t) + h * hd, hd, cache(t).key(s.layer, h) + int64_t(p) * hd);
-      std::copy_n(row(Buf::V, t) + h * hd, hd, cache(t).value(s.layer, h) + int64_t(p) * hd);
+      kv::DenseCache& dc = *cache(t).dense();
+      std::copy_n(row(Buf::K, t) + h * hd, hd, dc.key(s.layer, h) + int64_t(p) * hd);
+      std::copy_n(row(Buf::V, t) + h * hd, hd, dc.value(s.layer, h) + int64_t(p) * hd);
     }
   };
 }
 
-// k, v -> the cache: the dense cache (static KV) per (token, KV head); a
-// compressed key cache per KV head, which also sees the roped queries of its
-// group while its query-aware basis is not fitted yet.
+// k, v -> each row's cache: per (token, KV head) where the cache takes
+// tokens alone, else per (run of a sequence's rows, KV head). A compressed
+// key cache also sees the roped queries of the head's group while its
+// query-aware basis is not fitted yet.
 Executor::Fn Executor::append(const Step& s) {
   return [this, &s](int tid, int nth) {
     const Config& c = s_.c;
-    const int hd = c.head_dim, g = c.n_heads / c.n_kv_heads, n = count(s), l = s.layer;
-    if (!s_.streams) {
-      const Span sp = split(int64_t(n) * c.n_kv_heads, tid, nth);
-      for (int64_t u = sp.begin; u < sp.end; ++u) {
-        const int t = int(u / c.n_kv_heads), h = int(u % c.n_kv_heads), p = pos(t);
-        std::copy_n(row(Buf::K, t) + h * hd, hd, cache(t).key(l, h) + int64_t(p) * hd);
-        std::copy_n(row(Buf::V, t) + h * hd, hd, cache(t).value(l, h) + int64_t(p) * hd);
-      }
-      return;
-    }
-    const Span sp = split(c.n_kv_heads, tid, nth);
-    for (int64_t h = sp.begin; h < sp.end; ++h) {
-      kv::KeyStream& ks = s_.streams->stream(l, int(h));
-      if (ks.wants_queries()) {
-        if (n == 1) {
-          ks.add_queries(row(Buf::Q, 0) + h * g * hd, g, hd, s_.pos, g);
-        } else {  // the group's query rows of every token, [n * g, hd]
-          thread_local std::vector<float> rows;
-          rows.resize(size_t(n) * size_t(g) * size_t(hd));
-          for (int t = 0; t < n; ++t)
-            std::copy_n(row(Buf::Q, t) + h * g * hd, g * hd, &rows[size_t(t) * size_t(g * hd)]);
-          ks.add_queries(rows.data(), int64_t(n) * g, hd, s_.pos, g);
-        }
-      }
-      s_.streams->append(l, int(h), s_.pos, row(Buf::K, 0) + h * hd, row(Buf::V, 0) + h * hd, n,
-                         width(Buf::K));
+    const int hd = c.head_dim, g = c.n_heads / c.n_kv_heads, l = s.layer, H = c.n_kv_heads;
+    const bool tokens = cache(0).appends_tokens();  // every cache of a call is of one kind
+    const Span sp = split(int64_t(tokens ? count(s) : int(runs_.size())) * H, tid, nth);
+    for (int64_t u = sp.begin; u < sp.end; ++u) {
+      const int h = int(u % H);
+      const Run r = tokens ? Run{int(u / H), 1} : runs_[size_t(u / H)];
+      cache(r.first).append(l, h, pos(r.first), row(Buf::K, r.first) + h * hd,
+                            row(Buf::V, r.first) + h * hd, r.count, width(Buf::K),
+                            row(Buf::Q, r.first) + h * g * hd, width(Buf::Q), g);
     }
   };
 }

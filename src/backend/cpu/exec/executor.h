@@ -59,12 +59,12 @@ class Executor {
   // Runs tokens[0, n) at positions s.pos .. s.pos + n - 1 (n <= max_tokens).
   // Logits [n, vocab] (Head::All) or the last token's [vocab] (Head::Last).
   void run(const int32_t* tokens, int n, Head head, float* logits);
-  // Rows of several sequences: tokens[t] at position pos[t] of the dense
-  // cache caches[t] (each sequence's rows consecutive, in position order);
-  // the first n_generated rows are generated tokens (Rows::AsDecode). The
-  // output head runs on rows head_rows[0, n_head) (ascending) and writes
-  // their logits [n_head, vocab]. A dense-KV plan without key streams.
-  void run_rows(const int32_t* tokens, const int* pos, kv::DenseCache* const* caches, int n,
+  // Rows of several sequences: tokens[t] at position pos[t] of the cache
+  // caches[t] (each sequence's rows consecutive, in position order; every
+  // cache of one kind); the first n_generated rows are generated tokens
+  // (Rows::AsDecode). The output head runs on rows head_rows[0, n_head)
+  // (ascending) and writes their logits [n_head, vocab]. A dense-KV plan.
+  void run_rows(const int32_t* tokens, const int* pos, SeqCache* const* caches, int n,
                 int n_generated, const int* head_rows, int n_head, float* logits);
   // Hidden states x [n, dim] (in and out) through the plan's layers alone: no
   // embedding, no head, positions s.pos .. s.pos + n - 1 (calibration).
@@ -90,15 +90,28 @@ class Executor {
   Fn merge(const Step& s);
   Fn static_attention(const Step& s);
   Fn latent(const Step& s);
+  // A Linear step's parts (exec_linear.cpp).
+  const float* linear_input(const Job& j, const Step& s, int tid, int64_t& ldx);
+  void product_rows(const Step& s, const Matrix& m, const float* x, int64_t ldx, float* y0,
+                    int64_t ldy, int64_t r0, int64_t r1);
+  void sliced_product(const Step& s, const Job& j, int tid, const float* x, int64_t ldx, float* y0,
+                      int64_t ldy, int64_t r0, int64_t r1);
+  void finish_rows(const Step& s, const Job& j, Buf to, int64_t r0, int64_t r1);
   // The steps from the first of the output head on, as one dispatch or one per step.
   void execute(Head head);
   // Rows head_rows_ of X moved to the first rows (calling thread; before the head).
   void gather_head_rows();
   // Rows of step s computed as decode steps (run_rows' generated rows).
   int decoded(const Step& s) const { return is_head(s) ? head_generated_ : generated_; }
-  // Position and dense cache of row t of the call.
+  // Position and cache of row t of the call.
   int pos(int t) const { return pos_[size_t(t)]; }
-  kv::DenseCache& cache(int t) const { return *cache_[size_t(t)]; }
+  SeqCache& cache(int t) const { return *cache_[size_t(t)]; }
+  // Rows [first, first + count) of the call and the sequence they belong to
+  // (consecutive rows of one cache), for caches that append runs of tokens.
+  struct Run {
+    int first, count;
+  };
+  void find_runs();
 
   // Activation row t of buffer b (Logits: the caller's, from the head's first row).
   float* row(Buf b, int t) {
@@ -148,7 +161,8 @@ class Executor {
   int n_ = 0, head_first_ = 0, head_count_ = 0;
   float* logits_ = nullptr;
   std::vector<int> pos_;                 // [max_tokens]
-  std::vector<kv::DenseCache*> cache_;   // [max_tokens]
+  std::vector<SeqCache*> cache_;         // [max_tokens]
+  std::vector<Run> runs_;                // the call's runs of rows of one cache
   std::vector<int> head_rows_;           // run_rows: the rows the head runs on (else empty)
   int generated_ = 0, head_generated_ = 0;  // run_rows: generated rows first, of the call and of the head's
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu.h"
 #include "backend/cpu/exec/cpu_weights.h"
 #include "backend/cpu/exec/executor.h"
 #include "backend/cpu/exec/session.h"
@@ -48,7 +49,7 @@ class CpuBackend final : public Backend {
       ++n_past_;
       return;
     }
-    if (s_.streams) s_.streams->begin_call(n_past_, n);
+    s_.cache->begin_call(n_past_, n);
     for (int done = 0; done < n;) {
       const int m = std::min(kMaxBatch, n - done);
       s_.pos = n_past_;
@@ -61,20 +62,16 @@ class CpuBackend final : public Backend {
       n_past_ += m;
       done += m;
     }
-    if (s_.streams) s_.streams->end_call(s_.pool);
+    s_.cache->end_call(s_.pool);
   }
 
   ExecCounters counters() const override { return {s_.pool.dispatches(), s_.pool.barriers()}; }
   void reset_counters() override { s_.pool.reset_counters(); }
   uint64_t cache_bytes() const override { return s_.cache_bytes(); }
-  kv::KeyCacheStats key_stats() const override {
-    return s_.streams ? s_.streams->stats() : kv::KeyCacheStats{};
-  }
+  kv::KeyCacheStats key_stats() const override { return s_.cache->key_stats(); }
 
  private:
-  void on_rewind(int n) override {
-    if (s_.streams) s_.streams->truncate(n);
-  }
+  void on_rewind(int n) override { s_.cache->truncate(n); }
   static const ExecOptions& check_keys(const BackendOptions& opt) {
     if (opt.keys.type != kv::KeyType::F32 && opt.exec.kv != KvMode::Dense)
       fail("--cache-type-k {} runs with --kv dense (the compressed key cache replaces the f32 one)",

@@ -1,21 +1,16 @@
 // State of one fast-CPU session: the thread pool, the RoPE table and the KV
-// cache the session's plans keep (dense, latent for the legacy rung, or
-// compressed key streams). Weights are read-only and shared between
-// sessions; everything here belongs to one session.
+// cache the session's plans keep (seq_cache.h). Weights are read-only and
+// shared between sessions; everything here belongs to one session.
 #pragma once
 
-#include <cstdint>
-#include <optional>
-#include <vector>
+#include <memory>
 
 #include "backend/backend.h"
 #include "backend/cpu/exec/rope_table.h"
+#include "backend/cpu/exec/seq_cache.h"
 #include "backend/cpu/exec/split.h"
 #include "backend/cpu/kernels/dispatch.h"
 #include "core/thread_pool.h"
-#include "kv/dense_cache.h"
-#include "kv/latent_cache.h"
-#include "kv/stream_cache.h"
 #include "model/weights.h"
 
 namespace lr::cpu {
@@ -29,12 +24,10 @@ struct Session {
   ThreadPool pool;
   int ctx;  // KV cache capacity in tokens
   RopeTable rope;
-  std::optional<kv::DenseCache> dense;     // dense and static KV
-  std::optional<kv::LatentCache> latent;   // legacy KV
-  std::optional<kv::StreamCache> streams;  // a compressed key type (--cache-type-k)
-  int pos = 0;                             // position of the first token being run
+  std::unique_ptr<SeqCache> cache;  // null without own_cache
+  int pos = 0;                      // position of the first token being run
 
-  uint64_t cache_bytes() const;
+  uint64_t cache_bytes() const { return cache ? cache->bytes() : 0; }
 };
 
 }  // namespace lr::cpu

@@ -285,6 +285,13 @@ void key_scores(const kv::KeyStream& ks, const float* prep, int g, int64_t j0, i
 
 void attend_keys_partial(const kv::KeyStream& ks, const uint16_t* V, const float* q, int g,
                          int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc) {
+  attend_keys_partial(ks.view(), V, q, g, j0, j1, scale, m, l, acc);
+}
+
+void attend_keys_partial(const kv::KeyView& view, const uint16_t* V, const float* q, int g,
+                         int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc) {
+  const kv::KeyStream& ks = *view.ks;
+  const int64_t blocks = view.blocks;  // latent blocks below, f16 rows from here on
   const int d = ks.head_dim();
   for (int h = 0; h < g; ++h) {
     m[h] = -INFINITY;
@@ -305,10 +312,10 @@ void attend_keys_partial(const kv::KeyStream& ks, const uint16_t* V, const float
   for (int64_t jb = j0; jb < j1;) {
     const int64_t te = std::min(j1, (jb / T + 1) * T);
     const int nb = int(te - jb);
-    if (latent && jb < ks.compressed()) {
-      key_scores(ks, prep.data(), g, jb, std::min(te, ks.compressed()), s.data(), T);
-      if (te > ks.compressed()) {  // a tile across the end of the blocks (block length < 32)
-        const int64_t c = ks.compressed();
+    if (latent && jb < blocks) {
+      key_scores(ks, prep.data(), g, jb, std::min(te, blocks), s.data(), T);
+      if (te > blocks) {  // a tile across the end of the blocks (block length < 32)
+        const int64_t c = blocks;
         ks.decode_rows(c, te, kt.data());
         scores_tile(q, g, d, kt.data(), d, int(te - c), scale, &s[size_t(c - jb)], T);
       }

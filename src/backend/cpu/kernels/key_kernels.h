@@ -28,5 +28,9 @@ void key_scores(const kv::KeyStream& ks, const float* prep, int g, int64_t j0, i
 // the running max m[g], sum l[g] and unnormalized acc [g, d].
 void attend_keys_partial(const kv::KeyStream& ks, const uint16_t* V, const float* q, int g,
                          int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc);
+// The same over a view of the stream (kv::KeyStream::view_at): positions
+// below view.blocks scored from the blocks, the rest from f16 rows.
+void attend_keys_partial(const kv::KeyView& view, const uint16_t* V, const float* q, int g,
+                         int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc);
 
 }  // namespace lr::cpu

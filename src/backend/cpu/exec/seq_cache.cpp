@@ -1,0 +1,204 @@
+#include "backend/cpu/exec/seq_cache.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <vector>
+
+#include "backend/cpu/exec/split.h"
+#include "backend/cpu/kernels/attention_kernels.h"
+#include "backend/cpu/kernels/key_kernels.h"
+#include "core/error.h"
+#include "kv/stream_cache.h"
+#include "model/scalar_ops.h"
+
+namespace lr::cpu {
+
+namespace {
+
+// Positions [0, n) cut into `chunks` parts: part `chunk`.
+Span part_of(int64_t n, int chunk, int chunks) {
+  return {n * chunk / chunks, n * (chunk + 1) / chunks};
+}
+
+class DenseSeq final : public SeqCache {
+ public:
+  DenseSeq(const Config& c, int ctx)
+      : hd_(c.head_dim), c_(c.n_layers, c.n_kv_heads, c.head_dim, ctx) {}
+
+  void append(int l, int h, int pos, const float* k, const float* v, int n, int64_t stride,
+              const float*, int64_t, int) override {
+    for (int t = 0; t < n; ++t) {
+      std::copy_n(k + t * stride, hd_, c_.key(l, h) + int64_t(pos + t) * hd_);
+      std::copy_n(v + t * stride, hd_, c_.value(l, h) + int64_t(pos + t) * hd_);
+    }
+  }
+  void attend(int l, int h, int p, const float* q, int g, int chunk, int chunks, float scale,
+              float* m, float* sum, float* acc) const override {
+    const Span r = part_of(p + 1, chunk, chunks);
+    attend_partial(q, g, hd_, c_.key(l, h), c_.value(l, h), hd_, r.begin, r.end, scale, m, sum,
+                   acc);
+  }
+  uint64_t bytes() const override { return c_.bytes(); }
+  kv::DenseCache* dense() override { return &c_; }
+
+ private:
+  int hd_;
+  kv::DenseCache c_;
+};
+
+class LatentSeq final : public SeqCache {
+ public:
+  LatentSeq(const Weights& w, int ctx) : hd_(w.cfg.head_dim), c_(make(w, ctx)) {}
+
+  void append(int, int, int, const float*, const float*, int, int64_t, const float*, int64_t,
+              int) override {
+    LR_ASSERT(false);  // the legacy plan appends latents (Op::LatentAppend)
+  }
+  void attend(int /*l*/, int h, int p, const float* q, int g, int chunk, int chunks, float scale,
+              float* m, float* sum, float* acc) const override {
+    const Span r = part_of(p + 1, chunk, chunks);
+    attend_partial(q, g, hd_, c_.keys() + h * hd_, c_.values() + h * hd_, c_.kv_dim(), r.begin,
+                   r.end, scale, m, sum, acc);
+  }
+  uint64_t bytes() const override { return c_.bytes(); }
+  kv::LatentCache* latent() override { return &c_; }
+
+ private:
+  static kv::LatentCache make(const Weights& w, int ctx) {
+    std::vector<int64_t> rk, rv;
+    for (const Layer& L : w.layers) {
+      rk.push_back(L.k.rank());
+      rv.push_back(L.v.rank());
+    }
+    return kv::LatentCache(ctx, w.cfg.kv_dim(), rk, rv);
+  }
+  int hd_;
+  kv::LatentCache c_;
+};
+
+// Folds the partial (m2, l2, acc2) of g heads into (m, l, acc).
+void combine(int g, int d, float* m, float* l, float* acc, const float* m2, const float* l2,
+             const float* acc2) {
+  for (int h = 0; h < g; ++h) {
+    if (!(l2[h] > 0)) continue;
+    const float mx = l[h] > 0 ? std::max(m[h], m2[h]) : m2[h];
+    const float a = l[h] > 0 ? std::exp(m[h] - mx) : 0.f, b = std::exp(m2[h] - mx);
+    for (int i = 0; i < d; ++i) acc[h * d + i] = acc[h * d + i] * a + acc2[h * d + i] * b;
+    l[h] = l[h] * a + l2[h] * b;
+    m[h] = mx;
+  }
+}
+
+// The stored calibration of stream (l, h) cut to cfg's rank and schedule.
+std::shared_ptr<const kv::SvdqBasis> calibrated_basis(const Weights& w, int l, int h,
+                                                      const kv::SvdqConfig& cfg) {
+  const Weights::KeyCalibration& cal = w.key_calibration;
+  if (cal.empty())
+    fail(
+        "--svdq-basis calibrated: the model has no calibrated key basis (run lowrank "
+        "calibrate-kv on it)");
+  const bool q = cfg.metric == kv::Metric::Query;
+  if (q && cal.q_vectors.empty())
+    fail(
+        "--svdq-metric query --svdq-basis calibrated: the model's key calibration has no "
+        "query-aware fit (rerun lowrank calibrate-kv)");
+  const size_t d = size_t(w.cfg.head_dim), i = size_t(l) * size_t(w.cfg.n_kv_heads) + size_t(h);
+  auto slice = [&](const std::vector<float>& v, size_t n) {
+    return std::vector<float>(v.begin() + ptrdiff_t(i * n), v.begin() + ptrdiff_t((i + 1) * n));
+  };
+  kv::KeyEigen e;
+  e.d = int(d);
+  e.n_keys = cal.n_keys;
+  e.mean = slice(cal.mean, d);
+  e.vectors = slice(q ? cal.q_vectors : cal.vectors, d * d);
+  if (q) e.proj = slice(cal.q_proj, d * d);
+  const std::vector<float> sigma = slice(q ? cal.q_sigma : cal.sigma, d);
+  e.sigma.assign(sigma.begin(), sigma.end());
+  return std::make_shared<const kv::SvdqBasis>(kv::make_basis(e, cfg));
+}
+
+// Compressed keys (kv/stream_cache.h). A session's prompt is staged: its
+// own keys exact, the history from the stored form. A batch slot keeps the
+// rows each append encodes, so a row of a prompt chunk reads the cache as a
+// decode step at its position would (KeyStream::view_at).
+class StreamSeq final : public SeqCache {
+ public:
+  StreamSeq(const Weights& w, const BackendOptions& opt, bool batched)
+      : hd_(w.cfg.head_dim), batched_(batched), c_(make(w, opt)) {}
+
+  void begin_call(int pos, int n) override { c_.begin_call(pos, n); }
+  void end_call(ThreadPool& pool) override { c_.end_call(pool); }
+  bool appends_tokens() const override { return false; }
+
+  void append(int l, int h, int pos, const float* k, const float* v, int n, int64_t stride,
+              const float* q, int64_t q_stride, int g) override {
+    kv::KeyStream& ks = c_.stream(l, h);
+    if (ks.wants_queries()) {  // the group's query rows of every token, [n * g, head_dim]
+      thread_local std::vector<float> rows;
+      rows.resize(size_t(n) * size_t(g) * size_t(hd_));
+      for (int t = 0; t < n; ++t)
+        std::copy_n(q + t * q_stride, g * hd_, &rows[size_t(t) * size_t(g * hd_)]);
+      ks.add_queries(rows.data(), int64_t(n) * g, hd_, pos, g);
+    }
+    c_.append(l, h, pos, k, v, n, stride, batched_);
+  }
+
+  void attend(int l, int h, int p, const float* q, int g, int chunk, int chunks, float scale,
+              float* m, float* sum, float* acc) const override {
+    const int64_t n = p + 1;  // positions the query sees
+    const kv::KeyStream& ks = c_.stream(l, h);
+    if (!c_.staging()) {  // parts of whole blocks of the stored form
+      const Span r = split(n, chunk, chunks, ks.block_tokens());
+      return attend_keys_partial(ks.view_at(p), c_.values(l, h), q, g, r.begin, r.end, scale, m,
+                                 sum, acc);
+    }
+    // The call's own positions exact, the history from the stored form, all
+    // in the first part (a prompt's rows are not split).
+    const int hist = c_.stage_begin();
+    if (chunk > 0)
+      return attend_partial(q, g, hd_, nullptr, nullptr, hd_, 0, 0, scale, m, sum, acc);
+    attend_partial(q, g, hd_, c_.staged_key(l, h), c_.staged_value(l, h), hd_, 0, n - hist, scale,
+                   m, sum, acc);
+    if (hist == 0) return;
+    thread_local std::vector<float> m2, l2, acc2;
+    m2.resize(size_t(g));
+    l2.resize(size_t(g));
+    acc2.resize(size_t(g) * size_t(hd_));
+    attend_keys_partial(ks, c_.values(l, h), q, g, 0, hist, scale, m2.data(), l2.data(),
+                        acc2.data());
+    combine(g, hd_, m, sum, acc, m2.data(), l2.data(), acc2.data());
+  }
+
+  void truncate(int n) override { c_.truncate(n); }
+  void end_step() override { c_.drop_flushed(); }
+  uint64_t bytes() const override { return c_.bytes(); }
+  kv::KeyCacheStats key_stats() const override { return c_.stats(); }
+
+ private:
+  static kv::StreamCache make(const Weights& w, const BackendOptions& opt) {
+    const Config& c = w.cfg;
+    opt.keys.validate(c.head_dim);
+    std::vector<std::shared_ptr<const kv::SvdqBasis>> bases;
+    if (opt.keys.type == kv::KeyType::Svdq && opt.keys.svdq.basis == kv::BasisSource::Calibrated)
+      for (int l = 0; l < c.n_layers; ++l)
+        for (int h = 0; h < c.n_kv_heads; ++h)
+          bases.push_back(calibrated_basis(w, l, h, opt.keys.svdq));
+    return kv::StreamCache(opt.keys, c.n_layers, c.n_kv_heads, c.head_dim, opt.ctx,
+                           scalar::rope_inv_freq(c), bases);
+  }
+  int hd_;
+  bool batched_;
+  kv::StreamCache c_;
+};
+
+}  // namespace
+
+std::unique_ptr<SeqCache> make_seq_cache(const Weights& w, const BackendOptions& opt, KvMode kv,
+                                         bool batched) {
+  if (opt.keys.type != kv::KeyType::F32) return std::make_unique<StreamSeq>(w, opt, batched);
+  if (kv == KvMode::Legacy) return std::make_unique<LatentSeq>(w, opt.ctx);
+  return std::make_unique<DenseSeq>(w.cfg, opt.ctx);
+}
+
+}  // namespace lr::cpu

@@ -1,0 +1,67 @@
+// The KV cache of one sequence as the CPU executors use it: they append a
+// chunk of a layer's keys and values and attend for a query, and know no
+// more of what the cache stores. One class per kind (seq_cache.cpp):
+//   dense    f32 keys and values (kv/dense_cache.h)
+//   streams  a compressed key type of --cache-type-k, f16 values
+//            (kv/stream_cache.h): f16, q8_0, q4_0, kivi2, svdq
+//   latent   the legacy rung's latents and rebuilt history (kv/latent_cache.h)
+// A session keeps one; a batch (backend/batch.h) one per slot.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "backend/backend.h"
+#include "core/thread_pool.h"
+#include "kv/dense_cache.h"
+#include "kv/latent_cache.h"
+
+namespace lr::cpu {
+
+class SeqCache {
+ public:
+  virtual ~SeqCache() = default;
+
+  // A session's call of n tokens from position pos: a compressed key cache
+  // stages the call's own keys (attention reads them exactly) and encodes
+  // them when the call ends.
+  virtual void begin_call(int /*pos*/, int /*n*/) {}
+  virtual void end_call(ThreadPool& /*pool*/) {}
+
+  // Whether append takes any (token, KV head) alone, in any order; else it
+  // takes a sequence's run of tokens of one KV head at once, in order.
+  virtual bool appends_tokens() const { return true; }
+  // Keys and values of positions [pos, pos + n) of KV head h in layer l,
+  // rows `stride` floats apart (the heads of a row consecutive from k, v).
+  // q: the tokens' query rows, the head's group [g, head_dim] at
+  // q + t * q_stride (a cache fitted on queries sees them before the keys).
+  virtual void append(int l, int h, int pos, const float* k, const float* v, int n, int64_t stride,
+                      const float* q, int64_t q_stride, int g) = 0;
+
+  // attention_kernels.h attend_partial for the query at position p: g query
+  // heads q [g, head_dim] of KV head h over part `chunk` of `chunks` of the
+  // positions [0, p] (cut where the stored form's blocks allow).
+  virtual void attend(int l, int h, int p, const float* q, int g, int chunk, int chunks,
+                      float scale, float* m, float* sum, float* acc) const = 0;
+
+  // Forgets positions >= n.
+  virtual void truncate(int /*n*/) {}
+  // A batch's step has ended (rows kept for its attention are let go).
+  virtual void end_step() {}
+  // Bytes held for the whole context.
+  virtual uint64_t bytes() const = 0;
+  virtual kv::KeyCacheStats key_stats() const { return {}; }
+
+  // The research rungs' own steps: static KV scores the dense cache, the
+  // fused rope-and-append writes into it, legacy KV rebuilds its history.
+  virtual kv::DenseCache* dense() { return nullptr; }
+  virtual kv::LatentCache* latent() { return nullptr; }
+};
+
+// The cache a plan of KV mode `kv` keeps under opt.keys, for opt.ctx
+// positions. batched: a batch slot's, whose rows are attended as decode
+// steps see the cache (kv::KeyStream::view_at) however a prompt is cut.
+std::unique_ptr<SeqCache> make_seq_cache(const Weights& w, const BackendOptions& opt, KvMode kv,
+                                         bool batched);
+
+}  // namespace lr::cpu
