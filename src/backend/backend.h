@@ -66,7 +66,7 @@ class Backend {
   virtual KeyCacheStats key_stats() const { return {}; }
   int ctx() const { return ctx_; }
   const Weights& weights() const { return *weights_; }
-  // The weights the session runs (the CPU backend's carry its panels).
+  // The weights the session runs (shared; what a backend prepares from them is its own).
   std::shared_ptr<const Weights> shared_weights() const { return weights_; }
   virtual ExecCounters counters() const { return {}; }
   // Bytes the session's KV cache holds (allocated for the whole context).

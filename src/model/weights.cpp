@@ -117,12 +117,7 @@ Matrix Matrix::rows_view(int64_t r0, int64_t n) const {
   // Aliasing constructors: share ownership of the whole buffers.
   m.data = std::shared_ptr<uint8_t[]>(data, data.get() + uint64_t(r0) * row_bytes());
   if (scales) m.scales = std::shared_ptr<float[]>(scales, scales.get() + r0 * q8_blocks(cols));
-  if (panels && r0 % 16 == 0 && n % 16 == 0) {  // whole panels: the view keeps its part
-    m.panels =
-        std::shared_ptr<const uint8_t[]>(panels, panels.get() + uint64_t(r0 / 16) * panel_stride);
-    m.panel_stride = panel_stride;
-  }
-  return m;  // otherwise a view computes from the rows as stored
+  return m;
 }
 
 void Matrix::set_row(int64_t r, const float* x) {

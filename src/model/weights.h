@@ -39,11 +39,9 @@ struct Matrix {
   int64_t cols = 0;
   std::shared_ptr<uint8_t[]> data;
   std::shared_ptr<float[]> scales;  // Q8_0 only
-  // The same values in the CPU decode kernels' panels of 16 rows
-  // (backend/cpu/panels.h), added by the CPU backends (backend/cpu/cpu_weights.h);
-  // null elsewhere. Rows 16p .. 16p + 15 are the panel at byte p * panel_stride.
-  std::shared_ptr<const uint8_t[]> panels;
-  uint64_t panel_stride = 0;
+  // (A backend's prepared forms of a matrix, the CPU's panels or the GPU's
+  // device copy, belong to that backend, which finds them by the matrix's
+  // address: backend/cpu/exec/cpu_weights.h, backend/cuda/device_weights.h.)
 
   static Matrix allocate(DType dtype, int64_t rows, int64_t cols);
   // A block-format matrix over `bytes` (rows * row_bytes() of them), which
@@ -59,8 +57,7 @@ struct Matrix {
   uint64_t data_bytes() const;  // values only (the `data` buffer)
   // Row r decoded to f32 (any weight type).
   void row_to_f32(int64_t r, float* out) const;
-  // Rows [r0, r0 + n) as a matrix sharing this one's storage (no copy), and
-  // its panels where r0 and n are multiples of 16.
+  // Rows [r0, r0 + n) as a matrix sharing this one's storage (no copy).
   Matrix rows_view(int64_t r0, int64_t n) const;
   const uint8_t* ptr() const { return data.get(); }
   // Bytes of one row of `data` (a block format: its blocks).

@@ -13,13 +13,13 @@
 #include "../error_of.h"
 #include "../kernels/isa_util.h"
 #include "../kernels/random_blocks.h"
-#include "model_test_util.h"
 #include "backend/batch.h"
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/exec/cpu_weights.h"
 #include "backend/cpu/kernels/dispatch.h"
 #include "backend/cpu/kernels/panels.h"
 #include "compress/compress_model.h"
+#include "model_test_util.h"
 #include "runtime/model.h"
 #include "runtime/session.h"
 
@@ -62,17 +62,17 @@ TEST(Batch, MatvecRowsIsMatvecPerRow) {
       test::IsaScope scope(isa);
       std::vector<float> want(size_t(n * rows)), got(want.size(), -1.f), split(want.size(), -1.f);
       for (int64_t k = 0; k < n; ++k)
-        cpu::matvec(W, &X[size_t(k * cols)], &want[size_t(k * rows)], 0, rows);
-      cpu::matvec_rows(W, X.data(), cols, got.data(), rows, n, 0, rows);
-      cpu::matvec_rows(W, X.data(), cols, split.data(), rows, n, 0, 24);
-      cpu::matvec_rows(W, X.data(), cols, split.data(), rows, n, 24, rows);
+        cpu::matvec(W, {}, &X[size_t(k * cols)], &want[size_t(k * rows)], 0, rows);
+      cpu::matvec_rows(W, {}, X.data(), cols, got.data(), rows, n, 0, rows);
+      cpu::matvec_rows(W, {}, X.data(), cols, split.data(), rows, n, 0, 24);
+      cpu::matvec_rows(W, {}, X.data(), cols, split.data(), rows, n, 24, rows);
       EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << isa_name(isa);
       EXPECT_EQ(std::memcmp(split.data(), want.data(), want.size() * 4), 0) << isa_name(isa);
       // Views that start at any row (a pivoted map's slices of U): each
       // row's product is the same, whichever rows it is grouped with.
       for (int64_t a : {1, 3, 5, 6, 70}) {
         std::vector<float> y(size_t(rows - a), -1.f);
-        cpu::matvec(W.rows_view(a, rows - a), X.data(), y.data(), 0, rows - a);
+        cpu::matvec(W.rows_view(a, rows - a), {}, X.data(), y.data(), 0, rows - a);
         EXPECT_EQ(std::memcmp(y.data(), &want[size_t(a)], y.size() * 4), 0)
             << isa_name(isa) << " from row " << a;
       }
@@ -98,10 +98,10 @@ TEST(Batch, ARowsProductDoesNotDependOnWhereItsViewStarts) {
     for (Isa isa : test::supported_isas()) {
       test::IsaScope scope(isa);
       std::vector<float> want(static_cast<size_t>(rows));
-      cpu::matvec(W, x.data(), want.data(), 0, rows);
+      cpu::matvec(W, {}, x.data(), want.data(), 0, rows);
       for (int64_t a : {1, 2, 3, 5}) {
         std::vector<float> y(size_t(rows - a), -1.f);
-        cpu::matvec(W.rows_view(a, rows - a), x.data(), y.data(), 0, rows - a);
+        cpu::matvec(W.rows_view(a, rows - a), {}, x.data(), y.data(), 0, rows - a);
         EXPECT_EQ(std::memcmp(y.data(), &want[size_t(a)], y.size() * 4), 0)
             << isa_name(isa) << " from row " << a;
       }
@@ -109,9 +109,9 @@ TEST(Batch, ARowsProductDoesNotDependOnWhereItsViewStarts) {
   }
 }
 
-// Q4_K and Q6_K matrices with panels (backend/cpu/panels.h): matvec and
+// Q4_K and Q6_K matrices with panels (backend/cpu/kernels/panels.h): matvec and
 // matvec_rows take them, with the panel twin's bits for every row and input;
-// with_panels adds them to the CPU backends' weights where rows fit.
+// panels_for makes them for the CPU backends where rows fit.
 TEST(Batch, PanelMatricesDecodeFromTheirPanels) {
   std::mt19937 rng(4);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -123,18 +123,19 @@ TEST(Batch, PanelMatricesDecodeFromTheirPanels) {
     Matrix W = Matrix::allocate(t, rows, cols);
     const auto bytes = test::random_rows(t, rows, cols, 5);
     std::memcpy(W.data.get(), bytes.data(), bytes.size());
-    W.panels = cpu::repack_panels(t, W.ptr(), W.row_bytes(), rows, cols);
+    const auto panels = cpu::repack_panels(t, W.ptr(), W.row_bytes(), rows, cols);
+    const cpu::Panels P{panels.get(), cpu::panel_bytes(t, 16, cols)};
     for (Isa isa : test::supported_isas()) {
       test::IsaScope scope(isa);
       std::vector<float> want(size_t(n * rows)), one(want.size()), got(want.size(), -1.f);
       for (int64_t k = 0; k < n; ++k) {
-        cpu::matvec_panel_twin(t, W.ptr(), W.row_bytes(), &X[size_t(k * cols)], &want[size_t(k * rows)], cols, 0,
-                               rows);
-        cpu::matvec(W, &X[size_t(k * cols)], &one[size_t(k * rows)], 0, 32);
-        cpu::matvec(W, &X[size_t(k * cols)], &one[size_t(k * rows)], 32, rows);
+        cpu::matvec_panel_twin(t, W.ptr(), W.row_bytes(), &X[size_t(k * cols)],
+                               &want[size_t(k * rows)], cols, 0, rows);
+        cpu::matvec(W, P, &X[size_t(k * cols)], &one[size_t(k * rows)], 0, 32);
+        cpu::matvec(W, P, &X[size_t(k * cols)], &one[size_t(k * rows)], 32, rows);
       }
-      cpu::matvec_rows(W, X.data(), cols, got.data(), rows, n, 0, 48);
-      cpu::matvec_rows(W, X.data(), cols, got.data(), rows, n, 48, rows);
+      cpu::matvec_rows(W, P, X.data(), cols, got.data(), rows, n, 0, 48);
+      cpu::matvec_rows(W, P, X.data(), cols, got.data(), rows, n, 48, rows);
       EXPECT_EQ(std::memcmp(one.data(), want.data(), want.size() * 4), 0) << isa_name(isa);
       EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << isa_name(isa);
     }
@@ -145,41 +146,42 @@ TEST(Batch, PanelMatricesDecodeFromTheirPanels) {
   s.dim = 256;
   s.ffn_dim = 512;
   const Model m = load_model(test::write_tiny(tmp, s, "m.gguf"), std::nullopt);
-  auto w = cpu::with_panels(m.weights);
-  ASSERT_NE(w.get(), m.weights.get());
-  EXPECT_EQ(cpu::with_panels(m.weights).get(), w.get());  // one set of panels per model while it lives
-  for (size_t l = 0; l < w->layers.size(); ++l) {
-    EXPECT_TRUE(w->layers[l].gate.w.panels != nullptr) << "layer " << l;
-    EXPECT_TRUE(w->layers[l].down.w.panels != nullptr) << "layer " << l;
-    EXPECT_TRUE(m.weights->layers[l].gate.w.panels == nullptr) << "the loaded weights stay as they are";
+  auto table = cpu::panels_for(m.weights);
+  EXPECT_EQ(cpu::panels_for(m.weights).get(),
+            table.get());  // one set of panels per model while it lives
+  for (const Layer& l : m.weights->layers) {
+    EXPECT_EQ(table->of(l.gate.w).stride, cpu::kPanelBytesQ4K);      // rows of 256
+    EXPECT_EQ(table->of(l.down.w).stride, 2 * cpu::kPanelBytesQ4K);  // rows of 512
   }
-  const Weights* first = w.get();
-  w.reset();  // no backend holds the copy now
-  EXPECT_EQ(cpu::with_panels(m.weights).get(), first);  // kept while the model lives
+  EXPECT_FALSE(table->of(Matrix()));  // a matrix not of these weights has none
+  const cpu::PanelTable* first = table.get();
+  table.reset();                                       // no backend holds the table now
+  EXPECT_EQ(cpu::panels_for(m.weights).get(), first);  // kept while the model lives
 }
 
-// A view of a matrix in panels keeps its part of them where it starts and
-// ends at a panel's edge, and computes from the rows as stored elsewhere.
+// The panels of a view of rows are their part of the matrix's where the
+// view starts and ends at a panel's edge; elsewhere a view computes from
+// the rows as stored.
 TEST(Batch, RowViewsKeepTheirPanels) {
   const int64_t rows = 64, cols = 256;
   Matrix W = Matrix::allocate(DType::Q4_K, rows, cols);
   const auto bytes = test::random_rows(DType::Q4_K, rows, cols, 6);
   std::memcpy(W.data.get(), bytes.data(), bytes.size());
-  W.panels = cpu::repack_panels(DType::Q4_K, W.ptr(), W.row_bytes(), rows, cols);
-  W.panel_stride = cpu::panel_bytes(DType::Q4_K, 16, cols);
-  EXPECT_EQ(W.panel_stride, cpu::kPanelBytesQ4K);
-  EXPECT_EQ(W.rows_view(32, 32).panels.get(), W.panels.get() + 2 * cpu::kPanelBytesQ4K);
-  EXPECT_EQ(W.rows_view(16, 16).panel_stride, W.panel_stride);
-  EXPECT_EQ(W.rows_view(8, 16).panels, nullptr);
-  EXPECT_EQ(W.rows_view(16, 8).panels, nullptr);
+  const auto panels = cpu::repack_panels(DType::Q4_K, W.ptr(), W.row_bytes(), rows, cols);
+  const cpu::Panels P{panels.get(), cpu::panel_bytes(DType::Q4_K, 16, cols)};
+  EXPECT_EQ(P.stride, cpu::kPanelBytesQ4K);
+  EXPECT_EQ(P.rows(32, 32).data, P.data + 2 * cpu::kPanelBytesQ4K);
+  EXPECT_EQ(P.rows(16, 16).stride, P.stride);
+  EXPECT_FALSE(P.rows(8, 16));
+  EXPECT_FALSE(P.rows(16, 8));
   std::vector<float> x(static_cast<size_t>(cols)), want(static_cast<size_t>(rows)),
       got(want.size(), -1.f);
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.f, 1.f);
   for (float& v : x) v = nd(rng);
   cpu::matvec_panel_twin(DType::Q4_K, W.ptr(), W.row_bytes(), x.data(), want.data(), cols, 0, rows);
-  cpu::matvec(W.rows_view(32, 32), x.data(), got.data() + 32, 0, 32);
-  cpu::matvec(W.rows_view(0, 32), x.data(), got.data(), 0, 32);
+  cpu::matvec(W.rows_view(32, 32), P.rows(32, 32), x.data(), got.data() + 32, 0, 32);
+  cpu::matvec(W.rows_view(0, 32), P.rows(0, 32), x.data(), got.data(), 0, 32);
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);
 }
 
@@ -268,15 +270,17 @@ TEST(Batch, FactorsInBlockFormatsDecodeFromPanels) {
   o.factor_type = DType::Q4_K;
   compress_model(dense, {{0.5, t.file("lr.gguf")}}, o);
   const Model m = load_model(t.file("lr.gguf"), std::nullopt);
-  auto w = cpu::with_panels(m.weights);
-  auto has_panels = [](const Matrix& x) {
-    return x.panels != nullptr && x.panel_stride == cpu::panel_bytes(x.dtype, 16, x.cols);
+  auto table = cpu::panels_for(m.weights);
+  auto panels_of = [&](const std::shared_ptr<const Weights>& w) { table = cpu::panels_for(w); };
+  auto has_panels = [&](const Matrix& x) {
+    return table->of(x) && table->of(x).stride == cpu::panel_bytes(x.dtype, 16, x.cols);
   };
   // A part of a stack: the stack's panels from the part's first row on.
-  auto part_of = [](const Matrix& part, const Matrix& stack, int64_t row) {
-    return part.panels.get() == stack.panels.get() + uint64_t(row / 16) * stack.panel_stride;
+  auto part_of = [&](const Matrix& part, const Matrix& stack, int64_t row) {
+    return table->of(part).data ==
+           table->of(stack).data + uint64_t(row / 16) * table->of(stack).stride;
   };
-  for (const Layer& l : w->layers) {
+  for (const Layer& l : m.weights->layers) {
     EXPECT_TRUE(has_panels(l.qkv_in) && has_panels(l.gate_up_in));
     EXPECT_TRUE(part_of(l.q.v, l.qkv_in, 0));
     EXPECT_TRUE(part_of(l.k.v, l.qkv_in, l.q.rank()));
@@ -294,7 +298,8 @@ TEST(Batch, FactorsInBlockFormatsDecodeFromPanels) {
   o.factor_type = DType::Q8_0;
   compress_model(dense, {{0.1, t.file("res.gguf")}}, o);
   const Model r = load_model(t.file("res.gguf"), std::nullopt);
-  for (const Layer& l : cpu::with_panels(r.weights)->layers)
+  panels_of(r.weights);
+  for (const Layer& l : r.weights->layers)
     for (const Linear* x : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
       ASSERT_TRUE(x->residual());
       EXPECT_TRUE(has_panels(x->w));
@@ -312,10 +317,11 @@ TEST(Batch, FactorsInBlockFormatsDecodeFromPanels) {
   o.pivoted = true;
   compress_model(dense, {{0.5, t.file("piv.gguf")}}, o);
   const Model p = load_model(t.file("piv.gguf"), std::nullopt);
-  for (const Layer& l : cpu::with_panels(p.weights)->layers)
+  panels_of(p.weights);
+  for (const Layer& l : p.weights->layers)
     for (const Linear* x : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
       ASSERT_TRUE(x->pivoted());
-      EXPECT_EQ(x->u.panels, nullptr);
+      EXPECT_FALSE(table->of(x->u));
     }
   for (Isa isa : test::supported_isas()) {  // the Q8_0 rows of U in slices from any row
     test::IsaScope scope(isa);

@@ -21,7 +21,7 @@ class CpuBatch final : public BatchBackend {
   CpuBatch(std::shared_ptr<const Weights> w, const BackendOptions& opt, int slots,
            int max_step_tokens)
       : BatchBackend(std::move(w), slots, opt.ctx, max_step_tokens),
-        s_(*weights_, checked(opt), KvMode::Dense, /*own_cache=*/false),
+        s_(*weights_, checked(opt), KvMode::Dense, /*own_cache=*/false, cpu::panels_for(weights_)),
         exec_(s_, derive(*weights_, {Target::Cpu, opt.keys.type != kv::KeyType::F32}, opt.exec),
               max_step_tokens, nullptr, false, cpu::Rows::AsDecode) {
     for (int i = 0; i < slots; ++i)
@@ -79,7 +79,7 @@ class CpuBatch final : public BatchBackend {
 std::unique_ptr<BatchBackend> make_cpu_batch_backend(std::shared_ptr<const Weights> w,
                                                      const BackendOptions& opt, int slots,
                                                      int max_step_tokens) {
-  return std::make_unique<CpuBatch>(cpu::with_panels(std::move(w)), opt, slots, max_step_tokens);
+  return std::make_unique<CpuBatch>(std::move(w), opt, slots, max_step_tokens);
 }
 
 }  // namespace lr

@@ -51,41 +51,38 @@ void release_pages(const uint8_t* p, uint64_t n) {
   if (e > a) (void)madvise(reinterpret_cast<void*>(a), e - a, MADV_PAGEOUT);
 }
 
-// The copy stays while its source lives (backends of one model made one
+// The table stays while its weights live (backends of one model made one
 // after another, as the tests and bench's modes make them, pack once), and
-// goes at the first call after the source is freed.
+// goes at the first call after they are freed.
 struct Entry {
   std::weak_ptr<const Weights> source;
-  std::shared_ptr<const Weights> with;
+  std::shared_ptr<const PanelTable> table;
 };
 std::mutex g_mu;
 std::map<const Weights*, Entry> g_cache;
 
 }  // namespace
 
-std::shared_ptr<const Weights> with_panels(std::shared_ptr<const Weights> w) {
+std::shared_ptr<const PanelTable> panels_for(const std::shared_ptr<const Weights>& w) {
   std::lock_guard<std::mutex> lock(g_mu);
   for (auto it = g_cache.begin(); it != g_cache.end();)  // drop the entries of freed weights
     it = it->second.source.expired() ? g_cache.erase(it) : std::next(it);
   if (auto it = g_cache.find(w.get()); it != g_cache.end() && it->second.source.lock() == w)
-    return it->second.with;
-  bool any = false;
-  for_each_product_matrix(*w, [&](const Matrix& m) { any |= panels_fit(m.dtype, m.rows, m.cols); });
-  if (!any) return w;
-  auto copy = std::make_shared<Weights>(*w);
+    return it->second.table;
+  auto table = std::make_shared<PanelTable>();
   // First which matrices are packed: a matrix inside one packed already (a
   // part of a packed stack, or one used twice) takes its rows' panels, one
   // with no panel form keeps its rows as stored. Then each is packed and its
   // rows leave memory at once (the peak holds one matrix twice, not the
   // model), unless a kept matrix lies over them.
   struct Packed {
-    Matrix* m;
+    const Matrix* m;
     const uint8_t *begin, *end;
   };
   std::vector<Packed> packed;
-  std::vector<std::pair<Matrix*, size_t>> parts;  // (matrix, the packed one it lies in)
+  std::vector<std::pair<const Matrix*, size_t>> parts;  // (matrix, the packed one it lies in)
   std::vector<std::pair<const uint8_t*, const uint8_t*>> kept;
-  for_each_product_matrix(*copy, [&](Matrix& m) {
+  for_each_product_matrix(*w, [&](const Matrix& m) {
     const uint8_t* b = m.ptr();
     for (size_t i = 0; i < packed.size(); ++i) {
       const Packed& p = packed[i];
@@ -99,20 +96,20 @@ std::shared_ptr<const Weights> with_panels(std::shared_ptr<const Weights> w) {
       kept.emplace_back(b, b + m.data_bytes());
   });
   for (const Packed& p : packed) {
-    Matrix& m = *p.m;
-    m.panels = repack_panels(m.dtype, m.ptr(), m.row_bytes(), m.rows, m.cols);
-    m.panel_stride = panel_bytes(m.dtype, 16, m.cols);
+    const Matrix& m = *p.m;
+    table->storage_.push_back(repack_panels(m.dtype, m.ptr(), m.row_bytes(), m.rows, m.cols));
+    table->at_[&m] = {table->storage_.back().get(), panel_bytes(m.dtype, 16, m.cols)};
     if (std::none_of(kept.begin(), kept.end(),
                      [&](auto& k) { return k.first < p.end && p.begin < k.second; }))
       release_pages(p.begin, uint64_t(p.end - p.begin));
   }
   for (auto [m, i] : parts) {
     const Matrix& p = *packed[i].m;
-    m->panels = p.rows_view(int64_t(uint64_t(m->ptr() - p.ptr()) / m->row_bytes()), m->rows).panels;
-    m->panel_stride = p.panel_stride;
+    table->at_[m] =
+        table->at_[&p].rows(int64_t(uint64_t(m->ptr() - p.ptr()) / m->row_bytes()), m->rows);
   }
-  g_cache[w.get()] = {w, copy};
-  return copy;
+  g_cache[w.get()] = {w, table};
+  return table;
 }
 
 }  // namespace lr::cpu

@@ -52,21 +52,22 @@ const float* Executor::linear_input(const Job& j, const Step& s, int tid, int64_
 
 // y [n, ldy] rows [r0, r1) = M x for the call's tokens: generated rows as
 // decode steps, then prompt rows in tiles (Rows::AsDecode), else all at once.
-void Executor::product_rows(const Step& s, const Matrix& m, const float* x, int64_t ldx, float* y0,
-                            int64_t ldy, int64_t r0, int64_t r1) {
+void Executor::product_rows(const Step& s, const Matrix& m, const Panels& P, const float* x,
+                            int64_t ldx, float* y0, int64_t ldy, int64_t r0, int64_t r1) {
   const int n = count(s);
-  if (rows_ != Rows::AsDecode) return matmul(m, x, ldx, y0, ldy, n, r0, r1);
+  if (rows_ != Rows::AsDecode) return matmul(m, P, x, ldx, y0, ldy, n, r0, r1);
   const int nd = decoded(s);
-  if (nd > 0) matvec_rows(m, x, ldx, y0, ldy, nd, r0, r1);
-  if (nd < n) matmul(m, x + nd * ldx, ldx, y0 + nd * ldy, ldy, n - nd, r0, r1, MatmulPath::Tiles);
+  if (nd > 0) matvec_rows(m, P, x, ldx, y0, ldy, nd, r0, r1);
+  if (nd < n)
+    matmul(m, P, x + nd * ldx, ldx, y0 + nd * ldy, ldy, n - nd, r0, r1, MatmulPath::Tiles);
 }
 
 // Rows [r0, r1) of a summed or pivoted job through thread tid's scratch, in
 // slices of output rows: the sum out += M x, or pivoted rows: M's rows among
 // them computed, the pivot rows' latents copied from x, scattered into
 // their places.
-void Executor::sliced_product(const Step& s, const Job& j, int tid, const float* x, int64_t ldx,
-                              float* y0, int64_t ldy, int64_t r0, int64_t r1) {
+void Executor::sliced_product(const Step& s, const Job& j, const Panels& P, int tid, const float* x,
+                              int64_t ldx, float* y0, int64_t ldy, int64_t r0, int64_t r1) {
   const int n = count(s);
   float* part = sum_scratch(tid);
   const Pivots* pv = j.pivots;
@@ -74,7 +75,9 @@ void Executor::sliced_product(const Step& s, const Job& j, int tid, const float*
   for (int64_t a = r0; a < r1; a += h) {
     const int64_t b = std::min(r1, a + h);
     const int64_t ma = pv ? pv->before[size_t(a)] : a, mb = pv ? pv->before[size_t(b)] : b;
-    if (mb > ma) product_rows(s, j.m->rows_view(ma, mb - ma), x, ldx, part, h, 0, mb - ma);
+    if (mb > ma)
+      product_rows(s, j.m->rows_view(ma, mb - ma), P.rows(ma, mb - ma), x, ldx, part, h, 0,
+                   mb - ma);
     for (int t = 0; t < n; ++t) {
       const float* pt = part + int64_t(t) * h;
       float* y = y0 + int64_t(t) * ldy;
@@ -131,9 +134,13 @@ Executor::Fn Executor::linear(const Step& s) {
     LR_ASSERT(!s.silu_mul || j.rows() == jobs[0].rows());
     LR_ASSERT(!j.pivots || (j.in == Buf::P && !j.norm));
   }
-  bool panels = false;  // matrices in panels of 16 rows (backend/cpu/panels.h): units of 16 rows
-  for (const Job& j : jobs) panels |= j.m->panels != nullptr;
-  return [this, &s, jobs, panels](int tid, int nth) {
+  std::vector<Panels> P;  // each job's matrix's (kernels/panels.h)
+  bool panels = false;    // matrices in panels of 16 rows: units of 16 rows
+  for (const Job& j : jobs) {
+    P.push_back(panels_of(*j.m));
+    panels |= bool(P.back());
+  }
+  return [this, &s, jobs, P, panels](int tid, int nth) {
     const int t0 = first(s), n = count(s);
     const int64_t align = n == 1 && !panels ? 8 : 16;
     // Jobs of a step that read the same input resolve it once.
@@ -141,6 +148,7 @@ Executor::Fn Executor::linear(const Step& s) {
     const float* x = nullptr;
     int64_t ldx = 0;
     auto product = [&](const Job& j, int64_t r0, int64_t r1) {
+      const Panels& pj = P[size_t(&j - jobs.data())];
       if (!last || last->in != j.in || last->in_off != j.in_off || last->norm != j.norm ||
           last->in2 != j.in2 || last->merge_in != j.merge_in)
         x = linear_input(j, s, tid, ldx);
@@ -148,9 +156,9 @@ Executor::Fn Executor::linear(const Step& s) {
       const Buf to = j.accumulate ? Buf::Y : j.out;  // a residual is summed from Y
       float* y0 = row(to, t0) + j.out_off;
       if (!j.sum && !j.pivots)
-        product_rows(s, *j.m, x, ldx, y0, width(to), r0, r1);
+        product_rows(s, *j.m, pj, x, ldx, y0, width(to), r0, r1);
       else
-        sliced_product(s, j, tid, x, ldx, y0, width(to), r0, r1);
+        sliced_product(s, j, pj, tid, x, ldx, y0, width(to), r0, r1);
       finish_rows(s, j, to, r0, r1);
     };
     if (s.silu_mul) {

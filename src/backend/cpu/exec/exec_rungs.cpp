@@ -70,10 +70,10 @@ Executor::Fn Executor::latent(const Step& s) {
     // The latent rows of a layer are consecutive: a matrix of j1 - j0 tokens.
     float* K = lc.keys() + sp.begin * kv_dim;
     float* V = lc.values() + sp.begin * kv_dim;
-    matmul(*L.uk, lc.k_latent(l, int(sp.begin)), L.k_rank, K, kv_dim, sp.end - sp.begin, 0,
-           L.uk->rows);
-    matmul(*L.uv, lc.v_latent(l, int(sp.begin)), L.v_rank, V, kv_dim, sp.end - sp.begin, 0,
-           L.uv->rows);
+    matmul(*L.uk, panels_of(*L.uk), lc.k_latent(l, int(sp.begin)), L.k_rank, K, kv_dim,
+           sp.end - sp.begin, 0, L.uk->rows);
+    matmul(*L.uv, panels_of(*L.uv), lc.v_latent(l, int(sp.begin)), L.v_rank, V, kv_dim,
+           sp.end - sp.begin, 0, L.uv->rows);
     for (int64_t j = sp.begin; j < sp.end; ++j)
       s_.rope.apply(K + (j - sp.begin) * kv_dim, s_.c.n_kv_heads, s_.c.head_dim, int(j));
   };

@@ -92,10 +92,10 @@ class Executor {
   Fn latent(const Step& s);
   // A Linear step's parts (exec_linear.cpp).
   const float* linear_input(const Job& j, const Step& s, int tid, int64_t& ldx);
-  void product_rows(const Step& s, const Matrix& m, const float* x, int64_t ldx, float* y0,
-                    int64_t ldy, int64_t r0, int64_t r1);
-  void sliced_product(const Step& s, const Job& j, int tid, const float* x, int64_t ldx, float* y0,
-                      int64_t ldy, int64_t r0, int64_t r1);
+  void product_rows(const Step& s, const Matrix& m, const Panels& P, const float* x, int64_t ldx,
+                    float* y0, int64_t ldy, int64_t r0, int64_t r1);
+  void sliced_product(const Step& s, const Job& j, const Panels& P, int tid, const float* x,
+                      int64_t ldx, float* y0, int64_t ldy, int64_t r0, int64_t r1);
   void finish_rows(const Step& s, const Job& j, Buf to, int64_t r0, int64_t r1);
   // The steps from the first of the output head on, as one dispatch or one per step.
   void execute(Head head);
@@ -103,6 +103,8 @@ class Executor {
   void gather_head_rows();
   // Rows of step s computed as decode steps (run_rows' generated rows).
   int decoded(const Step& s) const { return is_head(s) ? head_generated_ : generated_; }
+  // The panels of a matrix of the plan (none without a table).
+  Panels panels_of(const Matrix& m) const { return s_.panels ? s_.panels->of(m) : Panels{}; }
   // Position and cache of row t of the call.
   int pos(int t) const { return pos_[size_t(t)]; }
   SeqCache& cache(int t) const { return *cache_[size_t(t)]; }

@@ -31,7 +31,7 @@ class CpuBackend final : public Backend {
   CpuBackend(std::shared_ptr<const Weights> w, const BackendOptions& opt)
       : Backend(std::move(w), opt.ctx),
         plan_options_{Target::Cpu, opt.keys.type != kv::KeyType::F32},
-        s_(*weights_, opt, check_keys(opt).kv),
+        s_(*weights_, opt, check_keys(opt).kv, true, cpu::panels_for(weights_)),
         decode_(s_, derive(*weights_, plan_options_, opt.exec), 1, nullptr, profiling()),
         prefill_(s_, derive(*weights_, plan_options_, prefill_options(opt.exec)),
                  std::min(kMaxBatch, opt.ctx), opt.observer),
@@ -121,7 +121,7 @@ std::unique_ptr<LayerRunner> make_cpu_layer_runner(std::shared_ptr<const Weights
 
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const Weights> w,
                                           const BackendOptions& opt) {
-  return std::make_unique<CpuBackend>(cpu::with_panels(std::move(w)), opt);
+  return std::make_unique<CpuBackend>(std::move(w), opt);
 }
 
 }  // namespace lr

@@ -2,8 +2,14 @@
 
 namespace lr::cpu {
 
-Session::Session(const Weights& w_, const BackendOptions& opt, KvMode kv, bool own_cache)
-    : w(w_), c(w_.cfg), pool(std::max(1, opt.n_threads)), ctx(opt.ctx), rope(w_.cfg, opt.ctx) {
+Session::Session(const Weights& w_, const BackendOptions& opt, KvMode kv, bool own_cache,
+                 std::shared_ptr<const PanelTable> panels_)
+    : w(w_),
+      panels(std::move(panels_)),
+      c(w_.cfg),
+      pool(std::max(1, opt.n_threads)),
+      ctx(opt.ctx),
+      rope(w_.cfg, opt.ctx) {
   pool.set_spin(opt.exec.spin);
   if (own_cache) cache = make_seq_cache(w, opt, kv, /*batched=*/false);
 }

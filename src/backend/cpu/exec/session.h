@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "backend/backend.h"
+#include "backend/cpu/exec/cpu_weights.h"
 #include "backend/cpu/exec/rope_table.h"
 #include "backend/cpu/exec/seq_cache.h"
 #include "backend/cpu/exec/split.h"
@@ -18,8 +19,11 @@ namespace lr::cpu {
 struct Session {
   // kv: the session plans' KV mode (the cache they keep). own_cache false:
   // no cache here (a batch keeps one per sequence, backend/batch.h).
-  Session(const Weights& w, const BackendOptions& opt, KvMode kv, bool own_cache = true);
+  // panels: the panels of w's matrices (cpu_weights.h), or null: the rows as stored.
+  Session(const Weights& w, const BackendOptions& opt, KvMode kv, bool own_cache = true,
+          std::shared_ptr<const PanelTable> panels = nullptr);
   const Weights& w;
+  std::shared_ptr<const PanelTable> panels;
   const Config& c;
   ThreadPool pool;
   int ctx;  // KV cache capacity in tokens

@@ -1,5 +1,5 @@
-// Kernel dispatch by a matrix's form: panels when the CPU backend prepared
-// them, else the kernel of the stored weight type.
+// Kernel dispatch by a matrix's form: its panels when the CPU backend
+// prepared them, else the kernel of the stored weight type.
 #include "backend/cpu/kernels/dispatch.h"
 
 #include <algorithm>
@@ -10,8 +10,8 @@
 
 namespace lr::cpu {
 
-void matvec(const Matrix& W, const float* x, float* y, int64_t r0, int64_t r1) {
-  if (W.panels) return matvec_panels_n(W.dtype, W.panels.get(), x, W.cols, y, 0, 1, W.cols, r0, r1);
+void matvec(const Matrix& W, const Panels& P, const float* x, float* y, int64_t r0, int64_t r1) {
+  if (P) return matvec_panels_n(W.dtype, P.data, x, W.cols, y, 0, 1, W.cols, r0, r1);
   switch (W.dtype) {
     case DType::BF16:
       return matvec_bf16(W.half(), x, y, W.cols, r0, r1);
@@ -26,11 +26,10 @@ void matvec(const Matrix& W, const float* x, float* y, int64_t r0, int64_t r1) {
   }
 }
 
-void matmul(const Matrix& W, const float* X, int64_t ldx, float* Y, int64_t ldy, int64_t n,
-            int64_t r0, int64_t r1, MatmulPath path) {
-  if (n == 1 && path == MatmulPath::Any) return matvec(W, X, Y, r0, r1);
-  if (W.panels)
-    return matmul_panels(W.dtype, W.panels.get(), X, Y, n, W.cols, ldx, ldy, r0, r1, path);
+void matmul(const Matrix& W, const Panels& P, const float* X, int64_t ldx, float* Y, int64_t ldy,
+            int64_t n, int64_t r0, int64_t r1, MatmulPath path) {
+  if (n == 1 && path == MatmulPath::Any) return matvec(W, P, X, Y, r0, r1);
+  if (P) return matmul_panels(W.dtype, P.data, X, Y, n, W.cols, ldx, ldy, r0, r1, path);
   switch (W.dtype) {
     case DType::BF16:
       return matmul_bf16(W.half(), X, Y, n, W.cols, ldx, ldy, r0, r1, path);
@@ -46,10 +45,10 @@ void matmul(const Matrix& W, const float* X, int64_t ldx, float* Y, int64_t ldy,
   }
 }
 
-void matvec_rows(const Matrix& W, const float* X, int64_t ldx, float* Y, int64_t ldy, int64_t n,
-                 int64_t r0, int64_t r1) {
+void matvec_rows(const Matrix& W, const Panels& P, const float* X, int64_t ldx, float* Y,
+                 int64_t ldy, int64_t n, int64_t r0, int64_t r1) {
   LR_ASSERT(r0 % 8 == 0);
-  if (W.panels) return matvec_panels_n(W.dtype, W.panels.get(), X, ldx, Y, ldy, n, W.cols, r0, r1);
+  if (P) return matvec_panels_n(W.dtype, P.data, X, ldx, Y, ldy, n, W.cols, r0, r1);
   if (is_block_format(W.dtype))
     return matvec_blocks_n(W.dtype, W.ptr(), W.row_bytes(), X, ldx, Y, ldy, n, W.cols, r0, r1);
   if (W.dtype == DType::Q8_0)
@@ -58,7 +57,7 @@ void matvec_rows(const Matrix& W, const float* X, int64_t ldx, float* Y, int64_t
   constexpr int64_t kBlockRows = 64;
   for (int64_t r = r0; r < r1; r += kBlockRows)
     for (int64_t t = 0; t < n; ++t)
-      matvec(W, X + t * ldx, Y + t * ldy, r, std::min(r1, r + kBlockRows));
+      matvec(W, P, X + t * ldx, Y + t * ldy, r, std::min(r1, r + kBlockRows));
 }
 
 }  // namespace lr::cpu

@@ -94,6 +94,20 @@ constexpr uint64_t panel_block_bytes(DType t) {
                             : kPanelBytesQ4K;
 }
 
+// A matrix's panels as the CPU backend prepared them (exec/cpu_weights.h):
+// panel p, rows 16p .. 16p + 15, at data + p * stride; no data: none.
+struct Panels {
+  const uint8_t* data = nullptr;
+  uint64_t stride = 0;
+  explicit operator bool() const { return data != nullptr; }
+  // Rows [r0, r0 + n): their panels where they are whole panels (r0 and n
+  // multiples of 16), else none (the rows as stored are computed from).
+  Panels rows(int64_t r0, int64_t n) const {
+    if (!data || r0 % 16 != 0 || n % 16 != 0) return {};
+    return {data + uint64_t(r0 / 16) * stride, stride};
+  }
+};
+
 // Whether a matrix of type t and this shape has a panel form (Q4_0 .. Q5_1,
 // Q2_K .. Q6_K; rows a multiple of 16, whole blocks).
 bool panels_fit(DType t, int64_t rows, int64_t cols);
