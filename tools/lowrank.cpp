@@ -61,7 +61,7 @@ std::string ModelOptions::model_path() const { return model.empty() ? default_mo
 BackendOptions ModelOptions::backend_options() const {
   BackendOptions o;
   o.ctx = ctx;
-  o.n_threads = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  o.cpu.n_threads = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
   o.keys = keys.config();
   return o;
 }

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <climits>
-
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -28,12 +27,21 @@ class ActivationObserver {
   virtual int last_layer() const { return INT_MAX; }
 };
 
+// What only the CPU backends take (the fast session, the batch, the layer
+// runner); the others ignore it.
+struct CpuOptions {
+  int n_threads = 1;                       // threads of the session's pool
+  ActivationObserver* observer = nullptr;  // sees every linear input (calibration)
+};
+
+// A session's options: what every backend takes, then each device's own.
 struct BackendOptions {
-  int ctx = 2048;     // KV cache capacity in tokens (preallocated)
-  int n_threads = 1;  // CPU threads (fast CPU backend only)
-  ActivationObserver* observer = nullptr;  // fast CPU backend: sees every linear input
-  ExecOptions exec{};  // the rung of the ablation (model/plan_transforms.h); the product runs the default
-  kv::KeyCacheConfig keys{};  // fast CPU backend: what the cache stores for keys (--cache-type-k)
+  int ctx = 2048;  // KV cache capacity in tokens (preallocated)
+  ExecOptions
+      exec{};  // the rung of the ablation (model/plan_transforms.h); the product runs the default
+  kv::KeyCacheConfig keys{};  // what the cache stores for keys (--cache-type-k): the CPU backends;
+                              // CUDA refuses all but f32
+  CpuOptions cpu{};
 };
 
 using kv::KeyCacheStats;
@@ -42,9 +50,9 @@ using kv::KeyCacheStats;
 // regions and barriers. CUDA: what the host issued (kernel launches and
 // copies eagerly, graph launches in graph modes) and the kernels that ran.
 struct ExecCounters {
-  uint64_t dispatches = 0;  // CPU: parallel regions started; CUDA: host launches
-  uint64_t barriers = 0;    // CPU: barrier crossings inside regions
-  uint64_t kernels = 0;     // CUDA: kernels executed (launched, or replayed graph nodes)
+  uint64_t dispatches = 0;      // CPU: parallel regions started; CUDA: host launches
+  uint64_t barriers = 0;        // CPU: barrier crossings inside regions
+  uint64_t kernels = 0;         // CUDA: kernels executed (launched, or replayed graph nodes)
   uint64_t graph_launches = 0;  // CUDA: graphs launched
   uint64_t graph_nodes = 0;     // CUDA: nodes of the graphs launched (kernels and copies)
 };

@@ -63,8 +63,8 @@ Weights::KeyCalibration calibrate_keys(const Model& m, const CalibrateKvOptions&
   KeyObserver obs(c);
   BackendOptions bo;
   bo.ctx = opt.len;
-  bo.n_threads = opt.n_threads;
-  bo.observer = &obs;
+  bo.cpu.n_threads = opt.n_threads;
+  bo.cpu.observer = &obs;
   auto backend = make_cpu_backend(m.weights, bo);
   std::vector<float> logits(static_cast<size_t>(c.vocab));
   for (int s = 0; s < opt.samples; ++s) {

@@ -59,8 +59,8 @@ int64_t run_calibration(const Model& m, const CalibrationText& text, ActivationO
   const int64_t need = int64_t(text.samples) * text.len;
   BackendOptions bo;
   bo.ctx = text.len;
-  bo.n_threads = text.n_threads;
-  bo.observer = obs;
+  bo.cpu.n_threads = text.n_threads;
+  bo.cpu.observer = obs;
   auto backend = make_cpu_backend(m.weights, bo);
   std::vector<float> logits(static_cast<size_t>(m.weights->cfg.vocab));
   for (int s = 0; s < text.samples; ++s) {

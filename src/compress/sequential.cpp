@@ -106,11 +106,11 @@ void SequentialCalibration::observe(int l, const CalibrationProgress& progress) 
   Capture store(*this, nullptr), acc(*this, &store);
   BackendOptions bo;
   bo.ctx = len_;
-  bo.n_threads = text_.n_threads;
+  bo.cpu.n_threads = text_.n_threads;
   auto layer = one_layer(*dense_.weights, l, false);
-  bo.observer = &store;
+  bo.cpu.observer = &store;
   auto on_dense = make_cpu_layer_runner(layer, bo);
-  bo.observer = &acc;
+  bo.cpu.observer = &acc;
   auto on_comp = make_cpu_layer_runner(layer, bo);
   std::vector<float> x;
   const std::string phase =
@@ -128,7 +128,7 @@ void SequentialCalibration::observe(int l, const CalibrationProgress& progress) 
 void SequentialCalibration::advance(const Weights& compressed, int l) {
   BackendOptions bo;
   bo.ctx = len_;
-  bo.n_threads = text_.n_threads;
+  bo.cpu.n_threads = text_.n_threads;
   auto run = make_cpu_layer_runner(one_layer(compressed, l, true), bo);
   for (std::vector<float>& x : comp_) run->run(x.data(), len_);
 }

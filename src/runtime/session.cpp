@@ -31,7 +31,7 @@ std::string describe(ExecPath path, const BackendOptions& opt) {
     case ExecPath::Fast:
       break;
   }
-  return fmt::format("CPU, {} threads", opt.n_threads);
+  return fmt::format("CPU, {} threads", opt.cpu.n_threads);
 }
 
 std::unique_ptr<Backend> make_session(const Model& m, ExecPath path, const BackendOptions& opt) {

@@ -64,7 +64,7 @@ void compare(const Model& m, const ExecOptions& e, int prompt, int gen, const st
   SCOPED_TRACE(what);
   BackendOptions o;
   o.ctx = prompt + gen + 1;
-  o.n_threads = 2;
+  o.cpu.n_threads = 2;
   o.exec = e;
   auto cpu = make_session(m, ExecPath::Fast, o);
   auto gpu = make_session(m, ExecPath::Cuda, o);

@@ -82,7 +82,7 @@ double compare(const AllLogits& got, const AllLogits& want, int* rows, bool bits
 BackendOptions options() {
   BackendOptions o;
   o.ctx = 48;
-  o.n_threads = 2;
+  o.cpu.n_threads = 2;
   return o;
 }
 

@@ -23,6 +23,14 @@
 
 namespace lr::test {
 
+// Options of a session of ctx positions on `threads` CPU threads.
+inline BackendOptions backend_options(int ctx, int threads) {
+  BackendOptions o;
+  o.ctx = ctx;
+  o.cpu.n_threads = threads;
+  return o;
+}
+
 struct TempDir {
   std::filesystem::path dir;
   TempDir() {
@@ -107,11 +115,15 @@ inline std::string write_calib(const TempDir& t) {
 // Logits [toks, vocab] of `w` from the fast CPU backend (how 0) or the
 // scalar plan executor of the CPU (1) or GPU (2) target, 2 threads: the
 // prompt at once, or (one_by_one) a token per call.
-inline std::vector<float> plan_logits(std::shared_ptr<const Weights> w, const std::vector<int32_t>& toks,
-                                      int how, bool one_by_one = false) {
-  BackendOptions o{64, 2};
-  std::unique_ptr<Backend> b = how == 0 ? make_cpu_backend(w, o)
-                                        : make_scalar_plan_backend(w, o, how == 1 ? Target::Cpu : Target::Gpu);
+inline std::vector<float> plan_logits(std::shared_ptr<const Weights> w,
+                                      const std::vector<int32_t>& toks, int how,
+                                      bool one_by_one = false) {
+  BackendOptions o;
+  o.ctx = 64;
+  o.cpu.n_threads = 2;
+  std::unique_ptr<Backend> b =
+      how == 0 ? make_cpu_backend(w, o)
+               : make_scalar_plan_backend(w, o, how == 1 ? Target::Cpu : Target::Gpu);
   const size_t V = size_t(w->cfg.vocab);
   std::vector<float> out(toks.size() * V);
   if (!one_by_one) {
@@ -123,16 +135,20 @@ inline std::vector<float> plan_logits(std::shared_ptr<const Weights> w, const st
 }
 
 // Logits [toks, vocab] of the model at `path` from the reference forward (f32).
-inline std::vector<float> reference_logits(const std::string& path, const std::vector<int32_t>& toks) {
+inline std::vector<float> reference_logits(const std::string& path,
+                                           const std::vector<int32_t>& toks) {
   Model m = load_model(path, DType::F32);
-  auto b = make_session(m, ExecPath::Reference, {64, 1});
+  BackendOptions o;
+  o.ctx = 64;
+  auto b = make_session(m, ExecPath::Reference, o);
   std::vector<float> out(toks.size() * size_t(m.weights->cfg.vocab));
   b->forward(toks.data(), int(toks.size()), out.data(), true);
   return out;
 }
 
 // The synth model at `path` as a qwen2 GGUF with random q/k/v biases.
-inline std::string as_qwen2(const test::TempDir& t, const std::string& path, const std::string& name) {
+inline std::string as_qwen2(const test::TempDir& t, const std::string& path,
+                            const std::string& name) {
   auto f = gguf::File::open(path);
   gguf::Writer w;
   for (const auto& [key, value] : f->metadata()) {

@@ -207,7 +207,7 @@ AllLogits run_batched(const Model& m, const std::vector<Seq>& seqs, int threads,
                       int most, uint64_t seed) {
   BackendOptions o;
   o.ctx = 64;
-  o.n_threads = threads;
+  o.cpu.n_threads = threads;
   auto batch = make_cpu_batch_backend(m.weights, o, int(seqs.size()), 32);
   return test::run_batch(*batch, seqs, together, most, seed);
 }
@@ -230,7 +230,7 @@ void expect_invariant(const Model& m, double tol = 2e-3) {
     // time).
     BackendOptions o;
     o.ctx = 64;
-    o.n_threads = threads;
+    o.cpu.n_threads = threads;
     for (size_t i = 0; i < seqs.size(); ++i) {
       auto b = make_session(m, ExecPath::Fast, o);
       const Seq& q = seqs[i];
@@ -372,7 +372,7 @@ TEST(Batch, AStepIsOneDispatch) {
   Model m = load_model(test::write_tiny(t, spec(), "d.gguf"), std::nullopt);  // 2 layers
   BackendOptions o;
   o.ctx = 32;
-  o.n_threads = 2;
+  o.cpu.n_threads = 2;
   auto b = make_cpu_batch_backend(m.weights, o, 3, 16);
   const std::vector<int32_t> a = {1, 2, 3, 4}, c = {5};
   std::vector<float> logits(3 * size_t(m.weights->cfg.vocab));

@@ -80,7 +80,7 @@ AllLogits run_batched(const Model& m, const kv::KeyCacheConfig& keys, int thread
                       int most, uint64_t seed) {
   BackendOptions o;
   o.ctx = 128;
-  o.n_threads = threads;
+  o.cpu.n_threads = threads;
   o.keys = keys;
   auto batch = make_cpu_batch_backend(m.weights, o, 3, 192);
   return test::run_batch(*batch, seqs(), together, most, seed);

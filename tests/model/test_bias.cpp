@@ -31,7 +31,7 @@ void expect_close(const std::vector<float>& a, const std::vector<float>& b, doub
 }
 
 std::vector<float> logits(const Model& m, ExecPath p, const std::vector<int32_t>& toks) {
-  auto b = make_session(m, p, {64, 2});
+  auto b = make_session(m, p, test::backend_options(64, 2));
   std::vector<float> out(toks.size() * size_t(m.weights->cfg.vocab));
   b->forward(toks.data(), int(toks.size()), out.data(), true);
   // and one decode step after the prompt

@@ -28,7 +28,7 @@ const std::vector<int32_t> kToks = {1, 80, 120, 33, 201, 7, 99, 150, 3, 42, 250,
 
 std::vector<float> logits_of(const std::string& path) {
   Model m = load_model(path, std::nullopt);
-  auto b = make_session(m, ExecPath::Fast, {64, 2});
+  auto b = make_session(m, ExecPath::Fast, test::backend_options(64, 2));
   std::vector<float> out(kToks.size() * size_t(m.weights->cfg.vocab));
   b->forward(kToks.data(), int(kToks.size()), out.data(), true);
   return out;

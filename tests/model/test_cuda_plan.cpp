@@ -219,7 +219,7 @@ TEST(Synth, ShapesKeepAndDeterminism) {
   EXPECT_NEAR(std::sqrt(ss / double(v.rows * v.cols)), 0.0625, 0.002);
   EXPECT_LE(mx, 0.0625 * std::sqrt(3.0) * (1 + 1.0 / 128));  // bf16 rounding
   // It runs, and its logits are finite and not all alike.
-  auto be = make_session(m, ExecPath::Fast, {64, 1});
+  auto be = make_session(m, ExecPath::Fast, test::backend_options(64, 1));
   std::vector<int32_t> toks = {1, 50, 100, 150, 7};
   std::vector<float> out(size_t(cfg.vocab));
   be->forward(toks.data(), int(toks.size()), out.data(), false);
@@ -264,7 +264,7 @@ TEST(CudaBackend, WithoutCudaOrAGpuTheErrorSaysSo) {
   bool ok = true;
   const std::string info = cuda_device_info(&ok);
   if (ok) GTEST_SKIP() << "a GPU is present: " << info;
-  const std::string e = error_of([&] { make_session(m, ExecPath::Cuda, {64, 1}); });
+  const std::string e = error_of([&] { make_session(m, ExecPath::Cuda, test::backend_options(64, 1)); });
 #ifdef LOWRANK_HAVE_CUDA
   EXPECT_NE(e.find("the CUDA backend needs a GPU"), std::string::npos) << e;
 #else

@@ -51,7 +51,7 @@ std::string describe(const ExecOptions& e, int threads) {
 std::vector<float> decode_logits(const Model& m, ExecPath path, const ExecOptions& e, int threads) {
   BackendOptions o;
   o.ctx = 96;
-  o.n_threads = threads;
+  o.cpu.n_threads = threads;
   o.exec = e;
   auto b = make_session(m, path, o);
   const size_t V = size_t(m.weights->cfg.vocab);
@@ -65,7 +65,7 @@ std::vector<float> decode_logits(const Model& m, ExecPath path, const ExecOption
 std::vector<int32_t> greedy(const Model& m, ExecPath path, const ExecOptions& e, int threads, int n) {
   BackendOptions o;
   o.ctx = 96;
-  o.n_threads = threads;
+  o.cpu.n_threads = threads;
   o.exec = e;
   auto b = make_session(m, path, o);
   std::vector<float> logits(size_t(m.weights->cfg.vocab));
@@ -193,7 +193,7 @@ TEST(Decode, SixteenBitWeightsWithinTolerance) {
 ExecCounters one_step(const Model& m, const ExecOptions& e, int threads) {
   BackendOptions o;
   o.ctx = 64;
-  o.n_threads = threads;
+  o.cpu.n_threads = threads;
   o.exec = e;
   auto b = make_session(m, ExecPath::Fast, o);
   std::vector<float> logits(size_t(m.weights->cfg.vocab));

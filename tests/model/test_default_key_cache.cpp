@@ -19,7 +19,7 @@ namespace {
 double ppl_with(const Model& m, const std::vector<int32_t>& toks, const kv::KeyCacheConfig& k) {
   BackendOptions o;
   o.ctx = 1024;
-  o.n_threads = 2;
+  o.cpu.n_threads = 2;
   o.keys = k;
   auto b = make_session(m, ExecPath::Fast, o);
   PerplexityOptions p;

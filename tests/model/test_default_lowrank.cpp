@@ -39,7 +39,7 @@ TEST(DefaultModel, LowRankKeep06EveryDecodeModeMatchesReference) {
   std::vector<int32_t> want;
   std::vector<std::vector<float>> ref_logits;
   {
-    auto ref = make_session(f32, ExecPath::Reference, {128, 1});
+    auto ref = make_session(f32, ExecPath::Reference, test::backend_options(128, 1));
     std::vector<float> l(static_cast<size_t>(vocab));
     ref->forward(prompt.data(), int(prompt.size()), l.data(), false);
     for (int s = 0; s < kSteps; ++s) {
@@ -67,7 +67,7 @@ TEST(DefaultModel, LowRankKeep06EveryDecodeModeMatchesReference) {
                                int(e.unit), m == &f32 ? "f32" : "bf16"));
       BackendOptions bo;
       bo.ctx = 128;
-      bo.n_threads = 2;
+      bo.cpu.n_threads = 2;
       bo.exec = e;
       auto b = make_session(*m, ExecPath::Fast, bo);
       std::vector<float> l(static_cast<size_t>(vocab));

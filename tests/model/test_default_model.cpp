@@ -10,6 +10,7 @@
 
 #include "../kernels/isa_util.h"
 #include "model/load.h"
+#include "model_test_util.h"
 #include "runtime/model.h"
 #include "runtime/session.h"
 #include "runtime/perplexity.h"
@@ -51,7 +52,7 @@ void check_golden(const Model& m, ExecPath path, double id_exact_tol, double log
   const nlohmann::json g = golden();  // a local: iterating a temporary's member would dangle
   for (const auto& c : g["cases"]) {
     std::vector<int32_t> toks = c["tokens"].get<std::vector<int32_t>>();
-    auto b = make_session(m, path, {512, 2});
+    auto b = make_session(m, path, test::backend_options(512, 2));
     int vocab = m.weights->cfg.vocab;
     std::vector<float> logits(toks.size() * size_t(vocab));
     b->forward(toks.data(), int(toks.size()), logits.data(), true);
@@ -167,12 +168,12 @@ TEST(DefaultModel, FastGreedyMatchesReference) {
   double max_logit = 0;
   for (const char* p : kPrompts) {
     std::vector<int32_t> prompt = M->f32.tokenizer->encode(p, M->f32.tokenizer->add_bos());
-    auto ref = make_session(M->f32, ExecPath::Reference, {256, 1});
+    auto ref = make_session(M->f32, ExecPath::Reference, test::backend_options(256, 1));
     std::vector<std::unique_ptr<Backend>> fast;
     std::vector<std::vector<float>> fast_logits;
     std::vector<bool> same;
     for (auto& f : fast_paths) {
-      fast.push_back(make_session(*f.model, ExecPath::Fast, {256, 2}));
+      fast.push_back(make_session(*f.model, ExecPath::Fast, test::backend_options(256, 2)));
       fast_logits.emplace_back(static_cast<size_t>(vocab));
       same.push_back(true);
     }
@@ -227,10 +228,10 @@ TEST(DefaultModel, AsStoredDecodeKeepsPerplexity) {
   o.ctx = 256;
   o.max_chunks = 8;
   o.bos = M->f32.tokenizer->bos_id();
-  auto ref = make_session(M->f32, ExecPath::Fast, {256, 2});
+  auto ref = make_session(M->f32, ExecPath::Fast, test::backend_options(256, 2));
   const double want = perplexity(*ref, toks, o).ppl;
   o.decode = true;
-  auto fast = make_session(M->stored, ExecPath::Fast, {256, 2});
+  auto fast = make_session(M->stored, ExecPath::Fast, test::backend_options(256, 2));
   const double got = perplexity(*fast, toks, o).ppl;
   std::printf("perplexity: f32 %.4f, as stored through the decode path %.4f\n", want, got);
   EXPECT_NEAR(got, want, 0.01 * want);

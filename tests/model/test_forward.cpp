@@ -13,6 +13,7 @@
 #include "format/gguf_source.h"
 #include "model/load.h"
 #include "sampling/sampler.h"
+#include "model_test_util.h"
 #include "tiny_model.h"
 
 namespace lr {
@@ -45,9 +46,9 @@ TEST(Forward, FastF32MatchesReference) {
     auto w = load_tiny(s, DType::F32);
     EXPECT_EQ(w->cfg.tied_output, tied);
     auto toks = some_tokens(37, s.vocab, 7);
-    auto ref = make_reference_backend(w, {64, 1});
+    auto ref = make_reference_backend(w, test::backend_options(64, 1));
     for (int threads : {1, 2, 3}) {
-      auto fast = make_cpu_backend(w, {64, threads});
+      auto fast = make_cpu_backend(w, test::backend_options(64, threads));
       EXPECT_LT(rel_err(run_all(*fast, toks), run_all(*ref, toks)), 1e-5) << threads;
       ref->rewind(0);
     }
@@ -59,8 +60,8 @@ TEST(Forward, FastBf16WithinTolerance) {
   auto w32 = load_tiny(s, DType::F32);
   auto w16 = load_tiny(s, DType::BF16);
   auto toks = some_tokens(20, s.vocab, 3);
-  auto ref = make_reference_backend(w32, {64, 1});
-  auto fast = make_cpu_backend(w16, {64, 2});
+  auto ref = make_reference_backend(w32, test::backend_options(64, 1));
+  auto fast = make_cpu_backend(w16, test::backend_options(64, 2));
   // bf16 keeps 8 mantissa bits (relative rounding 2^-9 per weight); the stated
   // tolerance for logits of these unit-scale models is 2% of the largest logit.
   EXPECT_LT(rel_err(run_all(*fast, toks), run_all(*ref, toks)), 2e-2);
@@ -71,8 +72,8 @@ TEST(Forward, TokenByTokenEqualsWholePrompt) {
   auto w = load_tiny(s, DType::F32);
   auto toks = some_tokens(25, s.vocab, 11);
   for (bool reference : {true, false}) {
-    auto whole = reference ? make_reference_backend(w, {64, 1}) : make_cpu_backend(w, {64, 2});
-    auto step = reference ? make_reference_backend(w, {64, 1}) : make_cpu_backend(w, {64, 2});
+    auto whole = reference ? make_reference_backend(w, test::backend_options(64, 1)) : make_cpu_backend(w, test::backend_options(64, 2));
+    auto step = reference ? make_reference_backend(w, test::backend_options(64, 1)) : make_cpu_backend(w, test::backend_options(64, 2));
     auto all = run_all(*whole, toks);
     std::vector<float> one(static_cast<size_t>(s.vocab));
     for (size_t t = 0; t < toks.size(); ++t) {
@@ -90,15 +91,15 @@ TEST(Forward, ChunkedPrefillAcrossBatchBoundary) {
   s.n_layers = 1;
   auto w = load_tiny(s, DType::F32);
   auto toks = some_tokens(530, s.vocab, 5);
-  auto ref = make_reference_backend(w, {600, 1});
-  auto fast = make_cpu_backend(w, {600, 2});
+  auto ref = make_reference_backend(w, test::backend_options(600, 1));
+  auto fast = make_cpu_backend(w, test::backend_options(600, 2));
   EXPECT_LT(rel_err(run_all(*fast, toks), run_all(*ref, toks)), 1e-5);
 }
 
 TEST(Forward, RewindRecomputesSameLogits) {
   test::TinySpec s;
   auto w = load_tiny(s, DType::F32);
-  auto fast = make_cpu_backend(w, {64, 2});
+  auto fast = make_cpu_backend(w, test::backend_options(64, 2));
   auto a = some_tokens(10, s.vocab, 1), b = some_tokens(6, s.vocab, 2);
   std::vector<float> first(static_cast<size_t>(s.vocab)), second(static_cast<size_t>(s.vocab));
   fast->forward(a.data(), 10, first.data(), false);
@@ -113,7 +114,7 @@ TEST(Forward, RewindRecomputesSameLogits) {
 TEST(Forward, CausalPrefixUnchanged) {
   test::TinySpec s;
   auto w = load_tiny(s, DType::F32);
-  auto ref = make_reference_backend(w, {64, 1});
+  auto ref = make_reference_backend(w, test::backend_options(64, 1));
   auto toks = some_tokens(12, s.vocab, 9);
   auto full = run_all(*ref, toks);
   ref->rewind(0);
@@ -149,14 +150,14 @@ TEST(Forward, ObservedForwardStopsAfterTheObserversLastLayer) {
   const std::vector<int32_t> toks = some_tokens(20, s.vocab, 11);
   Recorder all(INT_MAX), two(1);
   std::vector<float> logits(size_t(s.vocab), -7.0f);
-  BackendOptions o{64, 2};
-  o.observer = &all;
+  BackendOptions o = test::backend_options(64, 2);
+  o.cpu.observer = &all;
   auto a = make_cpu_backend(w, o);
   a->reset_counters();
   a->forward(toks.data(), int(toks.size()), logits.data(), false);
   EXPECT_NE(logits[0], -7.0f);
   std::fill(logits.begin(), logits.end(), -7.0f);
-  o.observer = &two;
+  o.cpu.observer = &two;
   auto b = make_cpu_backend(w, o);
   b->reset_counters();
   b->forward(toks.data(), int(toks.size()), logits.data(), false);
@@ -174,7 +175,7 @@ TEST(Forward, ObservedForwardStopsAfterTheObserversLastLayer) {
 TEST(Forward, ErrorsOnBadInput) {
   test::TinySpec s;
   auto w = load_tiny(s, DType::F32);
-  auto fast = make_cpu_backend(w, {8, 1});
+  auto fast = make_cpu_backend(w, test::backend_options(8, 1));
   std::vector<float> logits(size_t(s.vocab) * 16);
   std::vector<int32_t> nine(9, 1);
   try {
@@ -186,7 +187,7 @@ TEST(Forward, ErrorsOnBadInput) {
   int32_t bad = s.vocab;
   EXPECT_THROW(fast->forward(&bad, 1, logits.data(), false), Error);
   auto w16 = load_tiny(s, DType::BF16);
-  EXPECT_THROW(make_reference_backend(w16, {8, 1}), Error);
+  EXPECT_THROW(make_reference_backend(w16, test::backend_options(8, 1)), Error);
 }
 
 TEST(Load, MissingTensorShapeAndArchitectureErrors) {

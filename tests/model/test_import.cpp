@@ -29,7 +29,7 @@ const std::vector<int32_t> kToks = {1, 80, 120, 33, 201, 7, 99, 150, 3, 42};
 
 std::vector<float> logits_of(const std::string& path) {
   Model m = load_model(path, DType::F32);
-  auto b = make_session(m, ExecPath::Reference, {32, 1});
+  auto b = make_session(m, ExecPath::Reference, test::backend_options(32, 1));
   std::vector<float> out(kToks.size() * size_t(m.weights->cfg.vocab));
   b->forward(kToks.data(), int(kToks.size()), out.data(), true);
   return out;
@@ -580,7 +580,7 @@ TEST(DefaultModel, ImportRoundTripsSvdLlmAndBasisSharing) {
     EXPECT_EQ(r.from_base, std::vector<std::string>{"token_embd.weight"});
     Model a = load_model(t.file("lr.gguf"), DType::F32), b = load_model(t.file("imported.gguf"), DType::F32);
     auto run = [&](const Model& mm) {
-      auto be = make_session(mm, ExecPath::Fast, {32, 2});
+      auto be = make_session(mm, ExecPath::Fast, test::backend_options(32, 2));
       std::vector<int32_t> toks = mm.tokenizer->encode("The capital of France is", true);
       std::vector<float> out(toks.size() * size_t(mm.weights->cfg.vocab));
       be->forward(toks.data(), int(toks.size()), out.data(), true);

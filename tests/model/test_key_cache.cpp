@@ -45,7 +45,7 @@ struct Outcome {
 Outcome run(const Model& m, const kv::KeyCacheConfig& k, int threads, int prompt = kPrompt) {
   BackendOptions o;
   o.ctx = 128;
-  o.n_threads = threads;
+  o.cpu.n_threads = threads;
   o.keys = k;
   auto b = make_session(m, ExecPath::Fast, o);
   const size_t V = size_t(m.weights->cfg.vocab);

@@ -27,7 +27,7 @@ using test::write_tiny;
 std::vector<float> logits_of(const std::string& path, ExecPath p, DType wtype,
                              const std::vector<int32_t>& toks) {
   Model m = load_model(path, wtype);
-  auto b = make_session(m, p, {64, 2});
+  auto b = make_session(m, p, test::backend_options(64, 2));
   std::vector<float> out(toks.size() * size_t(m.weights->cfg.vocab));
   b->forward(toks.data(), int(toks.size()), out.data(), true);
   return out;

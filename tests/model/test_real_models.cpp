@@ -14,6 +14,7 @@
 
 #include "../kernels/isa_util.h"
 #include "model/load.h"
+#include "model_test_util.h"
 #include "runtime/model.h"
 #include "runtime/session.h"
 
@@ -141,7 +142,7 @@ void check_top5(const Real& r) {
   const auto g = golden(r);
   for (const auto& c : g["top5"]) {
     const auto toks = c["tokens"].get<std::vector<int32_t>>();
-    auto b = make_session(*M, ExecPath::Fast, {512, 2});
+    auto b = make_session(*M, ExecPath::Fast, test::backend_options(512, 2));
     std::vector<float> logits(toks.size() * size_t(vocab));
     b->forward(toks.data(), int(toks.size()), logits.data(), true);
     for (const auto& top : c["top5"]) {
@@ -183,7 +184,7 @@ void check_greedy(const Real& r) {
   for (const auto& c : g["greedy"]) {
     std::vector<int32_t> toks = c["tokens"].get<std::vector<int32_t>>();
     const auto want = c["generated"].get<std::vector<int32_t>>();
-    auto b = make_session(*M, ExecPath::Fast, {512, 2});
+    auto b = make_session(*M, ExecPath::Fast, test::backend_options(512, 2));
     std::vector<float> logits(static_cast<size_t>(vocab));
     b->forward(toks.data(), int(toks.size()), logits.data(), false);
     std::vector<int32_t> got;

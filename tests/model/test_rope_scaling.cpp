@@ -52,7 +52,7 @@ std::string rewrite(const test::TempDir& t, const std::string& name,
 double error_vs_llamacpp(const Model& m, ExecPath path, const nlohmann::json& g) {
   const auto toks = g["tokens"].get<std::vector<int32_t>>();
   const int V = m.weights->cfg.vocab;
-  auto b = make_session(m, path, {int(toks.size()) + 1, 2});
+  auto b = make_session(m, path, test::backend_options(int(toks.size()) + 1, 2));
   std::vector<float> out(toks.size() * size_t(V));
   b->forward(toks.data(), int(toks.size()), out.data(), true);
   double worst = 0, mag = 0;

@@ -23,7 +23,7 @@ using test::TempDir;
 std::vector<float> logits(const std::string& path, const compress::CalibrationText& text) {
   Model m = load_model(path, DType::F32);
   const std::vector<int32_t> toks = compress::calibration_tokens(m, text);
-  auto b = make_cpu_backend(m.weights, {text.len, 2});
+  auto b = make_cpu_backend(m.weights, test::backend_options(text.len, 2));
   const size_t V = size_t(m.weights->cfg.vocab);
   std::vector<float> out(size_t(2 * text.len) * V);
   for (int s = 0; s < 2; ++s) {
@@ -48,7 +48,7 @@ TEST(Sequential, LayerByLayerIsTheWholeModel) {
     const int n = 20, dim = w.cfg.dim, V = w.cfg.vocab;
     std::vector<int32_t> toks;
     for (int i = 0; i < n; ++i) toks.push_back((i * 7 + 3) % V);
-    auto b = make_cpu_backend(m.weights, {64, 2});
+    auto b = make_cpu_backend(m.weights, test::backend_options(64, 2));
     std::vector<float> want(size_t(n) * size_t(V));
     b->forward(toks.data(), n, want.data(), true);
     std::vector<float> x(size_t(n) * size_t(dim));
@@ -57,7 +57,7 @@ TEST(Sequential, LayerByLayerIsTheWholeModel) {
       auto one = std::make_shared<Weights>(w);
       one->cfg.n_layers = 1;
       one->layers = {w.layers[size_t(l)]};
-      make_cpu_layer_runner(one, {64, 2})->run(x.data(), n);
+      make_cpu_layer_runner(one, test::backend_options(64, 2))->run(x.data(), n);
     }
     std::vector<float> got(size_t(n) * size_t(V)), h(static_cast<size_t>(dim)),
         row(static_cast<size_t>(dim));

@@ -32,7 +32,7 @@ struct Tiny {
                                  int decode_chunk = 128) {
     BackendOptions o;
     o.ctx = ctx;
-    o.n_threads = 2;
+    o.cpu.n_threads = 2;
     EngineOptions e;
     e.queue = queue;
     e.step_tokens = step_tokens;
@@ -258,7 +258,7 @@ TEST(Engine, ShutdownCancelsAfterTheGracePeriod) {
   Tiny tiny;
   BackendOptions o;
   o.ctx = 4096;
-  o.n_threads = 1;
+  o.cpu.n_threads = 1;
   EngineOptions eo;
   eo.shutdown_grace = 0ms;
   Engine e(make_cpu_batch_backend(tiny.m.weights, o, 2, 16), *tiny.m.tokenizer, eo);
@@ -318,7 +318,7 @@ TEST(Engine, OneSlotRunsTheSessionAsGenerationByHand) {
     SCOPED_TRACE(c.name);
     BackendOptions o;
     o.ctx = 64;
-    o.n_threads = 2;
+    o.cpu.n_threads = 2;
     o.keys.type = c.keys;
     EngineOptions eo;
     eo.step_tokens = 8;  // the engine cuts the prompt into chunks of 8
@@ -341,7 +341,7 @@ TEST(Engine, OneSlotRunsTheSessionAsGenerationByHand) {
   // for bit, however the step budget cut their prompts.
   BackendOptions o;
   o.ctx = 64;
-  o.n_threads = 2;
+  o.cpu.n_threads = 2;
   o.keys.type = kv::KeyType::Kivi2;  // blocks of 4 tokens, quantized 8 at a time
   o.keys.kivi_group = 4;
   o.keys.kivi_window = 8;

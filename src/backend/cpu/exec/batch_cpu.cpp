@@ -59,7 +59,7 @@ class CpuBatch final : public BatchBackend {
  private:
   void on_rewind(int slot, int n) override { caches_[size_t(slot)]->truncate(n); }
   static const BackendOptions& checked(const BackendOptions& opt) {
-    if (opt.observer) fail("a batch does not take an activation observer");
+    if (opt.cpu.observer) fail("a batch does not take an activation observer");
     if (opt.exec.kv != KvMode::Dense) fail("a batch runs with dense KV");
     return opt;
   }

@@ -34,8 +34,8 @@ class CpuBackend final : public Backend {
         s_(*weights_, opt, check_keys(opt).kv, true, cpu::panels_for(weights_)),
         decode_(s_, derive(*weights_, plan_options_, opt.exec), 1, nullptr, profiling()),
         prefill_(s_, derive(*weights_, plan_options_, prefill_options(opt.exec)),
-                 std::min(kMaxBatch, opt.ctx), opt.observer),
-        observed_(opt.observer != nullptr) {}
+                 std::min(kMaxBatch, opt.ctx), opt.cpu.observer),
+        observed_(opt.cpu.observer != nullptr) {}
 
   const char* name() const override { return "cpu"; }
 
@@ -92,7 +92,7 @@ class CpuLayerRunner final : public LayerRunner {
         ctx_(opt.ctx),
         s_(*w_, opt, KvMode::Dense),
         ex_(s_, derive(*w_, {Target::Cpu}, prefill_options({})), std::min(kMaxBatch, opt.ctx),
-            opt.observer) {}
+            opt.cpu.observer) {}
 
   void run(float* x, int n) override {
     if (n < 1 || n > ctx_) fail("layer runner: {} tokens for a cache of {}", n, ctx_);

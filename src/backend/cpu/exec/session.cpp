@@ -7,7 +7,7 @@ Session::Session(const Weights& w_, const BackendOptions& opt, KvMode kv, bool o
     : w(w_),
       panels(std::move(panels_)),
       c(w_.cfg),
-      pool(std::max(1, opt.n_threads)),
+      pool(std::max(1, opt.cpu.n_threads)),
       ctx(opt.ctx),
       rope(w_.cfg, opt.ctx) {
   pool.set_spin(opt.exec.spin);
