@@ -587,60 +587,6 @@ std::unique_ptr<BatchBackend> make_cuda_batch_backend(std::shared_ptr<const Weig
   return std::make_unique<cuda::CudaBatch>(std::move(w), opt, slots, max_step_tokens);
 }
 
-std::string cuda_device_info(bool* available) {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (available) *available = e == cudaSuccess && n > 0;
-  if (e != cudaSuccess) return fmt::format("no CUDA device ({})", cudaGetErrorString(e));
-  if (n == 0) return "no CUDA device";
-  cudaDeviceProp p{};
-  if (cudaGetDeviceProperties(&p, 0) != cudaSuccess)
-    return "a CUDA device whose properties cannot be read";
-  int driver = 0, runtime = 0;
-  cudaDriverGetVersion(&driver);
-  cudaRuntimeGetVersion(&runtime);
-  return fmt::format("{}, {:.0f} GiB, sm_{}{}, {} SMs, driver {}.{}, runtime {}.{}", p.name,
-                     double(p.totalGlobalMem) / double(1ull << 30), p.major, p.minor,
-                     p.multiProcessorCount, driver / 1000, driver % 1000 / 10, runtime / 1000,
-                     runtime % 1000 / 10);
-}
-
-double cuda_read_bandwidth_gbs() {
-  bool ok = false;
-  const std::string info = cuda_device_info(&ok);
-  if (!ok) fail("no GPU to measure: {}", info);
-  using namespace cuda;
-#ifdef LOWRANK_CUDA_EMU
-  const int64_t n = (int64_t(64) << 20) / 16;  // the emulator measures the CPU: 64 MiB will do
-#else
-  const int64_t n = (int64_t(2) << 30) / 16;  // float4s in 2 GiB
-#endif
-  int sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const int blocks = sms * 4;
-  float4* x = device_alloc<float4>(size_t(n));
-  float* out = device_alloc<float>(size_t(blocks));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  double best = 0;
-  for (int rep = 0; rep < 6; ++rep) {
-    CK(cudaEventRecord(a));
-    CK(launch_read_sum(nullptr, x, n, out, blocks));
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    if (rep > 0)
-      best = std::max(best, double(n) * 16 / (double(ms) * 1e6));  // the first pass warms up
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaFree(x);
-  cudaFree(out);
-  return best;
-}
-
 std::unique_ptr<Backend> make_cuda_backend(std::shared_ptr<const Weights> w,
                                            const BackendOptions& opt) {
   bool ok = false;
