@@ -272,6 +272,53 @@ void read_array(Cursor& c, const std::string& path, Value& v, int depth) {
   }
 }
 
+// One tensor info after its name: dimensions, type, byte size and data
+// offset, each checked (shown: the name as messages print it).
+TensorInfo read_tensor_info(Cursor& c, const std::string& path, uint64_t alignment,
+                            std::string_view tname, const std::string& shown) {
+  TensorInfo ti;
+  ti.name = std::string(tname);
+  uint32_t n_dims = c.read<uint32_t>("dimension count");
+  if (n_dims < 1 || n_dims > kMaxDims)
+    fail("{}: tensor '{}' has {} dimensions, expected 1 to {}", path, shown, n_dims, kMaxDims);
+  uint64_t elems = 1;
+  for (uint32_t d = 0; d < n_dims; ++d) {
+    uint64_t dim = c.read<uint64_t>("dimension");
+    if (dim == 0) fail("{}: tensor '{}' dimension {} is 0", path, shown, d);
+    ti.shape.push_back(dim);
+    if (__builtin_mul_overflow(elems, dim, &elems) ||
+        elems > uint64_t(std::numeric_limits<int64_t>::max()))
+      fail("{}: tensor '{}' shape {}... has too many elements (overflows int64)", path, shown,
+           shape_str(ti.shape));
+  }
+  uint32_t type_id = c.read<uint32_t>("type");
+  if (!dtype_info(type_id)) {
+    std::string_view gname = ggml_type_name(type_id);
+    if (gname.empty()) fail("{}: tensor '{}' has unknown ggml type id {}", path, shown, type_id);
+    fail("{}: tensor '{}' has type {} (ggml type id {}), which is not supported", path, shown,
+         gname, type_id);
+  }
+  ti.dtype = DType(type_id);
+  DTypeInfo info = dtype_info(ti.dtype);
+  auto row = row_bytes(ti.dtype, ti.shape[0]);
+  if (!row)
+    fail(
+        "{}: tensor '{}' shape {}: row of {} elements is not a multiple of the {} block "
+        "size {}",
+        path, shown, shape_str(ti.shape), ti.shape[0], info.name, info.block_elems);
+  uint64_t nbytes = *row;
+  for (size_t d = 1; d < ti.shape.size(); ++d)
+    if (__builtin_mul_overflow(nbytes, ti.shape[d], &nbytes))
+      fail("{}: tensor '{}' shape {} of {}: byte size overflows", path, shown, shape_str(ti.shape),
+           info.name);
+  ti.nbytes = nbytes;
+  ti.offset = c.read<uint64_t>("data offset");
+  if (ti.offset % alignment != 0)
+    fail("{}: tensor '{}' data offset {} is misaligned (not a multiple of alignment {})", path,
+         shown, ti.offset, alignment);
+  return ti;
+}
+
 }  // namespace
 
 File::~File() = default;
@@ -286,7 +333,9 @@ std::shared_ptr<File> File::from_file(std::unique_ptr<MappedFile> image) {
   return f;
 }
 
-std::shared_ptr<File> File::open(const std::string& path) { return from_file(MappedFile::open(path)); }
+std::shared_ptr<File> File::open(const std::string& path) {
+  return from_file(MappedFile::open(path));
+}
 
 std::shared_ptr<File> File::from_bytes(std::vector<uint8_t> bytes, std::string name) {
   return from_file(MappedFile::from_bytes(std::move(bytes), std::move(name)));
@@ -354,47 +403,7 @@ void File::parse() {
       if (!inserted)
         fail("{}: duplicate tensor name '{}' (tensor infos #{} and #{})", path_, shown, it->second,
              k);
-      TensorInfo& ti = tensors_.emplace_back();
-      ti.name = std::string(tname);
-      uint32_t n_dims = c.read<uint32_t>("dimension count");
-      if (n_dims < 1 || n_dims > kMaxDims)
-        fail("{}: tensor '{}' has {} dimensions, expected 1 to {}", path_, shown, n_dims, kMaxDims);
-      uint64_t elems = 1;
-      for (uint32_t d = 0; d < n_dims; ++d) {
-        uint64_t dim = c.read<uint64_t>("dimension");
-        if (dim == 0) fail("{}: tensor '{}' dimension {} is 0", path_, shown, d);
-        ti.shape.push_back(dim);
-        if (__builtin_mul_overflow(elems, dim, &elems) ||
-            elems > uint64_t(std::numeric_limits<int64_t>::max()))
-          fail("{}: tensor '{}' shape {}... has too many elements (overflows int64)", path_, shown,
-               shape_str(ti.shape));
-      }
-      uint32_t type_id = c.read<uint32_t>("type");
-      if (!dtype_info(type_id)) {
-        std::string_view gname = ggml_type_name(type_id);
-        if (gname.empty())
-          fail("{}: tensor '{}' has unknown ggml type id {}", path_, shown, type_id);
-        fail("{}: tensor '{}' has type {} (ggml type id {}), which is not supported", path_, shown,
-             gname, type_id);
-      }
-      ti.dtype = DType(type_id);
-      DTypeInfo info = dtype_info(ti.dtype);
-      auto row = row_bytes(ti.dtype, ti.shape[0]);
-      if (!row)
-        fail(
-            "{}: tensor '{}' shape {}: row of {} elements is not a multiple of the {} block "
-            "size {}",
-            path_, shown, shape_str(ti.shape), ti.shape[0], info.name, info.block_elems);
-      uint64_t nbytes = *row;
-      for (size_t d = 1; d < ti.shape.size(); ++d)
-        if (__builtin_mul_overflow(nbytes, ti.shape[d], &nbytes))
-          fail("{}: tensor '{}' shape {} of {}: byte size overflows", path_, shown,
-               shape_str(ti.shape), info.name);
-      ti.nbytes = nbytes;
-      ti.offset = c.read<uint64_t>("data offset");
-      if (ti.offset % alignment_ != 0)
-        fail("{}: tensor '{}' data offset {} is misaligned (not a multiple of alignment {})", path_,
-             shown, ti.offset, alignment_);
+      tensors_.push_back(read_tensor_info(c, path_, alignment_, tname, shown));
     }
 
     // The data section starts at the next multiple of the alignment. A file

@@ -3,14 +3,12 @@
 // safetensors.h for the checks and the message format.
 #include "format/safetensors.h"
 
-#include "format/mapped_file.h"
-
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fmt/ranges.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <unordered_set>
@@ -34,8 +32,10 @@ std::string quote(std::string_view s) {
     else
       out += char(c);
   }
-  if (s.size() > kMaxShown) out += fmt::format("...' ({} bytes)", s.size());
-  else out += "'";
+  if (s.size() > kMaxShown)
+    out += fmt::format("...' ({} bytes)", s.size());
+  else
+    out += "'";
   return out;
 }
 
@@ -48,10 +48,14 @@ std::optional<DType> dtype_from_string(std::string_view s) {
 
 const char* dtype_to_string(DType t) {
   switch (t) {
-    case DType::F32: return "F32";
-    case DType::F16: return "F16";
-    case DType::BF16: return "BF16";
-    default: return nullptr;
+    case DType::F32:
+      return "F32";
+    case DType::F16:
+      return "F16";
+    case DType::BF16:
+      return "BF16";
+    default:
+      return nullptr;
   }
 }
 
@@ -133,6 +137,27 @@ bool plain_file_name(const std::string& s) {
          s.find('\\') == std::string::npos && s.find('\0') == std::string::npos;
 }
 
+// A tensor's bytes in a shard's data buffer.
+struct ByteSpan {
+  uint64_t begin, end;
+  const std::string* name;
+};
+
+// Tensors must not share bytes (empty tensors take none).
+void check_no_overlap(const std::string& p, std::vector<ByteSpan>& spans) {
+  std::sort(spans.begin(), spans.end(), [](const ByteSpan& a, const ByteSpan& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  const ByteSpan* prev = nullptr;  // the non-empty span reaching furthest so far
+  for (const ByteSpan& s : spans) {
+    if (s.begin == s.end) continue;
+    if (prev && s.begin < prev->end)
+      fail("{}: tensors {} (data_offsets [{}, {}]) and {} (data_offsets [{}, {}]) overlap", p,
+           quote(*prev->name), prev->begin, prev->end, quote(*s.name), s.begin, s.end);
+    if (!prev || s.end > prev->end) prev = &s;
+  }
+}
+
 }  // namespace
 
 // One file image: mmap'd (open_file / open_dir) or owned (from_bytes).
@@ -151,7 +176,9 @@ struct SafetensorsSource::Shard {
     sh->image = std::move(image);
     return sh;
   }
-  static std::unique_ptr<Shard> map_file(const std::string& path) { return of(MappedFile::open(path)); }
+  static std::unique_ptr<Shard> map_file(const std::string& path) {
+    return of(MappedFile::open(path));
+  }
 };
 
 SafetensorsSource::~SafetensorsSource() = default;
@@ -159,8 +186,7 @@ SafetensorsSource::~SafetensorsSource() = default;
 void SafetensorsSource::parse_shard(size_t si) {
   const Shard& sh = *shards_[si];
   const std::string& p = sh.path;
-  if (sh.size < 8)
-    fail("{}: file is {} bytes, too short for the 8-byte header length", p, sh.size);
+  if (sh.size < 8) fail("{}: file is {} bytes, too short for the 8-byte header length", p, sh.size);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = n << 8 | sh.base[i];
   if (n > kSafetensorsMaxHeader)
@@ -174,11 +200,7 @@ void SafetensorsSource::parse_shard(size_t si) {
 
   const uint8_t* buf = sh.base + 8 + n;
   const uint64_t buf_size = sh.size - 8 - n;
-  struct Span {
-    uint64_t begin, end;
-    const std::string* name;
-  };
-  std::vector<Span> spans;
+  std::vector<ByteSpan> spans;
   std::map<std::string, std::string> meta;
 
   for (const auto& item : j.items()) {
@@ -195,7 +217,8 @@ void SafetensorsSource::parse_shard(size_t si) {
       continue;
     }
     const std::string nm = quote(key);
-    if (!val.is_object()) fail("{}: tensor {} must be a JSON object, found {}", p, nm, describe(val));
+    if (!val.is_object())
+      fail("{}: tensor {} must be a JSON object, found {}", p, nm, describe(val));
     auto field = [&](const char* f) -> const json& {
       auto it = val.find(f);
       if (it == val.end()) fail("{}: tensor {} is missing field '{}'", p, nm, f);
@@ -238,9 +261,10 @@ void SafetensorsSource::parse_shard(size_t si) {
     if (end < begin)
       fail("{}: tensor {} data_offsets [{}, {}]: end is before begin", p, nm, begin, end);
     if (end > buf_size)
-      fail("{}: tensor {} data_offsets [{}, {}] extend past the end of the data buffer "
-           "({} bytes)",
-           p, nm, begin, end, buf_size);
+      fail(
+          "{}: tensor {} data_offsets [{}, {}] extend past the end of the data buffer "
+          "({} bytes)",
+          p, nm, begin, end, buf_size);
 
     uint64_t elems = 1;
     for (uint64_t d : shape)
@@ -252,12 +276,13 @@ void SafetensorsSource::parse_shard(size_t si) {
     if (uint64_t esize = dtype_size(e.dtype_str); esize != 0) {
       uint64_t bytes;
       if (__builtin_mul_overflow(elems, esize, &bytes))
-        fail("{}: tensor {} of dtype {} and shape {} overflows 64 bits in size", p, nm,
-             e.dtype_str, shape_str(shape));
+        fail("{}: tensor {} of dtype {} and shape {} overflows 64 bits in size", p, nm, e.dtype_str,
+             shape_str(shape));
       if (bytes != end - begin)
-        fail("{}: tensor {} of dtype {} and shape {} needs {} bytes, but data_offsets [{}, {}] "
-             "span {}",
-             p, nm, e.dtype_str, shape_str(shape), bytes, begin, end, end - begin);
+        fail(
+            "{}: tensor {} of dtype {} and shape {} needs {} bytes, but data_offsets [{}, {}] "
+            "span {}",
+            p, nm, e.dtype_str, shape_str(shape), bytes, begin, end, end - begin);
     }
 
     e.shape.assign(shape.rbegin(), shape.rend());  // GGML order
@@ -270,18 +295,7 @@ void SafetensorsSource::parse_shard(size_t si) {
     spans.push_back({begin, end, &it->first});
   }
 
-  // Tensors must not share bytes (empty tensors take none).
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
-  const Span* prev = nullptr;  // the non-empty span reaching furthest so far
-  for (const Span& s : spans) {
-    if (s.begin == s.end) continue;
-    if (prev && s.begin < prev->end)
-      fail("{}: tensors {} (data_offsets [{}, {}]) and {} (data_offsets [{}, {}]) overlap", p,
-           quote(*prev->name), prev->begin, prev->end, quote(*s.name), s.begin, s.end);
-    if (!prev || s.end > prev->end) prev = &s;
-  }
+  check_no_overlap(p, spans);
 
   for (auto& [k, v] : meta) metadata_.emplace(k, std::move(v));
 }
@@ -344,13 +358,13 @@ std::unique_ptr<SafetensorsSource> SafetensorsSource::open_dir(const std::string
   std::map<std::string, size_t> shard_index;  // file name -> index into shards_, sorted
   for (auto& [tensor, file] : wm->items()) {
     if (!file.is_string())
-      fail("{}: weight_map entry {} must be a string, found {}", ip, quote(tensor),
-           describe(file));
+      fail("{}: weight_map entry {} must be a string, found {}", ip, quote(tensor), describe(file));
     const std::string f = file.get<std::string>();
     if (!plain_file_name(f))
-      fail("{}: weight_map entry {} names shard {}, which is not a file name in the model "
-           "directory",
-           ip, quote(tensor), quote(f));
+      fail(
+          "{}: weight_map entry {} names shard {}, which is not a file name in the model "
+          "directory",
+          ip, quote(tensor), quote(f));
     shard_index.emplace(f, 0);
   }
 
@@ -366,13 +380,14 @@ std::unique_ptr<SafetensorsSource> SafetensorsSource::open_dir(const std::string
     const std::string f = file.get<std::string>();
     auto it = s->tensors_.find(tensor);
     if (it == s->tensors_.end())
-      fail("{}: tensor {} is listed in the index under shard {} but is missing from that file",
-           ip, quote(tensor), quote(f));
+      fail("{}: tensor {} is listed in the index under shard {} but is missing from that file", ip,
+           quote(tensor), quote(f));
     const Shard& actual = *s->shards_[it->second.shard];
     if (actual.file != f)
-      fail("{}: tensor {} is listed in the index under shard {} but is missing from that file "
-           "(it is in {})",
-           ip, quote(tensor), quote(f), quote(actual.file));
+      fail(
+          "{}: tensor {} is listed in the index under shard {} but is missing from that file "
+          "(it is in {})",
+          ip, quote(tensor), quote(f), quote(actual.file));
   }
   return s;
 }
@@ -417,13 +432,15 @@ std::vector<uint8_t> safetensors_to_bytes(const std::vector<SafetensorsTensor>& 
   for (const SafetensorsTensor& t : tensors) {
     const std::string nm = quote(t.name);
     if (t.name.empty()) fail("safetensors writer: empty tensor name");
-    if (t.name == "__metadata__") fail("safetensors writer: tensor name '__metadata__' is reserved");
+    if (t.name == "__metadata__")
+      fail("safetensors writer: tensor name '__metadata__' is reserved");
     if (!names.insert(t.name).second) fail("safetensors writer: duplicate tensor name {}", nm);
     const char* dt = dtype_to_string(t.dtype);
     if (!dt)
-      fail("safetensors writer: tensor {} has dtype {}, which safetensors cannot store "
-           "(supported: F32, F16, BF16)",
-           nm, dtype_name(t.dtype));
+      fail(
+          "safetensors writer: tensor {} has dtype {}, which safetensors cannot store "
+          "(supported: F32, F16, BF16)",
+          nm, dtype_name(t.dtype));
     if (t.shape.size() > kSafetensorsMaxDims)
       fail("safetensors writer: tensor {} has {} dimensions, at most {} are supported", nm,
            t.shape.size(), kSafetensorsMaxDims);

@@ -11,7 +11,7 @@ using pickle::Value;
 using pickle::ValuePtr;
 
 struct TorchCheckpoint::Storage {
-  std::string type;   // "FloatStorage"
+  std::string type;  // "FloatStorage"
   std::optional<DType> dtype;
   uint64_t elem = 0;  // bytes per element
   uint64_t numel = 0;
@@ -37,10 +37,11 @@ struct StorageType {
   uint64_t elem;
 };
 constexpr StorageType kStorageTypes[] = {
-    {"FloatStorage", DType::F32, 4},  {"HalfStorage", DType::F16, 2},  {"BFloat16Storage", DType::BF16, 2},
-    {"DoubleStorage", std::nullopt, 8}, {"LongStorage", std::nullopt, 8}, {"IntStorage", std::nullopt, 4},
-    {"ShortStorage", std::nullopt, 2}, {"CharStorage", std::nullopt, 1}, {"ByteStorage", std::nullopt, 1},
-    {"BoolStorage", std::nullopt, 1},
+    {"FloatStorage", DType::F32, 4},     {"HalfStorage", DType::F16, 2},
+    {"BFloat16Storage", DType::BF16, 2}, {"DoubleStorage", std::nullopt, 8},
+    {"LongStorage", std::nullopt, 8},    {"IntStorage", std::nullopt, 4},
+    {"ShortStorage", std::nullopt, 2},   {"CharStorage", std::nullopt, 1},
+    {"ByteStorage", std::nullopt, 1},    {"BoolStorage", std::nullopt, 1},
 };
 
 const Value* arg(const std::string& p, const ValuePtr args, size_t i, Kind k, const char* fn) {
@@ -77,8 +78,10 @@ TorchCheckpoint::TorchCheckpoint(std::unique_ptr<ZipArchive> z) : zip_(std::move
 
 std::unique_ptr<TorchCheckpoint> TorchCheckpoint::from_file(std::unique_ptr<MappedFile> f) {
   if (f->size() < 2 || f->data()[0] != 'P' || f->data()[1] != 'K')
-    fail("{}: not a zip-format PyTorch checkpoint (the legacy pre-1.6 torch.save format and other "
-         "files are not read)", f->path());
+    fail(
+        "{}: not a zip-format PyTorch checkpoint (the legacy pre-1.6 torch.save format and other "
+        "files are not read)",
+        f->path());
   std::unique_ptr<TorchCheckpoint> c(new TorchCheckpoint(ZipArchive::from_file(std::move(f))));
   c->load();
   return c;
@@ -88,8 +91,49 @@ std::unique_ptr<TorchCheckpoint> TorchCheckpoint::open(const std::string& path) 
   return from_file(MappedFile::open(path));
 }
 
-std::unique_ptr<TorchCheckpoint> TorchCheckpoint::from_bytes(std::vector<uint8_t> bytes, std::string name) {
+std::unique_ptr<TorchCheckpoint> TorchCheckpoint::from_bytes(std::vector<uint8_t> bytes,
+                                                             std::string name) {
   return from_file(MappedFile::from_bytes(std::move(bytes), std::move(name)));
+}
+
+// torch._utils._rebuild_tensor_v2(storage, offset, size, stride, ...): a
+// contiguous tensor's view of its storage, checked against the storage's size.
+ValuePtr TorchCheckpoint::rebuild_tensor(const std::string& p, pickle::Document& doc,
+                                         ValuePtr args) {
+  const Value* sv = arg(p, args, 0, Kind::Opaque, "_rebuild_tensor_v2");
+  if (sv->tag != kTagStorage) fail("{}: _rebuild_tensor_v2 of something that is not a storage", p);
+  auto storage = std::static_pointer_cast<const Storage>(sv->opaque);
+  const int64_t offset =
+      int_of(p, arg(p, args, 1, Kind::Int, "_rebuild_tensor_v2"), "storage offset");
+  const Value* size = arg(p, args, 2, Kind::Tuple, "_rebuild_tensor_v2");
+  const Value* stride = arg(p, args, 3, Kind::Tuple, "_rebuild_tensor_v2");
+  if (size->items.size() != stride->items.size() || size->items.size() > kMaxDims)
+    fail("{}: tensor with {} sizes and {} strides (at most {} dimensions)", p, size->items.size(),
+         stride->items.size(), kMaxDims);
+  auto t = std::make_shared<Tensor>();
+  t->storage = storage;
+  uint64_t numel = 1, expect = 1;
+  for (size_t d = size->items.size(); d-- > 0;) {
+    const int64_t n = int_of(p, size->items[d], "tensor size");
+    const int64_t s = int_of(p, stride->items[d], "tensor stride");
+    if (n < 0 || s < 0) fail("{}: negative tensor size or stride", p);
+    if (n != 1 && uint64_t(s) != expect)
+      fail("{}: a non-contiguous tensor (size {} with stride {} in dimension {}) is not supported",
+           p, n, s, d);
+    if (n != 0 && numel > UINT64_MAX / uint64_t(n)) fail("{}: tensor size overflows", p);
+    numel *= uint64_t(n);
+    expect = numel;
+    t->shape.push_back(uint64_t(n));  // reversed: GGML order
+  }
+  if (offset < 0 || uint64_t(offset) > storage->numel || numel > storage->numel - uint64_t(offset))
+    fail("{}: tensor of {} elements at offset {} exceeds its {} of {} elements", p, numel, offset,
+         storage->type, storage->numel);
+  t->data = storage->data + uint64_t(offset) * storage->elem;
+  t->nbytes = numel * storage->elem;
+  ValuePtr v = doc.make(Kind::Opaque);
+  v->tag = kTagTensor;
+  v->opaque = t;
+  return v;
 }
 
 void TorchCheckpoint::load() {
@@ -107,7 +151,8 @@ void TorchCheckpoint::load() {
   prefix_ = pkl->name.substr(0, pkl->name.size() - 8);
   if (const ZipArchive::Entry* bo = zip_->find(prefix_ + "byteorder")) {
     std::string order(reinterpret_cast<const char*>(zip_->data(*bo)), size_t(bo->size));
-    if (order != "little") fail("{}: byte order '{}' is not supported (only little-endian)", p, order);
+    if (order != "little")
+      fail("{}: byte order '{}' is not supported (only little-endian)", p, order);
   }
   pickle::Hooks hooks;
   hooks.persistent = [&](pickle::Document& doc, ValuePtr pid) -> ValuePtr {
@@ -117,15 +162,17 @@ void TorchCheckpoint::load() {
       fail("{}: a persistent id that is not a torch storage reference", p);
     const std::string& cls = pid->items[1]->s;
     const std::string type = cls.substr(cls.rfind('.') + 1);
-    auto st = std::find_if(std::begin(kStorageTypes), std::end(kStorageTypes),
-                           [&](const StorageType& t) { return cls == std::string("torch.") + t.name; });
+    auto st =
+        std::find_if(std::begin(kStorageTypes), std::end(kStorageTypes),
+                     [&](const StorageType& t) { return cls == std::string("torch.") + t.name; });
     if (st == std::end(kStorageTypes)) fail("{}: unknown storage type {}", p, cls);
     const int64_t numel = int_of(p, pid->items[4], "storage size");
     const std::string rec = prefix_ + "data/" + pid->items[2]->s;
     const ZipArchive::Entry* e = zip_->find(rec);
     if (!e) fail("{}: storage record '{}' is missing", p, rec);
     if (numel < 0 || uint64_t(numel) > e->size / st->elem || uint64_t(numel) * st->elem != e->size)
-      fail("{}: storage '{}' holds {} bytes, expected {} {}s of {} bytes", p, rec, e->size, numel, type, st->elem);
+      fail("{}: storage '{}' holds {} bytes, expected {} {}s of {} bytes", p, rec, e->size, numel,
+           type, st->elem);
     auto s = std::make_shared<Storage>();
     s->type = type;
     s->dtype = st->dtype;
@@ -139,41 +186,9 @@ void TorchCheckpoint::load() {
   };
   std::function<ValuePtr(pickle::Document&, const std::string&, ValuePtr)> call;
   call = [&](pickle::Document& doc, const std::string& fn, ValuePtr args) -> ValuePtr {
-    if (fn == "torch._utils._rebuild_tensor_v2") {
-      const Value* sv = arg(p, args, 0, Kind::Opaque, "_rebuild_tensor_v2");
-      if (sv->tag != kTagStorage) fail("{}: _rebuild_tensor_v2 of something that is not a storage", p);
-      auto storage = std::static_pointer_cast<const Storage>(sv->opaque);
-      const int64_t offset = int_of(p, arg(p, args, 1, Kind::Int, "_rebuild_tensor_v2"), "storage offset");
-      const Value* size = arg(p, args, 2, Kind::Tuple, "_rebuild_tensor_v2");
-      const Value* stride = arg(p, args, 3, Kind::Tuple, "_rebuild_tensor_v2");
-      if (size->items.size() != stride->items.size() || size->items.size() > kMaxDims)
-        fail("{}: tensor with {} sizes and {} strides (at most {} dimensions)", p, size->items.size(),
-             stride->items.size(), kMaxDims);
-      auto t = std::make_shared<Tensor>();
-      t->storage = storage;
-      uint64_t numel = 1, expect = 1;
-      for (size_t d = size->items.size(); d-- > 0;) {
-        const int64_t n = int_of(p, size->items[d], "tensor size");
-        const int64_t s = int_of(p, stride->items[d], "tensor stride");
-        if (n < 0 || s < 0) fail("{}: negative tensor size or stride", p);
-        if (n != 1 && uint64_t(s) != expect)
-          fail("{}: a non-contiguous tensor (size {} with stride {} in dimension {}) is not supported", p, n, s, d);
-        if (n != 0 && numel > UINT64_MAX / uint64_t(n)) fail("{}: tensor size overflows", p);
-        numel *= uint64_t(n);
-        expect = numel;
-        t->shape.push_back(uint64_t(n));  // reversed: GGML order
-      }
-      if (offset < 0 || uint64_t(offset) > storage->numel || numel > storage->numel - uint64_t(offset))
-        fail("{}: tensor of {} elements at offset {} exceeds its {} of {} elements", p, numel, offset,
-             storage->type, storage->numel);
-      t->data = storage->data + uint64_t(offset) * storage->elem;
-      t->nbytes = numel * storage->elem;
-      ValuePtr v = doc.make(Kind::Opaque);
-      v->tag = kTagTensor;
-      v->opaque = t;
-      return v;
-    }
-    if (fn == "torch._utils._rebuild_parameter" || fn == "torch._utils._rebuild_parameter_with_state") {
+    if (fn == "torch._utils._rebuild_tensor_v2") return rebuild_tensor(p, doc, args);
+    if (fn == "torch._utils._rebuild_parameter" ||
+        fn == "torch._utils._rebuild_parameter_with_state") {
       const Value* t = arg(p, args, 0, Kind::Opaque, "_rebuild_parameter");
       return const_cast<Value*>(t);
     }
@@ -200,7 +215,8 @@ void TorchCheckpoint::load() {
     }
     if (fn == "builtins.set" || fn == "__builtin__.set") {
       ValuePtr s = doc.make(Kind::Set);
-      if (!args->items.empty() && (args->items[0]->kind == Kind::List || args->items[0]->kind == Kind::Set))
+      if (!args->items.empty() &&
+          (args->items[0]->kind == Kind::List || args->items[0]->kind == Kind::Set))
         s->items = args->items[0]->items;
       return s;
     }
@@ -209,8 +225,10 @@ void TorchCheckpoint::load() {
       b->s = latin1(p, arg(p, args, 0, Kind::String, "_codecs.encode")->s);
       return b;
     }
-    fail("{}: refusing to call {}: the checkpoint asks to run a function that does not rebuild "
-         "tensors or containers (loading it with PyTorch could run arbitrary code)", p, fn);
+    fail(
+        "{}: refusing to call {}: the checkpoint asks to run a function that does not rebuild "
+        "tensors or containers (loading it with PyTorch could run arbitrary code)",
+        p, fn);
   };
   hooks.call = call;
   const std::string what = p + ":" + pkl->name;
@@ -226,10 +244,14 @@ void TorchCheckpoint::walk(const Value* v, const std::string& prefix, int depth)
   // Containers reached through the memo more than a few times over (a pickle
   // whose lists refer to themselves) would make the walk exponential.
   if (++walked_ > 4 * doc_->arena.size() + 1024)
-    fail("{}: the checkpoint's containers refer to each other too many times over to be a state dict", path());
+    fail(
+        "{}: the checkpoint's containers refer to each other too many times over to be a state "
+        "dict",
+        path());
   if (v->kind == Kind::Opaque && v->tag == kTagTensor) {
     if (prefix.empty()) fail("{}: the checkpoint is a bare tensor, not a state dict", path());
-    tensors_[prefix.substr(0, prefix.size() - 1)] = std::static_pointer_cast<const Tensor>(v->opaque);
+    tensors_[prefix.substr(0, prefix.size() - 1)] =
+        std::static_pointer_cast<const Tensor>(v->opaque);
   } else if (v->kind == Kind::Dict) {
     for (size_t i = 0; i + 1 < v->items.size(); i += 2) {
       const Value* k = v->items[i];
@@ -241,7 +263,8 @@ void TorchCheckpoint::walk(const Value* v, const std::string& prefix, int depth)
       walk(x, root_module ? prefix : prefix + k->s + ".", depth + 1);
     }
   } else if (v->kind == Kind::Tuple || v->kind == Kind::List) {
-    for (size_t i = 0; i < v->items.size(); ++i) walk(v->items[i], prefix + std::to_string(i) + ".", depth + 1);
+    for (size_t i = 0; i < v->items.size(); ++i)
+      walk(v->items[i], prefix + std::to_string(i) + ".", depth + 1);
   } else if (v->kind == Kind::String && !prefix.empty()) {
     strings_[prefix.substr(0, prefix.size() - 1)] = v->s;
   } else if (v->kind == Kind::Object) {
@@ -253,7 +276,8 @@ void TorchCheckpoint::walk(const Value* v, const std::string& prefix, int depth)
 void TorchCheckpoint::walk_module(const Value* m, const std::string& prefix, int depth) {
   if (depth > kMaxDepth) fail("{}: module tree deeper than {} levels", path(), kMaxDepth);
   if (++walked_ > 4 * doc_->arena.size() + 1024)
-    fail("{}: the checkpoint's modules refer to each other too many times over to be a model", path());
+    fail("{}: the checkpoint's modules refer to each other too many times over to be a model",
+         path());
   const Value* st = m->state;
   if (!st || st->kind != Kind::Dict) return;  // not a module (e.g. a tokenizer's helper object)
   std::set<std::string> skip;
@@ -275,7 +299,8 @@ void TorchCheckpoint::walk_module(const Value* m, const std::string& prefix, int
     for (size_t i = 0; i + 1 < mods->items.size(); i += 2) {
       const Value* k = mods->items[i];
       const Value* c = mods->items[i + 1];
-      if (k->kind == Kind::String && c->kind == Kind::Object) walk_module(c, prefix + k->s + ".", depth + 1);
+      if (k->kind == Kind::String && c->kind == Kind::Object)
+        walk_module(c, prefix + k->s + ".", depth + 1);
     }
 }
 
@@ -284,8 +309,8 @@ std::optional<TensorView> TorchCheckpoint::find(const std::string& name) const {
   if (it == tensors_.end()) return std::nullopt;
   const Tensor& t = *it->second;
   if (!t.storage->dtype)
-    fail("{}: tensor '{}' is stored as {}, not a float type lowrank reads (F32, F16, BF16)", path(), name,
-         t.storage->type);
+    fail("{}: tensor '{}' is stored as {}, not a float type lowrank reads (F32, F16, BF16)", path(),
+         name, t.storage->type);
   TensorView v;
   v.dtype = *t.storage->dtype;
   v.shape = t.shape;

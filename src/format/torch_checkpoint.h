@@ -58,6 +58,9 @@ class TorchCheckpoint final : public TensorSource {
   static std::unique_ptr<TorchCheckpoint> from_file(std::unique_ptr<MappedFile> f);
   explicit TorchCheckpoint(std::unique_ptr<ZipArchive> z);
   void load();
+  // torch._utils._rebuild_tensor_v2's arguments to a tensor over its storage.
+  static pickle::ValuePtr rebuild_tensor(const std::string& p, pickle::Document& doc,
+                                         pickle::ValuePtr args);
   void walk(const pickle::Value* v, const std::string& prefix, int depth);
   void walk_module(const pickle::Value* m, const std::string& prefix, int depth);
 

@@ -1,5 +1,4 @@
 #include "model/load.h"
-#include "model/key_calibration.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -7,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/key_calibration.h"
 #include "model/pack.h"
 
 namespace lr {
@@ -18,7 +18,6 @@ std::string tensor_name(const WeightSpec& spec, Naming naming, int layer) {
   if (!spec.per_layer) return pattern;
   return fmt::format(fmt::runtime(pattern), layer);
 }
-
 
 void fill_matrix(Matrix& m, const TensorView& t, bool permute_rope, int head_dim) {
   std::vector<float> row(size_t(m.cols));
@@ -40,14 +39,14 @@ void fill_matrix(Matrix& m, const TensorView& t, bool permute_rope, int head_dim
   }
 }
 
-
 }  // namespace
 
 namespace {
 
 std::string shape_str(const std::vector<uint64_t>& ggml_shape) {
   std::string got;
-  for (size_t i = ggml_shape.size(); i-- > 0;) got += fmt::format("{}{}", ggml_shape[i], i ? ", " : "");
+  for (size_t i = ggml_shape.size(); i-- > 0;)
+    got += fmt::format("{}{}", ggml_shape[i], i ? ", " : "");
   return "[" + got + "]";
 }
 
@@ -63,7 +62,6 @@ TensorView require_matrix(const TensorSource& src, const std::string& name, int6
   return *t;
 }
 
-
 }  // namespace
 
 // HuggingFace stores q/k rows per head as [two halves][head_dim/2] (rotate_half
@@ -75,7 +73,8 @@ int64_t hf_row_for_gguf_row(int64_t r, int head_dim) {
   return head * head_dim + j * (head_dim / 2) + i;
 }
 
-Matrix read_matrix(const TensorView& t, std::optional<DType> wtype, bool permute_rope, int head_dim) {
+Matrix read_matrix(const TensorView& t, std::optional<DType> wtype, bool permute_rope,
+                   int head_dim) {
   const DType type = wtype.value_or(t.dtype);  // as stored: Q8_0 in the runtime's layout
   const int64_t rows = int64_t(t.shape[1]), cols = int64_t(t.shape[0]);
   if (is_block_format(type) && type == t.dtype && !permute_rope && t.owner)
@@ -115,9 +114,35 @@ std::string shared_map_key(const WeightSpec& spec) {
   return fmt::format("lowrank.shared.{}", spec.kind);
 }
 
+namespace {
+
+// A pivoted map's pivot rows (lowrank.pivots.<name>), checked against its
+// rank, its rows and its input factor (its own, not a shared basis).
+std::shared_ptr<const Pivots> read_pivots(const TensorSource& src, const WeightSpec& spec,
+                                          int layer, const std::vector<int64_t>& pivot_rows,
+                                          int64_t rows, int64_t rank, bool shared_basis) {
+  const std::string key = pivots_key(spec, layer);
+  if (int64_t(pivot_rows.size()) != rank)
+    fail("{}: '{}' lists {} pivot rows for rank {} (one per rank expected)", src.path(), key,
+         pivot_rows.size(), rank);
+  if (shared_basis)
+    fail("{}: '{}': a pivoted map keeps its own input factor, not a shared basis", src.path(), key);
+  std::vector<int32_t> r32;
+  for (int64_t r : pivot_rows) {
+    if (r < 0 || r >= rows)
+      fail("{}: '{}': pivot row {} is outside [0, {})", src.path(), key, r, rows);
+    r32.push_back(int32_t(r));
+  }
+  return std::make_shared<const Pivots>(
+      Pivots::make(std::move(r32), rows, fmt::format("{}: '{}'", src.path(), key)));
+}
+
+}  // namespace
+
 std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& src, Naming naming,
                                       std::optional<DType> wtype) {
-  if (wtype && *wtype != DType::F32 && *wtype != DType::F16 && *wtype != DType::BF16 && *wtype != DType::Q8_0)
+  if (wtype && *wtype != DType::F32 && *wtype != DType::F16 && *wtype != DType::BF16 &&
+      *wtype != DType::Q8_0)
     fail("unsupported runtime weight type {} (use F32, F16, BF16 or Q8_0)", dtype_name(*wtype));
   auto w = std::make_shared<Weights>();
   w->cfg = cfg_in;
@@ -130,7 +155,8 @@ std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& 
   const Config& cfg = w->cfg;
   std::map<std::string, Matrix> shared;  // shared bases by tensor name, loaded once
 
-  // lowrank.shared.<kind>: which shared basis each layer's map uses (-1: its own), read once per kind.
+  // lowrank.shared.<kind>: which shared basis each layer's map uses (-1: its own), read once per
+  // kind.
   std::map<Slot, std::vector<int64_t>> shared_maps;
   auto groups_of = [&](const WeightSpec& spec) -> const std::vector<int64_t>& {
     auto it = shared_maps.find(spec.slot);
@@ -139,8 +165,8 @@ std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& 
                                  ? src.int_array(shared_map_key(spec))
                                  : std::vector<int64_t>{};
     if (!g.empty() && int64_t(g.size()) != cfg.n_layers)
-      fail("{}: metadata '{}' has {} entries, expected {} (one per layer)", src.path(), shared_map_key(spec),
-           g.size(), cfg.n_layers);
+      fail("{}: metadata '{}' has {} entries, expected {} (one per layer)", src.path(),
+           shared_map_key(spec), g.size(), cfg.n_layers);
     return shared_maps.emplace(spec.slot, std::move(g)).first->second;
   };
 
@@ -158,9 +184,10 @@ std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& 
         fail("{}: tensor '{}' has shape {}, expected [{}, {}] ([out, in])", src.path(), name,
              shape_str(t->shape), rows, cols);
       Matrix& m = slot_matrix(*w, spec.slot, layer);
-      m = spec.is_norm ? read_matrix(TensorView{t->dtype, {t->shape[0], 1}, t->data, t->nbytes, t->owner},
-                                     DType::F32, false, cfg.head_dim)
-                       : read_matrix(*t, wtype, false, cfg.head_dim);
+      m = spec.is_norm
+              ? read_matrix(TensorView{t->dtype, {t->shape[0], 1}, t->data, t->nbytes, t->owner},
+                            DType::F32, false, cfg.head_dim)
+              : read_matrix(*t, wtype, false, cfg.head_dim);
       return;
     }
     Linear& lin = slot_linear(*w, spec.slot, layer);
@@ -170,16 +197,18 @@ std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& 
     }
     // q and k rows into the runtime's interleaved RoPE order (HuggingFace and
     // NEOX-RoPE GGUFs keep each head's two halves apart).
-    bool permute = (naming == Naming::HuggingFace || cfg.rope_neox) && (spec.slot == Slot::Q || spec.slot == Slot::K);
+    bool permute = (naming == Naming::HuggingFace || cfg.rope_neox) &&
+                   (spec.slot == Slot::Q || spec.slot == Slot::K);
     if (std::optional<TensorView> b = src.find(bias_name(name))) {
       if (b->shape.size() != 1 || int64_t(b->shape[0]) != rows)
-        fail("{}: tensor '{}' has shape {}, expected [{}] (the bias of '{}')", src.path(), bias_name(name),
-             shape_str(b->shape), rows, name);
-      lin.b = read_matrix(TensorView{b->dtype, {b->shape[0], 1}, b->data, b->nbytes, b->owner}, DType::F32, false,
-                          cfg.head_dim);
+        fail("{}: tensor '{}' has shape {}, expected [{}] (the bias of '{}')", src.path(),
+             bias_name(name), shape_str(b->shape), rows, name);
+      lin.b = read_matrix(TensorView{b->dtype, {b->shape[0], 1}, b->data, b->nbytes, b->owner},
+                          DType::F32, false, cfg.head_dim);
       if (permute) {  // the same row order as the weights
         std::vector<float> v(lin.b.f32(), lin.b.f32() + rows);
-        for (int64_t r = 0; r < rows; ++r) lin.b.f32_mut()[r] = v[size_t(hf_row_for_gguf_row(r, cfg.head_dim))];
+        for (int64_t r = 0; r < rows; ++r)
+          lin.b.f32_mut()[r] = v[size_t(hf_row_for_gguf_row(r, cfg.head_dim))];
       }
     }
     bool has_dense = src.find(name).has_value();
@@ -199,24 +228,12 @@ std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& 
     if (!ut || ut->shape.size() != 2 || int64_t(ut->shape[1]) != u_rows || ut->shape[0] == 0)
       fail("{}: tensor '{}' has shape {}, expected [{}, rank] (low-rank output factor{})",
            src.path(), out_name, ut ? shape_str(ut->shape) : "none", u_rows,
-           pivot_rows.empty() ? "" : fmt::format(", {} rows less {} pivots", rows, pivot_rows.size()));
+           pivot_rows.empty() ? ""
+                              : fmt::format(", {} rows less {} pivots", rows, pivot_rows.size()));
     int64_t rank = int64_t(ut->shape[0]);
-    if (!pivot_rows.empty()) {
-      if (int64_t(pivot_rows.size()) != rank)
-        fail("{}: '{}' lists {} pivot rows for rank {} (one per rank expected)", src.path(),
-             pivots_key(spec, layer), pivot_rows.size(), rank);
-      if (!groups.empty() && groups[size_t(layer)] >= 0)
-        fail("{}: '{}': a pivoted map keeps its own input factor, not a shared basis", src.path(),
-             pivots_key(spec, layer));
-      std::vector<int32_t> r32;
-      for (int64_t r : pivot_rows) {
-        if (r < 0 || r >= rows)
-          fail("{}: '{}': pivot row {} is outside [0, {})", src.path(), pivots_key(spec, layer), r, rows);
-        r32.push_back(int32_t(r));
-      }
-      lin.pivots = std::make_shared<const Pivots>(
-          Pivots::make(std::move(r32), rows, fmt::format("{}: '{}'", src.path(), pivots_key(spec, layer))));
-    }
+    if (!pivot_rows.empty())
+      lin.pivots = read_pivots(src, spec, layer, pivot_rows, rows, rank,
+                               !groups.empty() && groups[size_t(layer)] >= 0);
     std::string in_name = lowrank_in_name(spec, layer);
     bool is_shared = !groups.empty() && groups[size_t(layer)] >= 0;
     // A private pair never needs more than min(out, in); a basis shared by g
@@ -230,7 +247,8 @@ std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& 
     lin.u = read_matrix(*ut, wtype, false, cfg.head_dim);
     if (is_shared) {
       auto it = shared.find(in_name);
-      if (it == shared.end()) it = shared.emplace(in_name, read_matrix(vt, wtype, false, cfg.head_dim)).first;
+      if (it == shared.end())
+        it = shared.emplace(in_name, read_matrix(vt, wtype, false, cfg.head_dim)).first;
       lin.v = it->second;
     } else {
       lin.v = read_matrix(vt, wtype, false, cfg.head_dim);
