@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <map>
 
+#include "backend/cpu/kernels/attention_kernels.h"
 #include "backend/cpu/kernels/kernels.h"
 #include "core/error.h"
 
@@ -44,13 +46,13 @@ Executor::Executor(Session& s, Plan plan, int max_tokens, ActivationObserver* ob
   local_.assign(size_t(s.pool.size()) * size_t(max_tokens) * size_t(local_floats_), 0.f);
   for (const Step& st : plan_.steps)
     for (const Job& j : st.jobs)
-      if (j.sum || j.pivots)
-        sum_floats_ = std::max({sum_floats_, kSumRows * max_tokens, j.rows()});
+      if (j.sum || j.pivots) sum_floats_ = std::max({sum_floats_, kSumRows * max_tokens, j.rows()});
   sum_.assign(size_t(s.pool.size()) * size_t(sum_floats_), 0.f);
   for (const Step& st : plan_.steps)
     if (st.op != Op::Embed) steps_.push_back({&st, compile(st), is_head(st)});
-  first_head_ = size_t(std::find_if(steps_.begin(), steps_.end(), [](const Compiled& c) { return c.head; }) -
-                       steps_.begin());
+  first_head_ =
+      size_t(std::find_if(steps_.begin(), steps_.end(), [](const Compiled& c) { return c.head; }) -
+             steps_.begin());
   step_ns_.assign(steps_.size(), 0.0);
 }
 
@@ -137,8 +139,10 @@ void Executor::run_rows(const int32_t* tokens, const int* pos, SeqCache* const* 
 void Executor::find_runs() {
   runs_.clear();
   for (int t = 0; t < n_; ++t)
-    if (runs_.empty() || cache_[size_t(t)] != cache_[size_t(t - 1)]) runs_.push_back({t, 1});
-    else ++runs_.back().count;
+    if (runs_.empty() || cache_[size_t(t)] != cache_[size_t(t - 1)])
+      runs_.push_back({t, 1});
+    else
+      ++runs_.back().count;
 }
 
 void Executor::gather_head_rows() {
@@ -302,6 +306,45 @@ Executor::Fn Executor::append(const Step& s) {
       cache(r.first).append(l, h, pos(r.first), row(Buf::K, r.first) + h * hd,
                             row(Buf::V, r.first) + h * hd, r.count, width(Buf::K),
                             row(Buf::Q, r.first) + h * g * hd, width(Buf::Q), g);
+    }
+  };
+}
+
+// Attention: each row's cache does the work (seq_cache.h).
+
+// Online-softmax partials per (token, KV head, chunk): each unit reads its
+// keys and values once for all query heads of the group. One token: the
+// positions of every KV head are cut into one chunk per thread
+// (flash-decoding; compressed keys in chunks of whole blocks). More tokens:
+// one chunk, every (token, KV head) an item.
+Executor::Fn Executor::attend(const Step& s) {
+  LR_ASSERT(!s.rope_append);  // a GPU fold
+  return [this, &s](int tid, int nth) {
+    const Config& c = s_.c;
+    const int g = c.n_heads / c.n_kv_heads, hd = c.head_dim, l = s.layer, C = chunks_;
+    const float scale = 1.f / std::sqrt(float(hd));
+    const Span sp = split(int64_t(count(s)) * c.n_kv_heads * C, tid, nth);
+    for (int64_t u = sp.begin; u < sp.end; ++u) {
+      const int t = int(u / (int64_t(c.n_kv_heads) * C)), kvh = int(u / C % c.n_kv_heads),
+                chunk = int(u % C);
+      const size_t at = part(t, chunk, kvh * g);
+      float *m = &part_m_[at], *sum = &part_l_[at], *acc = &part_acc_[at * size_t(hd)];
+      const float* q = row(Buf::Q, t) + kvh * g * hd;
+      cache(t).attend(l, kvh, pos(t), q, g, chunk, C, scale, m, sum, acc);
+    }
+  };
+}
+
+// att = the partials merged, per (token, query head).
+Executor::Fn Executor::merge(const Step& s) {
+  return [this, &s](int tid, int nth) {
+    const Config& c = s_.c;
+    const Span sp = split(int64_t(count(s)) * c.n_heads, tid, nth);
+    for (int64_t u = sp.begin; u < sp.end; ++u) {
+      const int t = int(u / c.n_heads), h = int(u % c.n_heads);
+      attend_merge(chunks_, &part_m_[part(t, 0, h)], &part_l_[part(t, 0, h)], c.n_heads,
+                   &part_acc_[part(t, 0, h) * size_t(c.head_dim)], int64_t(c.n_heads) * c.head_dim,
+                   c.head_dim, row(Buf::Att, t) + h * c.head_dim);
     }
   };
 }

@@ -79,7 +79,8 @@ class Executor {
     bool head;  // the output head (skipped with Head::None)
   };
 
-  // The step's compiled form, one per kind of step (exec_linear.cpp, exec_attention.cpp).
+  // The step's compiled form, one per kind of step (executor.cpp; products in
+  // exec_linear.cpp, the research rungs' steps in exec_rungs.cpp).
   Fn compile(const Step& s);
   Fn linear(const Step& s);
   Fn rms_norm(const Step& s);
