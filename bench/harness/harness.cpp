@@ -53,7 +53,7 @@ Sample run_once(const Model& m, const BenchMode& mode, const BenchShape& sh, int
                 uint64_t seed, const kv::KeyCacheConfig& keys, ExecPath path) {
   BackendOptions o;
   o.ctx = sh.prompt + sh.gen + 1;
-  o.n_threads = threads;
+  o.cpu.n_threads = threads;
   o.exec = mode.exec;
   o.keys = keys;
   o.keys.type = mode.keys;
