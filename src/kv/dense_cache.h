@@ -4,6 +4,7 @@
 // (key(l, h) + j * head_dim is position j).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -23,8 +24,9 @@ class DenseCache {
   const float* key(int l, int h) const { return &k_[offset(l, h)]; }
   const float* value(int l, int h) const { return &v_[offset(l, h)]; }
   int head_dim() const { return head_dim_; }
-  // Writes n positions' keys and values (rows of kv_dim floats `stride` apart, heads consecutive).
-  void append(int l, int pos, const float* k, const float* v, int n, int64_t stride);
+  // Writes the keys and values of KV head h at positions [pos, pos + n)
+  // (rows `stride` floats apart).
+  void append(int l, int h, int pos, const float* k, const float* v, int n, int64_t stride);
   uint64_t bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
 
  private:
@@ -35,15 +37,12 @@ class DenseCache {
   std::vector<float> k_, v_;  // [n_layers, n_kv_heads, ctx, head_dim]
 };
 
-inline void DenseCache::append(int l, int pos, const float* k, const float* v, int n,
+inline void DenseCache::append(int l, int h, int pos, const float* k, const float* v, int n,
                                int64_t stride) {
-  for (int t = 0; t < n; ++t)
-    for (int h = 0; h < n_kv_heads_; ++h)
-      for (int i = 0; i < head_dim_; ++i) {
-        const size_t at = size_t(pos + t) * size_t(head_dim_) + size_t(i);
-        key(l, h)[at] = k[t * stride + int64_t(h) * head_dim_ + i];
-        value(l, h)[at] = v[t * stride + int64_t(h) * head_dim_ + i];
-      }
+  for (int t = 0; t < n; ++t) {
+    std::copy_n(k + t * stride, head_dim_, key(l, h) + int64_t(pos + t) * head_dim_);
+    std::copy_n(v + t * stride, head_dim_, value(l, h) + int64_t(pos + t) * head_dim_);
+  }
 }
 
 }  // namespace lr::kv

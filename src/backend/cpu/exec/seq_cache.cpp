@@ -28,10 +28,7 @@ class DenseSeq final : public SeqCache {
 
   void append(int l, int h, int pos, const float* k, const float* v, int n, int64_t stride,
               const float*, int64_t, int) override {
-    for (int t = 0; t < n; ++t) {
-      std::copy_n(k + t * stride, hd_, c_.key(l, h) + int64_t(pos + t) * hd_);
-      std::copy_n(v + t * stride, hd_, c_.value(l, h) + int64_t(pos + t) * hd_);
-    }
+    c_.append(l, h, pos, k, v, n, stride);
   }
   void attend(int l, int h, int p, const float* q, int g, int chunk, int chunks, float scale,
               float* m, float* sum, float* acc) const override {
