@@ -190,8 +190,10 @@ void KeyStream::append(const float* k_in, int64_t n, int64_t stride, bool keep_f
   for (int64_t i = 0; i < n_window_; ++i) window_row(i, &rows[size_t(i) * size_t(d_)]);
   std::copy(in.begin(), in.end(), rows.begin() + ptrdiff_t(n_window_) * d_);
   const int64_t nb = fitted_before_ ? total / flush_ * (flush_ / bt_) : total / bt_;
-  if (keep_flushed)
-    for (int64_t i = 0; i < nb * bt_ * d_; ++i) flushed_.push_back(f32_to_f16(rows[size_t(i)]));
+  if (keep_flushed) {  // (the rows hold f16 values: exact both ways)
+    flushed_.resize(size_t(nb * bt_ * d_));
+    for (size_t i = 0; i < flushed_.size(); ++i) flushed_[i] = f32_to_f16(rows[i]);
+  }
   encode_blocks(rows.data(), nb);
   n_window_ = 0;
   for (int64_t i = nb * bt_; i < total; ++i) window_push(&rows[size_t(i) * size_t(d_)]);
