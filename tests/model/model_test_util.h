@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu.h"
 #include "backend/ref/ref.h"
+#include "compress/calibrate_kv.h"
 #include "compress/synth_model.h"
 #include "format/gguf.h"
 #include "runtime/model.h"
@@ -110,6 +111,16 @@ inline std::string write_calib(const TempDir& t) {
     out << "The river runs past the mill and the old stone bridge, " << i * 7919
         << " times a day.\n";
   return path;
+}
+
+// The keys of `m` calibrated on a small text (lowrank calibrate-kv's
+// pass: 4 windows of 64 tokens).
+inline Weights::KeyCalibration calibrate_tiny_keys(const Model& m, const TempDir& t) {
+  CalibrateKvOptions opt;
+  opt.calib_path = write_calib(t);
+  opt.samples = 4;
+  opt.len = 64;
+  return calibrate_keys(m, opt);
 }
 
 // Logits [toks, vocab] of `w` from the fast CPU backend (how 0) or the

@@ -68,11 +68,7 @@ std::vector<Kind> kinds() {
 Model calibrated_model(const test::TempDir& t) {
   const std::string path = test::write_tiny(t, spec(), "tiny.gguf");
   Model m = load_model(path, DType::F32);
-  CalibrateKvOptions opt;
-  opt.calib_path = test::write_calib(t);
-  opt.samples = 4;
-  opt.len = 64;
-  save_with_key_calibration(m, calibrate_keys(m, opt), t.file("cal.gguf"), "test");
+  save_with_key_calibration(m, test::calibrate_tiny_keys(m, t), t.file("cal.gguf"), "test");
   return load_model(t.file("cal.gguf"), std::nullopt);
 }
 

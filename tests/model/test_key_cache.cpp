@@ -7,12 +7,12 @@
 #include <cmath>
 
 #include "backend/backend.h"
+#include "compress/calibrate_kv.h"
 #include "core/error.h"
 #include "format/gguf.h"
-#include "compress/calibrate_kv.h"
+#include "model_test_util.h"
 #include "runtime/model.h"
 #include "runtime/session.h"
-#include "model_test_util.h"
 
 namespace lr {
 namespace {
@@ -27,7 +27,9 @@ const std::vector<int32_t> kSeq = [] {
 }();
 constexpr int kPrompt = 48;
 
-test::TinySpec spec() { return test::key_cache_spec(); }
+test::TinySpec spec() {
+  return test::key_cache_spec();
+}
 
 kv::KeyCacheConfig keys(kv::KeyType t) {
   kv::KeyCacheConfig k;
@@ -69,8 +71,11 @@ TEST(KeyCache, EveryTypeTracksTheF32Cache) {
   struct Want {
     kv::KeyType t;
     double tol;
-  } wants[] = {{kv::KeyType::F16, 2e-3}, {kv::KeyType::Q8_0, 1e-2}, {kv::KeyType::Q4_0, 1e-1},
-               {kv::KeyType::Kivi2, 4e-1}, {kv::KeyType::Svdq, 4e-1}};
+  } wants[] = {{kv::KeyType::F16, 2e-3},
+               {kv::KeyType::Q8_0, 1e-2},
+               {kv::KeyType::Q4_0, 1e-1},
+               {kv::KeyType::Kivi2, 4e-1},
+               {kv::KeyType::Svdq, 4e-1}};
   for (const Want& w : wants) {
     SCOPED_TRACE(kv::key_type_name(w.t));
     const Outcome r = run(m, keys(w.t), 2);
@@ -161,16 +166,13 @@ TEST(KeyCache, CalibratedBasisRoundTripsThroughTheModelFile) {
   test::TempDir t;
   const std::string path = test::write_tiny(t, spec(), "tiny.gguf");
   Model m = load_model(path, DType::F32);
-  CalibrateKvOptions opt;
-  opt.calib_path = test::write_calib(t);
-  opt.samples = 4;
-  opt.len = 64;
-  const Weights::KeyCalibration cal = calibrate_keys(m, opt);
+  const Weights::KeyCalibration cal = test::calibrate_tiny_keys(m, t);
   ASSERT_EQ(cal.mean.size(), 2u * 2 * 32);
   ASSERT_EQ(cal.vectors.size(), 2u * 2 * 32 * 32);
   EXPECT_EQ(cal.n_keys, 256);
   for (int i = 0; i < 4; ++i)  // descending singular values per stream
-    EXPECT_TRUE(std::is_sorted(cal.sigma.begin() + i * 32, cal.sigma.begin() + (i + 1) * 32, std::greater<float>()));
+    EXPECT_TRUE(std::is_sorted(cal.sigma.begin() + i * 32, cal.sigma.begin() + (i + 1) * 32,
+                               std::greater<float>()));
   const std::string out = t.file("tiny-kvcal.gguf");
   save_with_key_calibration(m, cal, out, "test");
   Model c = load_model(out, DType::F32);
@@ -199,7 +201,9 @@ TEST(KeyCache, CalibratedBasisRoundTripsThroughTheModelFile) {
     run(m, k, 1);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no calibrated key basis (run lowrank calibrate-kv"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no calibrated key basis (run lowrank calibrate-kv"),
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -213,7 +217,9 @@ TEST(KeyCache, BadCalibrationTensorsAndModesAreClearErrors) {
     make_session(m, ExecPath::Fast, o);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--cache-type-k svdq runs with --kv dense"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--cache-type-k svdq runs with --kv dense"),
+              std::string::npos)
+        << e.what();
   }
   // A calibration tensor of the wrong shape names the tensor.
   Weights w = *m.weights;
@@ -237,7 +243,10 @@ TEST(KeyCache, BadCalibrationTensorsAndModesAreClearErrors) {
     load_model(bad_path, DType::F32);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tensor 'kv_calib.sigma' has shape [16, 8], expected [32, 4]"), std::string::npos) << e.what();
+    EXPECT_NE(
+        std::string(e.what()).find("tensor 'kv_calib.sigma' has shape [16, 8], expected [32, 4]"),
+        std::string::npos)
+        << e.what();
   }
 }
 
