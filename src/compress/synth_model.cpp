@@ -126,7 +126,7 @@ uint64_t write_synthetic_model(const std::string& path, const SynthOptions& o) {
   for_each_tensor(c, [&](const WeightSpec& spec, int l) {
     const std::string name = spec.per_layer ? fmt::format(fmt::runtime(spec.gguf), l) : spec.gguf;
     const auto [out, in] = slot_shape(c, spec.slot);
-    if (spec.is_norm) return add(name, 1, c.dim, 0.0, 1.0, DType::F32);
+    if (spec.is_norm) return add(name, 1, in, 0.0, 1.0, DType::F32);
     if (spec.slot == Slot::TokEmbd) return add(name, out, in, 1.0, 0.0, o.wtype);
     const double sd = 1.0 / std::sqrt(double(in));
     if (spec.slot == Slot::Output) {  // dense (or the embedding's, tied)

@@ -37,7 +37,7 @@ class ImportSource final : public TensorSource {
   ImportSource(const Checkpoint& ck, const TensorSource& base, const Config& c)
       : ck_(ck), base_(base) {
     for (const WeightSpec& spec : kWeightTable) {
-      if (spec.is_linear() && spec.slot != Slot::Output) continue;
+      if ((spec.is_linear() && spec.slot != Slot::Output) || !spec.present(c)) continue;
       const int n = spec.per_layer ? c.n_layers : 1;
       for (int l = 0; l < n; ++l) {
         auto name = [&](const char* pat) {

@@ -15,9 +15,31 @@ namespace lr {
 
 namespace {
 
-// Architectures whose blocks are the LLaMA block (RMSNorm, RoPE, GQA, SwiGLU).
-bool llama_compatible(const std::string& arch) {
-  return arch == "llama" || arch == "mistral" || arch == "smollm" || arch == "qwen2";
+// The architectures the plan runs: the LLaMA block (RMSNorm, RoPE, GQA,
+// SwiGLU) and what each adds to it.
+struct Arch {
+  const char* name;
+  bool rope_neox;         // q/k rows stored with each head's RoPE halves apart
+  bool qk_norm;           // per-head RMSNorm of q and k before RoPE
+  bool gemma = false;     // Gemma 3's block (Config's Gemma fields)
+  int no_rope_every = 0;  // layers l with (l + 1) % no_rope_every == 0 have no RoPE (SmolLM3: 4)
+};
+// clang-format off
+constexpr Arch kArchs[] = {
+    {"llama", false, false},
+    {"mistral", false, false},
+    {"smollm", false, false},
+    {"qwen2", true, false},
+    {"qwen3", true, true},
+    {"gemma3", true, true, true},
+    {"smollm3", false, false, false, 4},
+};
+// clang-format on
+
+const Arch* find_arch(const std::string& name) {
+  for (const Arch& a : kArchs)
+    if (name == a.name) return &a;
+  return nullptr;
 }
 
 int positive_int(const std::string& source, const char* field, int64_t v) {
@@ -27,6 +49,10 @@ int positive_int(const std::string& source, const char* field, int64_t v) {
 }
 
 }  // namespace
+
+float Config::attention_scale() const {
+  return attn_scale > 0 ? attn_scale : 1.f / std::sqrt(float(head_dim));
+}
 
 void Config::validate(const std::string& source) const {
   auto need = [&](bool ok, const std::string& what) {
@@ -46,17 +72,61 @@ void Config::validate(const std::string& source) const {
        fmt::format("{} RoPE frequency factors for head_dim {}", rope_freq_factors.size(), head_dim));
   for (float f : rope_freq_factors)
     need(std::isfinite(f) && f > 0, fmt::format("RoPE frequency factor {} must be positive", f));
+  need(swa_layers.empty() || (swa_layers.size() == size_t(n_layers) && swa_window > 0),
+       fmt::format("{} sliding-window layer flags for {} layers, window {}", swa_layers.size(),
+                   n_layers, swa_window));
+  need(rope_theta_swa > 0,
+       fmt::format("sliding-window rope freq_base {} must be positive", rope_theta_swa));
+}
+
+namespace {
+
+// Gemma 3 (llama.cpp's reading of its keys): the embedding scaled by
+// sqrt(dim); layer l windowed unless l % pattern == pattern - 1 (pattern 6
+// unless the file says), the windowed layers' RoPE base 10000 unless the
+// file says; scores scaled by 1/sqrt(head_dim) (the 27B's 62 layers:
+// 1/sqrt(dim / heads)).
+void read_gemma3(const gguf::File& f, const std::string& arch, Config& c) {
+  auto key = [&](const char* k) { return arch + "." + k; };
+  const std::string& src = f.path();
+  c.embed_scale = std::sqrt(float(c.dim));
+  c.post_norms = true;
+  c.ffn_act = Activation::GeluTanh;
+  if (c.n_layers == 62) c.attn_scale = 1.f / std::sqrt(float(c.dim / c.n_heads));
+  if (f.get_float(key("final_logit_softcapping"), 0.0) != 0.0)
+    fail("{}: final logit softcapping ('{}') is not supported", src,
+         key("final_logit_softcapping"));
+  const int64_t window = f.get_int(key("attention.sliding_window"), 0);
+  if (window <= 0) return;
+  c.swa_window = positive_int(src, "attention.sliding_window", window);
+  const int64_t pattern = f.get_int(key("attention.sliding_window_pattern"), 6);
+  if (pattern < 0)
+    fail("{}: '{}' = {} is negative", src, key("attention.sliding_window_pattern"), pattern);
+  c.swa_layers.assign(size_t(c.n_layers), 0);
+  for (int l = 0; l < c.n_layers; ++l)
+    c.swa_layers[size_t(l)] = pattern == 0 || l % pattern < pattern - 1;
+  c.rope_theta_swa = float(f.get_float(key("rope.freq_base_swa"), 10000.0));
+}
+
+}  // namespace
+
+std::string supported_architectures() {
+  std::string s;
+  for (const Arch& a : kArchs) s += (s.empty() ? "" : ", ") + std::string(a.name);
+  return s;
 }
 
 Config config_from_gguf(const gguf::File& f) {
   const std::string& src = f.path();
   std::string arch = f.get_string("general.architecture");
-  if (!llama_compatible(arch))
-    fail("{}: unsupported architecture '{}' (lowrank runs LLaMA-family models: llama, mistral, "
-         "qwen2)", src, arch);
+  const Arch* traits = find_arch(arch);
+  if (!traits)
+    fail("{}: unsupported architecture '{}' (supported: {})", src, arch, supported_architectures());
   auto key = [&](const char* k) { return arch + "." + k; };
   Config c;
-  c.rope_neox = arch == "qwen2";
+  c.arch = arch;
+  c.rope_neox = traits->rope_neox;
+  c.qk_norm = traits->qk_norm;
   c.name = f.get_string("general.name", "");
   c.n_layers = positive_int(src, "block_count", f.get_int(key("block_count")));
   c.dim = positive_int(src, "embedding_length", f.get_int(key("embedding_length")));
@@ -93,6 +163,9 @@ Config config_from_gguf(const gguf::File& f) {
     c.vocab = int(f.get_strings("tokenizer.ggml.tokens").size());
   }
   c.vocab = positive_int(src, "vocab_size", f.get_int(key("vocab_size"), c.vocab));
+  if (traits->gemma) read_gemma3(f, arch, c);
+  for (int l = 0; traits->no_rope_every > 0 && l < c.n_layers; ++l)
+    c.no_rope_layers.push_back((l + 1) % traits->no_rope_every == 0);
   c.validate(src);
   return c;
 }
@@ -191,7 +264,8 @@ Config config_from_hf_json(const std::string& path) {
   return c;
 }
 
-void config_to_gguf(const Config& c, gguf::Writer& w, const std::string& arch) {
+void config_to_gguf(const Config& c, gguf::Writer& w) {
+  const std::string& arch = c.arch;
   w.set_string("general.architecture", arch);
   if (!c.name.empty()) w.set_string("general.name", c.name);
   w.set_u32(arch + ".block_count", uint32_t(c.n_layers));
@@ -203,6 +277,8 @@ void config_to_gguf(const Config& c, gguf::Writer& w, const std::string& arch) {
   w.set_u32(arch + ".vocab_size", uint32_t(c.vocab));
   w.set_f32(arch + ".attention.layer_norm_rms_epsilon", c.rms_eps);
   w.set_f32(arch + ".rope.freq_base", c.rope_theta);
+  if (c.head_dim * c.n_heads != c.dim)
+    w.set_u32(arch + ".attention.key_length", uint32_t(c.head_dim));
 }
 
 void byte_vocab_to_gguf(int vocab, gguf::Writer& w) {

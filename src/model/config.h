@@ -12,8 +12,13 @@ class File;
 class Writer;
 }
 
+// The gate's activation of the gated FFN: silu(gate) * up (SwiGLU), or
+// gelu(gate) * up with GELU's tanh form (GeGLU, Gemma).
+enum class Activation : uint8_t { Silu, GeluTanh };
+
 struct Config {
   std::string name;            // general.name, for messages
+  std::string arch = "llama";  // general.architecture (one of supported_architectures())
   int n_layers = 0;
   int dim = 0;                 // residual stream width
   int ffn_dim = 0;             // SwiGLU hidden width
@@ -34,6 +39,29 @@ struct Config {
   // as Qwen2 GGUFs store them); the loader permutes them into the runtime's
   // interleaved order, so nothing after loading depends on it.
   bool rope_neox = false;
+  // Each head of q and of k is RMS-normalized (a weight [head_dim] per layer)
+  // before RoPE (Qwen3).
+  bool qk_norm = false;
+  // Gemma 3: the embedding scaled (by sqrt(dim)), the attention and FFN
+  // outputs RMS-normalized before their residual adds, GeGLU, and
+  // sliding-window layers with a RoPE base of their own.
+  float embed_scale = 1.f;  // x = embed_scale * tok_embd[token]
+  float attn_scale = 0.f;   // scores = attn_scale * q.k (0: 1 / sqrt(head_dim))
+  bool post_norms = false;
+  Activation ffn_act = Activation::Silu;
+  int swa_window = 0;               // a windowed layer's query sees its last swa_window positions
+  std::vector<uint8_t> swa_layers;  // [n_layers] 1: windowed (empty: no layer is)
+  float rope_theta_swa = 10000.f;   // windowed layers' RoPE base (unscaled)
+  std::vector<uint8_t> no_rope_layers;  // [n_layers] 1: q and k are not roped (SmolLM3), or empty
+
+  bool windowed(int layer) const { return !swa_layers.empty() && swa_layers[size_t(layer)]; }
+  // Layer l's RoPE frequencies (scalar_ops.h rope_inv_freq): 0 the model's,
+  // 1 a windowed layer's, 2 none (a layer without RoPE: every angle 0).
+  uint8_t rope_set(int layer) const {
+    if (!no_rope_layers.empty() && no_rope_layers[size_t(layer)]) return 2;
+    return windowed(layer) ? 1 : 0;
+  }
+  float attention_scale() const;
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
@@ -42,14 +70,18 @@ struct Config {
   void validate(const std::string& source) const;
 };
 
-// Reads `llama.*` (or `<arch>.*` for LLaMA-compatible architectures: mistral,
-// smollm, qwen2 (q/k/v biases, NEOX RoPE)) metadata.
+// The architectures lowrank runs, comma-separated for messages.
+std::string supported_architectures();
+
+// Reads `<arch>.*` metadata for a supported architecture: llama, mistral,
+// smollm, qwen2 (q/k/v biases, NEOX RoPE), qwen3 (NEOX RoPE, q/k norms).
 // Tied output is decided by the caller from the presence of `output.weight`.
 Config config_from_gguf(const gguf::File& f);
 
 // The inverse of config_from_gguf: `<arch>.*` keys, general.architecture and
-// general.name (the vocabulary size as <arch>.vocab_size; no tokenizer).
-void config_to_gguf(const Config& c, gguf::Writer& w, const std::string& arch = "llama");
+// general.name (the vocabulary size as <arch>.vocab_size; no tokenizer), for
+// the architecture c.arch.
+void config_to_gguf(const Config& c, gguf::Writer& w);
 
 // A SentencePiece-style vocabulary of `vocab` pieces (at least 259): <unk>,
 // <s>, </s>, the 256 byte tokens (so every text encodes byte by byte), then

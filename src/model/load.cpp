@@ -188,6 +188,13 @@ std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& 
               ? read_matrix(TensorView{t->dtype, {t->shape[0], 1}, t->data, t->nbytes, t->owner},
                             DType::F32, false, cfg.head_dim)
               : read_matrix(*t, wtype, false, cfg.head_dim);
+      // A head's norm in the order its q and k rows take (see below).
+      if ((spec.slot == Slot::QNorm || spec.slot == Slot::KNorm) &&
+          (naming == Naming::HuggingFace || cfg.rope_neox)) {
+        std::vector<float> v(m.f32(), m.f32() + cols);
+        for (int64_t r = 0; r < cols; ++r)
+          m.f32_mut()[r] = v[size_t(hf_row_for_gguf_row(r, cfg.head_dim))];
+      }
       return;
     }
     Linear& lin = slot_linear(*w, spec.slot, layer);

@@ -14,9 +14,10 @@ const char* buf_name(Buf b) {
 }
 
 const char* op_name(Op o) {
-  static const char* names[] = {"embed",  "rms_norm", "linear",   "rope_append",   "attend",
-                                "merge",  "add",      "silu_mul", "append",        "rope",
-                                "scores", "softmax",  "mix",      "latent_append", "reconstruct"};
+  static const char* names[] = {"embed",   "rms_norm",  "linear",        "rope_append",
+                                "attend",  "merge",     "add",           "silu_mul",
+                                "append",  "head_norm", "rope",          "scores",
+                                "softmax", "mix",       "latent_append", "reconstruct"};
   return names[size_t(o)];
 }
 
@@ -78,6 +79,8 @@ struct Map {
   const char* name;
   Buf out;
   bool rope = false, append = false;  // CPU: head rows roped / appended by the product
+  const Matrix* head_norm = nullptr;  // CPU: and normalized first (q/k norms)
+  uint8_t rope_set = 0;
 };
 
 // Writes the model's plan, block by block.
@@ -91,7 +94,7 @@ class Planner {
   Plan run() {
     for (int l = 0; l < c_.n_layers; ++l) {
       plan_.region_begin.push_back(plan_.steps.size());
-      if (l == 0) add(Op::Embed, -1, "embed");
+      if (l == 0) add(Op::Embed, -1, "embed").scale = c_.embed_scale;
       p_ = 0;
       attention(l);
       mlp(l);
@@ -107,22 +110,47 @@ class Planner {
     const Layer& L = w_.layers[size_t(l)];
     rms_norm(l, "attn_norm", L.attn_norm, Site::AttnIn);
     const bool cpu = o_.target == Target::Cpu, cache = cpu && !o_.streamed_keys;
+    // q, k = rms_norm of each head (Qwen3), before RoPE
+    const Matrix* qn = c_.qk_norm ? &L.q_norm : nullptr;
+    const Matrix* kn = c_.qk_norm ? &L.k_norm : nullptr;
+    // A windowed layer (Gemma 3) attends to its last positions, with RoPE of its own base.
+    // (A layer without RoPE, SmolLM3: its products rope nothing; elsewhere set 2 turns by 0.)
+    const uint8_t rope_set = c_.rope_set(l);
+    const bool rope = cpu && rope_set != 2;
     project(l, "qkv",
-            {{&L.q, "q", Buf::Q, cpu},
-             {&L.k, "k", Buf::K, cpu, cache},
+            {{&L.q, "q", Buf::Q, rope, false, cpu ? qn : nullptr, rope_set},
+             {&L.k, "k", Buf::K, rope, cache, cpu ? kn : nullptr, rope_set},
              {&L.v, "v", Buf::V, false, cache}},
             Buf::H, &L.qkv_in);
-    if (!cpu)
-      add(Op::RopeAppend, l, "rope_append").observe =
-          site_bit(Site::Keys) | site_bit(Site::Queries);
+    if (!cpu && qn) {
+      head_norm(l, "q_norm", *qn, Buf::Q);
+      head_norm(l, "k_norm", *kn, Buf::K);
+    }
+    if (!cpu) {
+      Step& r = add(Op::RopeAppend, l, "rope_append");
+      r.observe = site_bit(Site::Keys) | site_bit(Site::Queries);
+      r.rope_set = rope_set;
+    }
     if (o_.streamed_keys) add(Op::Append, l, "append");
-    add(Op::Attend, l, "attend");
+    Step& a = add(Op::Attend, l, "attend");
+    a.scale = c_.attention_scale();
+    a.window = c_.windowed(l) ? c_.swa_window : 0;
+    a.rope_set = rope_set;
     add(Op::Merge, l, "merge").observe = site_bit(Site::AttnOut);
     project(l, "", {{&L.o, "o", Buf::Y}}, Buf::Att);
+    if (c_.post_norms) post_norm(l, "attn_post_norm", L.attn_post_norm);
     residual(l, "attn_residual");
   }
 
-  // x += down(silu(gate(h)) * up(h)),  h = rms_norm(x)
+  // y = rms_norm(y) (Gemma 3: a block's output normalized before its residual add)
+  void post_norm(int l, const char* name, const Matrix& norm) {
+    Step& s = add(Op::RmsNorm, l, name);
+    s.norm = &norm;
+    s.a = s.b = Buf::Y;
+    s.width = c_.dim;
+  }
+
+  // x += down(act(gate(h)) * up(h)),  h = rms_norm(x)  (act: SiLU, or GELU's tanh form)
   void mlp(int l) {
     const Layer& L = w_.layers[size_t(l)];
     rms_norm(l, "ffn_norm", L.ffn_norm, Site::MlpIn);
@@ -130,8 +158,10 @@ class Planner {
             &L.gate_up_in);
     Step& s = add(Op::SiluMul, l, "silu_mul");
     s.width = c_.ffn_dim;
+    s.act = c_.ffn_act;
     s.observe = site_bit(Site::MlpMid);
     project(l, "", {{&L.down, "down", Buf::Y}}, Buf::G);
+    if (c_.post_norms) post_norm(l, "ffn_post_norm", L.ffn_post_norm);
     residual(l, "ffn_residual");
   }
 
@@ -156,6 +186,13 @@ class Planner {
     s.b = Buf::H;
     s.width = c_.dim;
     if (site) s.observe = site_bit(*site);
+  }
+
+  void head_norm(int l, const char* name, const Matrix& norm, Buf a) {
+    Step& s = add(Op::HeadNorm, l, name);
+    s.norm = &norm;
+    s.a = a;
+    s.width = c_.head_dim;
   }
 
   void residual(int l, const char* name) {
@@ -202,6 +239,8 @@ class Planner {
         u.side = Side::Out;
         u.rope = mp.rope;
         u.append = mp.append;
+        u.head_norm = mp.head_norm;
+        u.rope_set = mp.rope_set;
         u.sum = m.residual();
         u.pivots = m.pivots.get();
         if (m.b.rows) u.bias = &m.b;
@@ -213,6 +252,8 @@ class Planner {
         j.out = mp.out;
         j.rope = mp.rope;
         j.append = mp.append;
+        j.head_norm = mp.head_norm;
+        j.rope_set = mp.rope_set;
         if (m.b.rows) j.bias = &m.b;
       }
       first.push_back(j);

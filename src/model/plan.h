@@ -79,8 +79,9 @@ enum class Op : uint8_t {
   Attend,      // attention partials of q over the cache, split across chunks of positions
   Merge,       // att = the partials merged
   Add,         // x += a (a residual)
-  SiluMul,     // g = silu(g) * u
+  SiluMul,     // g = act(g) * u (act: SiLU, or GELU's tanh form)
   Append,      // k, v -> the cache (static KV; a compressed key cache encodes them)
+  HeadNorm,    // each head of a (q or k) rms-normalized by norm [1, head_dim], in place
   // The research baselines only (plan_transforms.h):
   Rope,          // static / legacy: a (q) and b (k) roped in place
   Scores,        // static: s[h, j] = q_h . k_j / sqrt(head_dim), j <= pos
@@ -104,15 +105,19 @@ struct Job {
   int64_t out_off = 0;
   // ... or, folded into the product's input by fuse():
   const Matrix* norm = nullptr;  // x = rms_norm(in[t, :]) * norm
-  Buf in2 = Buf::None;           // x = silu(in) * in2 (GPU)
+  Buf in2 = Buf::None;           // x = act(in) * in2 (GPU)
+  Activation act = Activation::Silu;
   bool merge_in = false;         // x = the attention partials merged (att is not written)
   bool accumulate = false;       // out += M x (a residual folded into the product)
   bool sum = false;              // out += M x: a residual form's correction U (V x) added to
                                  // the quantized product of the step before
   const Matrix* bias = nullptr;  // out += bias (f32 [1, rows]) before what follows; the map's output side
   // CPU: the rows are heads of q, k or v; the thread that computes a head
-  // ropes it (q, k) and appends it to the cache (k, v).
+  // normalizes it (head_norm, [1, head_dim]: q/k norms), ropes it (q, k) and
+  // appends it to the cache (k, v).
+  const Matrix* head_norm = nullptr;
   bool rope = false, append = false;
+  uint8_t rope_set = 0;  // RoPE frequencies: 0 the model's, 1 its windowed layers' (rope_inv_freq)
   const char* map = "";  // the linear map ("q", "gate", "output", ...) for step names
   Side side = Side::Whole;
   // Pivoted storage (model/weights.h Pivots), an output side only: M holds
@@ -131,12 +136,16 @@ struct Step {
   std::vector<Job> jobs;
   const Matrix* stacked = nullptr;  // the jobs' matrices are consecutive row views of this
                                     // one and their outputs consecutive: one product (CPU)
-  bool silu_mul = false;            // then g = silu(g) * u on the rows computed (CPU, fused)
-  // RmsNorm a -> b; Add x += a; Rope a (q), b (k, or None); widths per token
+  bool silu_mul = false;            // then g = act(g) * u on the rows computed (CPU, fused)
+  Activation act = Activation::Silu;  // SiluMul, silu_mul: the gate's activation
+  // RmsNorm a -> b; Add x += a; Rope a (q), b (k, or None); HeadNorm a; widths per token
   const Matrix* norm = nullptr;
   Buf a = Buf::None, b = Buf::None;
   int64_t width = 0;
   bool rope_append = false;  // Attend (GPU, fused): ropes q and k, appends k, v, then attends
+  uint8_t rope_set = 0;      // Rope, RopeAppend, Attend with rope_append: as Job::rope_set
+  float scale = 1.f;         // Embed: x = scale * tok_embd[token]; Attend, Scores: of q.k
+  int window = 0;            // Attend, Scores: a query at p sees [p - window + 1, p] (0: [0, p])
   // Legacy: the k and v latent segments of P and the factors that rebuild them.
   struct Latent {
     int64_t k_off = 0, v_off = 0, k_rank = 0, v_rank = 0;

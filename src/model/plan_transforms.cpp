@@ -50,11 +50,13 @@ Plan fuse(Plan p) {
   const Matrix* norm = nullptr;  // an RmsNorm x -> h waiting for the products that read h
   bool merge = false;            // a Merge waiting for the product that reads att
   bool silu_in = false;          // GPU: a SiLU*mul waiting for the product that reads g
+  Activation act = Activation::Silu;  // its activation
   bool rope_append = false;      // GPU: a RopeAppend waiting for attention
   Plan q = rewrite(std::move(p), [&](Step s, std::vector<Step>& out) {
     switch (s.op) {
       case Op::RmsNorm:
-        LR_ASSERT(s.a == Buf::X && s.b == Buf::H);
+        if (s.a != Buf::X) break;  // a block output's norm (post_norms) stays a step
+        LR_ASSERT(s.b == Buf::H);
         norm = s.norm;
         return;
       case Op::Merge:
@@ -67,13 +69,16 @@ Plan fuse(Plan p) {
       case Op::SiluMul:
         if (target == Target::Gpu) {
           silu_in = true;
+          act = s.act;
           return;
         }
         LR_ASSERT(!out.empty() && out.back().op == Op::Linear);
         out.back().silu_mul = true;  // the gate/up product finishes its rows
+        out.back().act = s.act;
         return;
       case Op::Add: {  // the product before it accumulates into x
-        LR_ASSERT(s.a == Buf::Y && !out.empty() && out.back().op == Op::Linear);
+        LR_ASSERT(s.a == Buf::Y && !out.empty());
+        if (out.back().op != Op::Linear) break;  // y was normalized first (post_norms)
         const bool summed = std::any_of(out.back().jobs.begin(), out.back().jobs.end(),
                                         [](const Job& j) { return j.sum; });
         // A residual form's y = Q(W) h + U (V h) is summed over two steps:
@@ -101,6 +106,7 @@ Plan fuse(Plan p) {
           if (merge && j.in == Buf::Att) merged = j.merge_in = true;
           if (silu_in && j.in == Buf::G) {
             j.in2 = Buf::U;
+            j.act = act;
             silu = true;
           }
         }
@@ -140,10 +146,24 @@ Plan static_kv(Plan p) {
   p.kv = KvMode::Static;
   return rewrite(std::move(p), [](Step s, std::vector<Step>& out) {
     switch (s.op) {
-      case Op::Linear:
-        for (Job& j : s.jobs) j.rope = j.append = false;
+      case Op::Linear: {
+        std::vector<Step> norms;  // q/k norms the products did before RoPE, now steps of their own
+        for (Job& j : s.jobs) {
+          if (j.head_norm) {
+            Step& n = norms.emplace_back(
+                make(Op::HeadNorm, s.layer, j.out == Buf::Q ? "q_norm" : "k_norm"));
+            n.norm = j.head_norm;
+            n.a = j.out;
+            n.width = j.head_norm->cols;
+          }
+          j.rope = j.append = false;
+          j.head_norm = nullptr;
+        }
         s.observe &= uint8_t(~(site_bit(Site::Keys) | site_bit(Site::Queries)));
-        return out.push_back(std::move(s));
+        out.push_back(std::move(s));
+        for (Step& n : norms) out.push_back(std::move(n));
+        return;
+      }
       case Op::RopeAppend:
       case Op::Merge:
         return;
@@ -151,10 +171,14 @@ Plan static_kv(Plan p) {
         Step r = make(Op::Rope, s.layer, "rope");
         r.a = Buf::Q;
         r.b = Buf::K;
+        r.rope_set = s.rope_set;
         r.observe = site_bit(Site::Keys) | site_bit(Site::Queries);
         out.push_back(std::move(r));
         out.push_back(make(Op::Append, s.layer, "append"));
-        out.push_back(make(Op::Scores, s.layer, "scores"));
+        Step sc = make(Op::Scores, s.layer, "scores");
+        sc.scale = s.scale;
+        sc.window = s.window;
+        out.push_back(std::move(sc));
         out.push_back(make(Op::Softmax, s.layer, "softmax"));
         Step m = make(Op::Mix, s.layer, "mix");
         m.observe = site_bit(Site::AttnOut);
@@ -169,6 +193,12 @@ Plan static_kv(Plan p) {
 Plan latent_kv(Plan p) {
   require_unfused_dense(p, "--kv legacy");
   p.kv = KvMode::Legacy;
+  for (const Step& s : p.steps)
+    if (s.op == Op::HeadNorm ||
+        std::any_of(s.jobs.begin(), s.jobs.end(), [](const Job& j) { return j.head_norm; }))
+      fail(
+          "--kv legacy rebuilds roped keys from their latents, but this model normalizes each key "
+          "head before RoPE (q/k norms); use --kv dense");
   const Target target = p.target;
   Step::Latent lat;  // of the layer being rewritten
   int64_t k_latent = 0, v_latent = 0;

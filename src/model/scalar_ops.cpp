@@ -6,9 +6,11 @@
 
 namespace lr::scalar {
 
-std::vector<double> rope_inv_freq(const Config& c) {
+std::vector<double> rope_inv_freq(const Config& c, int set) {
   std::vector<double> f(size_t(c.head_dim / 2));
-  for (int i = 0; i < c.head_dim / 2; ++i) {
+  for (int i = 0; i < c.head_dim / 2 && set == 1; ++i)
+    f[size_t(i)] = std::pow(double(c.rope_theta_swa), -2.0 * i / c.head_dim);
+  for (int i = 0; i < c.head_dim / 2 && set == 0; ++i) {
     f[size_t(i)] =
         std::pow(double(c.rope_theta), -2.0 * i / c.head_dim) / double(c.rope_linear_factor);
     if (!c.rope_freq_factors.empty()) f[size_t(i)] /= double(c.rope_freq_factors[size_t(i)]);
@@ -37,6 +39,15 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
 
 void silu_mul(float* g, const float* u, int64_t n) {
   for (int64_t i = 0; i < n; ++i) g[i] = float(silu(g[i]) * double(u[i]));
+}
+
+void gelu_mul(float* g, const float* u, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) g[i] = float(gelu_tanh(g[i]) * double(u[i]));
+}
+
+void gated(Activation act, float* g, const float* u, int64_t n) {
+  if (act == Activation::Silu) return silu_mul(g, u, n);
+  gelu_mul(g, u, n);
 }
 
 namespace {

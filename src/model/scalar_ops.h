@@ -13,8 +13,10 @@ namespace lr::scalar {
 
 // RoPE: pair i of a head turns by pos * inv_freq[i] at position pos, with
 // inv_freq[i] = theta^(-2i / head_dim) / linear_factor / freq_factor[i] (the
-// Llama-3.1 factors, when the model has them), i < head_dim / 2.
-std::vector<double> rope_inv_freq(const Config& c);
+// Llama-3.1 factors, when the model has them), i < head_dim / 2. Set 1: the
+// windowed layers' (theta = rope_theta_swa, unscaled); set 2: none, every
+// frequency 0 (Config::rope_set, plan.h Job::rope_set).
+std::vector<double> rope_inv_freq(const Config& c, int set = 0);
 // Rotates the pairs (x[2i], x[2i+1]) of n_heads consecutive heads.
 void rope(float* x, int n_heads, int head_dim, int64_t pos, const std::vector<double>& inv_freq);
 
@@ -26,6 +28,14 @@ inline double silu(double x) {
 }
 // g = silu(g) * u
 void silu_mul(float* g, const float* u, int64_t n);
+// GELU's tanh form: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+inline double gelu_tanh(double x) {
+  return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+// g = gelu_tanh(g) * u
+void gelu_mul(float* g, const float* u, int64_t n);
+// g = act(g) * u
+void gated(Activation act, float* g, const float* u, int64_t n);
 
 // Softmax attention of g query heads q [g, d] that share one KV head over
 // positions j in [j0, j1) (key j at K + j*stride, value j at V + j*stride),

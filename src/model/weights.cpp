@@ -136,7 +136,13 @@ std::pair<int64_t, int64_t> slot_shape(const Config& c, Slot s) {
     case Slot::Output: return {c.vocab, c.dim};
     case Slot::OutNorm:
     case Slot::AttnNorm:
-    case Slot::FfnNorm: return {1, c.dim};
+    case Slot::FfnNorm:
+    case Slot::AttnPostNorm:
+    case Slot::FfnPostNorm:
+      return {1, c.dim};
+    case Slot::QNorm:
+    case Slot::KNorm:
+      return {1, c.head_dim};
     case Slot::Q: return {c.q_dim(), c.dim};
     case Slot::K:
     case Slot::V: return {c.kv_dim(), c.dim};
@@ -160,6 +166,18 @@ M& matrix_ref(W& w, Slot s, int layer) {
     case Slot::OutNorm: return w.out_norm;
     case Slot::AttnNorm: LR_ASSERT(size_t(layer) < w.layers.size()); return w.layers[size_t(layer)].attn_norm;
     case Slot::FfnNorm: LR_ASSERT(size_t(layer) < w.layers.size()); return w.layers[size_t(layer)].ffn_norm;
+    case Slot::AttnPostNorm:
+      LR_ASSERT(size_t(layer) < w.layers.size());
+      return w.layers[size_t(layer)].attn_post_norm;
+    case Slot::FfnPostNorm:
+      LR_ASSERT(size_t(layer) < w.layers.size());
+      return w.layers[size_t(layer)].ffn_post_norm;
+    case Slot::QNorm:
+      LR_ASSERT(size_t(layer) < w.layers.size());
+      return w.layers[size_t(layer)].q_norm;
+    case Slot::KNorm:
+      LR_ASSERT(size_t(layer) < w.layers.size());
+      return w.layers[size_t(layer)].k_norm;
     default: break;
   }
   return linear_ref<W, std::conditional_t<std::is_const_v<W>, const Linear, Linear>>(w, s, layer).w;
@@ -261,15 +279,16 @@ uint64_t Weights::bytes_per_token() const {
   auto lin = [](const Linear& l) { return l.w.bytes() + l.v.bytes() + l.u.bytes() + l.b.bytes(); };
   total += lin(output);
   for (const Layer& l : layers)
-    total += l.attn_norm.bytes() + l.ffn_norm.bytes() + lin(l.q) + lin(l.k) + lin(l.v) + lin(l.o) +
-             lin(l.gate) + lin(l.up) + lin(l.down);
+    total += l.attn_norm.bytes() + l.q_norm.bytes() + l.k_norm.bytes() + l.ffn_norm.bytes() +
+             l.attn_post_norm.bytes() + l.ffn_post_norm.bytes() + lin(l.q) + lin(l.k) + lin(l.v) +
+             lin(l.o) + lin(l.gate) + lin(l.up) + lin(l.down);
   return total;
 }
 
 uint64_t parameter_count(const Config& c) {
   uint64_t total = 0;
   for (const WeightSpec& spec : kWeightTable) {
-    if (spec.slot == Slot::Output && c.tied_output) continue;
+    if ((spec.slot == Slot::Output && c.tied_output) || !spec.present(c)) continue;
     auto [rows, cols] = slot_shape(c, spec.slot);
     total += uint64_t(rows) * uint64_t(cols) * (spec.per_layer ? uint64_t(c.n_layers) : 1);
   }

@@ -111,6 +111,11 @@ struct Layer {
   Matrix gate_up_in;  // [rgate+rup, dim] or [2*ffn_dim, dim]
 
   Matrix attn_norm;  // [1, dim] f32
+  Matrix q_norm;     // [1, head_dim] f32, each q head's RMSNorm (cfg.qk_norm), else empty
+  Matrix k_norm;     // [1, head_dim] f32, each k head's
+  Matrix
+      attn_post_norm;  // [1, dim] f32, the attention output's RMSNorm (cfg.post_norms), else empty
+  Matrix ffn_post_norm;  // [1, dim] f32, the FFN output's
   Linear q;          // [n_heads*head_dim, dim]
   Linear k;          // [n_kv_heads*head_dim, dim]
   Linear v;          // [n_kv_heads*head_dim, dim]
@@ -155,7 +160,27 @@ struct Weights {
 
 // --- the weight table -------------------------------------------------------
 
-enum class Slot { TokEmbd, OutNorm, Output, AttnNorm, Q, K, V, O, FfnNorm, Gate, Up, Down };
+enum class Slot {
+  TokEmbd,
+  OutNorm,
+  Output,
+  AttnNorm,
+  QNorm,
+  KNorm,
+  Q,
+  K,
+  V,
+  O,
+  AttnPostNorm,
+  FfnNorm,
+  Gate,
+  Up,
+  Down,
+  FfnPostNorm
+};
+
+// Which models have a tensor: every one, or those whose config asks for it.
+enum class Needs : uint8_t { Always, QkNorm, PostNorms };
 
 struct WeightSpec {
   Slot slot;
@@ -164,17 +189,27 @@ struct WeightSpec {
   const char* gguf; // GGUF tensor name; "{}" is the layer index
   const char* hf;   // HuggingFace safetensors name
   const char* kind; // short name of the matrix type ("attn_q", ...), used by low-rank names
+  Needs needs = Needs::Always;
 
   // A linear map (Q..Down, Output), which may be stored low-rank.
   bool is_linear() const { return !is_norm && slot != Slot::TokEmbd; }
+  // Whether a model of config c has this tensor.
+  bool present(const Config& c) const {
+    return needs == Needs::Always || (needs == Needs::QkNorm && c.qk_norm) ||
+           (needs == Needs::PostNorms && c.post_norms);
+  }
 };
 
 inline constexpr WeightSpec kWeightTable[] = {
     {Slot::TokEmbd, false, false, "token_embd.weight", "model.embed_tokens.weight", "token_embd"},
     {Slot::OutNorm, false, true, "output_norm.weight", "model.norm.weight", "output_norm"},
     {Slot::Output, false, false, "output.weight", "lm_head.weight", "output"},
-    {Slot::AttnNorm, true, true, "blk.{}.attn_norm.weight", "model.layers.{}.input_layernorm.weight",
-     "attn_norm"},
+    {Slot::AttnNorm, true, true, "blk.{}.attn_norm.weight",
+     "model.layers.{}.input_layernorm.weight", "attn_norm"},
+    {Slot::QNorm, true, true, "blk.{}.attn_q_norm.weight",
+     "model.layers.{}.self_attn.q_norm.weight", "attn_q_norm", Needs::QkNorm},
+    {Slot::KNorm, true, true, "blk.{}.attn_k_norm.weight",
+     "model.layers.{}.self_attn.k_norm.weight", "attn_k_norm", Needs::QkNorm},
     {Slot::Q, true, false, "blk.{}.attn_q.weight", "model.layers.{}.self_attn.q_proj.weight",
      "attn_q"},
     {Slot::K, true, false, "blk.{}.attn_k.weight", "model.layers.{}.self_attn.k_proj.weight",
@@ -183,6 +218,9 @@ inline constexpr WeightSpec kWeightTable[] = {
      "attn_v"},
     {Slot::O, true, false, "blk.{}.attn_output.weight", "model.layers.{}.self_attn.o_proj.weight",
      "attn_output"},
+    // Gemma 3's (its HuggingFace names; lowrank imports no Gemma checkpoint)
+    {Slot::AttnPostNorm, true, true, "blk.{}.post_attention_norm.weight",
+     "model.layers.{}.post_attention_layernorm.weight", "post_attention_norm", Needs::PostNorms},
     {Slot::FfnNorm, true, true, "blk.{}.ffn_norm.weight",
      "model.layers.{}.post_attention_layernorm.weight", "ffn_norm"},
     {Slot::Gate, true, false, "blk.{}.ffn_gate.weight", "model.layers.{}.mlp.gate_proj.weight",
@@ -190,9 +228,11 @@ inline constexpr WeightSpec kWeightTable[] = {
     {Slot::Up, true, false, "blk.{}.ffn_up.weight", "model.layers.{}.mlp.up_proj.weight", "ffn_up"},
     {Slot::Down, true, false, "blk.{}.ffn_down.weight", "model.layers.{}.mlp.down_proj.weight",
      "ffn_down"},
+    {Slot::FfnPostNorm, true, true, "blk.{}.post_ffw_norm.weight",
+     "model.layers.{}.post_feedforward_layernorm.weight", "post_ffw_norm", Needs::PostNorms},
 };
 
-// Expected [rows, cols] of a slot (norms: [1, dim]).
+// Expected [rows, cols] of a slot (norms: [1, dim]; q/k norms [1, head_dim]).
 std::pair<int64_t, int64_t> slot_shape(const Config& c, Slot s);
 // The matrix a table entry fills: the embedding, a norm, or a linear map's
 // dense W (empty when that map is low-rank).
@@ -213,15 +253,15 @@ uint64_t parameter_count(const Config& c);
 // The loader, saver, importers, compressor, synth, inspect and the CUDA
 // weight layout walk the model through these rather than naming its maps.
 
-// f(spec, layer) for every tensor the table describes: the model-wide ones
-// (layer 0), then layer by layer the block's, each in table order.
+// f(spec, layer) for every tensor a model of config c has: the model-wide
+// ones (layer 0), then layer by layer the block's, each in table order.
 template <class F>
 void for_each_tensor(const Config& c, F&& f) {
   for (const WeightSpec& spec : kWeightTable)
-    if (!spec.per_layer) f(spec, 0);
+    if (!spec.per_layer && spec.present(c)) f(spec, 0);
   for (int l = 0; l < c.n_layers; ++l)
     for (const WeightSpec& spec : kWeightTable)
-      if (spec.per_layer) f(spec, l);
+      if (spec.per_layer && spec.present(c)) f(spec, l);
 }
 // f(spec, layer, linear) for every linear map (Weights or const Weights).
 template <class W, class F>

@@ -191,6 +191,28 @@ TEST_F(Gpu, BiasedProjectionsAsInQwen2) {
   }
 }
 
+// Qwen3's per-head q/k norms before RoPE (tests/model/test_architectures.cpp
+// holds them against llama.cpp), heads of 64 wider than dim / heads.
+TEST_F(Gpu, HeadNormsAsInQwen3) {
+  test::TinySpec s;
+  s.head_dim = 64;
+  s.tokenizer = true;
+  Model m = load_model(test::write_tiny(t_, s, "qwen3.gguf", "qwen3"), DType::BF16);
+  ASSERT_TRUE(m.weights->cfg.qk_norm);
+  ASSERT_EQ(m.weights->cfg.q_dim(), 256);
+  for (const BenchMode& mode : bench_modes())
+    if (mode.name == "naive" || mode.name == "per-token")
+      compare(m, mode.exec, 37, 6, fmt::format("qwen3 q/k norms, {}", mode.name));
+  ASSERT_EQ(setenv("LOWRANK_CUDA_PREFILL", "own", 1), 0);
+  compare(m, ExecOptions{}, 37, 2, "qwen3 q/k norms, own GEMM");
+  unsetenv("LOWRANK_CUDA_PREFILL");
+  // What the CUDA backend does not run yet is refused by name.
+  Model g = load_model(LOWRANK_SOURCE_DIR "/tests/fixtures/arch/gemma3.gguf", DType::BF16);
+  const std::string e =
+      test::error_of([&] { make_session(g, ExecPath::Cuda, test::backend_options(64, 2)); });
+  EXPECT_NE(e.find("the CUDA backend does not run gemma3 models yet"), std::string::npos) << e;
+}
+
 // Pivoted storage (compress --pivoted): each output row of the output factor
 // is one of U's rows or a latent copied (the decode GEMV and the own prefill
 // GEMM gather them; cuBLAS is skipped for those products), plain and as the

@@ -47,9 +47,10 @@ struct TempDir {
   }
 };
 
-inline std::string write_tiny(const TempDir& t, const TinySpec& s, const std::string& name) {
+inline std::string write_tiny(const TempDir& t, const TinySpec& s, const std::string& name,
+                              const std::string& arch = "llama") {
   std::string path = t.file(name);
-  auto bytes = make_tiny_gguf(s);
+  auto bytes = make_tiny_gguf(s, "", arch);
   std::ofstream(path, std::ios::binary)
       .write(reinterpret_cast<const char*>(bytes.data()), long(bytes.size()));
   return path;

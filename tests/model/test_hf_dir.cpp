@@ -69,7 +69,7 @@ std::vector<Tensor> random_model(const Spec& s, uint64_t seed) {
   std::normal_distribution<float> nd(0.f, 0.5f);
   std::vector<Tensor> out;
   for (const WeightSpec& spec : kWeightTable) {
-    if (spec.slot == Slot::Output && s.tied) continue;
+    if ((spec.slot == Slot::Output && s.tied) || !spec.present(c)) continue;
     for (int l = 0; l < (spec.per_layer ? s.n_layers : 1); ++l) {
       auto [rows, cols] = slot_shape(c, spec.slot);
       Tensor t{&spec, l, rows, cols, std::vector<float>(size_t(rows * cols))};
@@ -230,6 +230,7 @@ void expect_identical(const Weights& a, const Weights& b, const Spec& s) {
   EXPECT_EQ(b.cfg.tied_output, s.tied);
   EXPECT_EQ(a.wtype, b.wtype);
   for (const WeightSpec& spec : kWeightTable) {
+    if (!spec.present(a.cfg)) continue;
     for (int l = 0; l < (spec.per_layer ? s.n_layers : 1); ++l) {
       SCOPED_TRACE(name_of(spec, false, l));
       const Matrix& ma = slot_matrix(a, spec.slot, l);

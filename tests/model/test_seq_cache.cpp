@@ -50,17 +50,27 @@ TEST(SeqCache, DenseAppendsTheRowsAndAttendsOverThem) {
   const float scale = 0.125f;
   const size_t G = static_cast<size_t>(g);
   std::vector<float> m1(G), l1(G), a1(G * size_t(hd)), m2(G), l2(G), a2(G * size_t(hd));
-  cache->attend(1, 1, n - 1, q.data(), g, 0, 1, scale, m1.data(), l1.data(), a1.data());
+  cache->attend(1, 1, 0, n - 1, q.data(), g, 0, 1, scale, m1.data(), l1.data(), a1.data());
   cpu::attend_partial(q.data(), g, hd, own.data(), vown.data(), hd, 0, n, scale, m2.data(),
                       l2.data(), a2.data());
   EXPECT_EQ(m1, m2);
   EXPECT_EQ(l1, l2);
   EXPECT_EQ(a1, a2);
+  {  // A windowed layer's query: the positions [5, n) only.
+    std::vector<float> wm1(G), wl1(G), wa1(a1.size()), wm2(G), wl2(G), wa2(a1.size());
+    cache->attend(1, 1, 5, n - 1, q.data(), g, 0, 1, scale, wm1.data(), wl1.data(), wa1.data());
+    cpu::attend_partial(q.data(), g, hd, own.data(), vown.data(), hd, 5, n, scale, wm2.data(),
+                        wl2.data(), wa2.data());
+    EXPECT_EQ(wm1, wm2);
+    EXPECT_EQ(wl1, wl2);
+    EXPECT_EQ(wa1, wa2);
+    EXPECT_NE(wa1, a1);
+  }
 
   // Two parts of [0, n), merged, against the one part normalized.
   std::vector<float> pm(2 * G), pl(2 * G), pa(2 * G * size_t(hd)), out(static_cast<size_t>(hd));
   for (int part = 0; part < 2; ++part)
-    cache->attend(1, 1, n - 1, q.data(), g, part, 2, scale, &pm[size_t(part * g)],
+    cache->attend(1, 1, 0, n - 1, q.data(), g, part, 2, scale, &pm[size_t(part * g)],
                   &pl[size_t(part * g)], &pa[size_t(part * g * hd)]);
   for (int h = 0; h < g; ++h) {
     cpu::attend_merge(2, &pm[size_t(h)], &pl[size_t(h)], g, &pa[size_t(h * hd)], int64_t(g) * hd,

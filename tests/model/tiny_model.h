@@ -30,6 +30,7 @@ struct TinySpec {
   uint64_t seed = 1;
   int exact_rank = 0;        // > 0: every block matrix is a product of rank exact_rank
   bool tokenizer = false;    // add a byte-fallback SentencePiece vocab (vocab becomes 259)
+  int head_dim = 0;          // > 0: heads of this width (q_dim need not be dim), else dim / n_heads
 };
 
 // The GGUF image; `skip` names a tensor to leave out, `arch` overrides the architecture.
@@ -48,7 +49,9 @@ inline std::vector<uint8_t> make_tiny_gguf(const TinySpec& spec_in, const std::s
   c.ctx_train = s.ctx_train;
   c.vocab = s.vocab;
   c.rope_theta = s.rope_theta;
-  config_to_gguf(c, w, arch);
+  c.arch = arch;
+  c.head_dim = s.head_dim > 0 ? s.head_dim : s.dim / s.n_heads;
+  config_to_gguf(c, w);
   if (s.tokenizer) byte_vocab_to_gguf(259, w);
   std::mt19937_64 rng(s.seed);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -77,7 +80,7 @@ inline std::vector<uint8_t> make_tiny_gguf(const TinySpec& spec_in, const std::s
                                             : std::vector<uint64_t>{uint64_t(cols), uint64_t(rows)};
     w.add_tensor(name, dt, shape, bytes.data(), bytes.size());
   };
-  int hd = s.dim / s.n_heads, q = s.n_heads * hd, kv = s.n_kv_heads * hd;
+  int hd = c.head_dim, q = s.n_heads * hd, kv = s.n_kv_heads * hd;
   float ws = 1.f / std::sqrt(float(s.dim));
   add("token_embd.weight", s.vocab, s.dim, 1.f, 0.f, s.wtype);
   add("output_norm.weight", 1, s.dim, 0.1f, 1.f, DType::F32);
@@ -85,6 +88,10 @@ inline std::vector<uint8_t> make_tiny_gguf(const TinySpec& spec_in, const std::s
   for (int l = 0; l < s.n_layers; ++l) {
     auto n = [&](const char* t) { return "blk." + std::to_string(l) + "." + t + ".weight"; };
     add(n("attn_norm"), 1, s.dim, 0.1f, 1.f, DType::F32);
+    if (arch == "qwen3") {  // each q and k head's RMSNorm (Qwen3)
+      add(n("attn_q_norm"), 1, hd, 0.3f, 1.f, DType::F32);
+      add(n("attn_k_norm"), 1, hd, 0.3f, 1.f, DType::F32);
+    }
     add(n("attn_q"), q, s.dim, ws, 0.f, s.wtype);
     add(n("attn_k"), kv, s.dim, ws, 0.f, s.wtype);
     add(n("attn_v"), kv, s.dim, ws, 0.f, s.wtype);

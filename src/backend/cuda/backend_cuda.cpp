@@ -393,6 +393,10 @@ class CudaBackend final : public Backend {
           err = launch_rms_norm(stream_, nt, v(L.a), v(L.b), dw_->vector(*L.norm), L.width,
                                 c.rms_eps);
           break;
+        case Op::HeadNorm:
+          err = launch_head_norm(stream_, nt, v(L.a), int(p.width(L.a, c) / L.width),
+                                 dw_->vector(*L.norm), L.width, c.rms_eps);
+          break;
         case Op::Linear: {
           GemvArgs a;
           a.eps = c.rms_eps;
@@ -520,8 +524,9 @@ class CudaBatch final : public BatchBackend {
       : BatchBackend(w, slots, opt.ctx, max_step_tokens),
         core_(w, checked(opt, max_step_tokens), slots + 1) {  // + the padded rows' slot
     for (const Step& s : core_.batch_plan().steps)
-      if (s.op != Op::Embed && s.op != Op::RmsNorm && s.op != Op::Linear && s.op != Op::Add &&
-          s.op != Op::SiluMul && s.op != Op::RopeAppend && s.op != Op::Attend && s.op != Op::Merge)
+      if (s.op != Op::Embed && s.op != Op::RmsNorm && s.op != Op::HeadNorm && s.op != Op::Linear &&
+          s.op != Op::Add && s.op != Op::SiluMul && s.op != Op::RopeAppend && s.op != Op::Attend &&
+          s.op != Op::Merge)
         fail("the CUDA batch runs the dense-KV plan; {} is a {} step", s.name, op_name(s.op));
     tok_.resize(size_t(std::max(max_step_tokens, CudaBackend::kMaxBucket)));
     pos_.resize(tok_.size());

@@ -43,6 +43,8 @@ std::shared_ptr<const DeviceWeights> upload(std::shared_ptr<const Weights> host)
   for (const Layer& L : W.layers) {
     vectors.push_back(&L.attn_norm);
     vectors.push_back(&L.ffn_norm);
+    if (L.q_norm.rows) vectors.push_back(&L.q_norm);
+    if (L.k_norm.rows) vectors.push_back(&L.k_norm);
   }
   for_each_linear(W, [&](const WeightSpec&, int, const Linear& lin) {
     if (lin.b.rows) vectors.push_back(&lin.b);

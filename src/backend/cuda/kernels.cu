@@ -234,6 +234,15 @@ __global__ void rms_norm_kernel(DevVec a, DevVec b, const float* norm, int64_t w
     b.p[t * b.stride + c] = x[c] * inv * norm[c];
 }
 
+// Head blockIdx.x of row blockIdx.y of a normalized in place (q/k norms).
+__global__ void head_norm_kernel(DevVec a, const float* norm, int64_t hd, float eps) {
+  float* x = a.p + int64_t(blockIdx.y) * a.stride + int64_t(blockIdx.x) * hd;
+  float ss = 0.f;
+  for (int64_t c = threadIdx.x; c < hd; c += blockDim.x) ss += x[c] * x[c];
+  const float inv = rsqrtf(block_sum(ss) / float(hd) + eps);
+  for (int64_t c = threadIdx.x; c < hd; c += blockDim.x) x[c] = x[c] * inv * norm[c];
+}
+
 __global__ void split_bf16_kernel(DevVec in, int64_t in_off, int64_t cols, __nv_bfloat16* hi,
                                   __nv_bfloat16* lo, int64_t ld) {
   const int t = blockIdx.x;
@@ -458,6 +467,12 @@ cudaError_t launch_embed(cudaStream_t s, const int32_t* tokens, int n, DevMatrix
 cudaError_t launch_rms_norm(cudaStream_t s, int n, DevVec a, DevVec b, const float* norm,
                             int64_t width, float eps) {
   LR_LAUNCH(n, 256, 0, s, rms_norm_kernel)(a, b, norm, width, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_head_norm(cudaStream_t s, int n, DevVec a, int heads, const float* norm,
+                             int64_t head_dim, float eps) {
+  LR_LAUNCH(dim3(heads, n), 128, 0, s, head_norm_kernel)(a, norm, head_dim, eps);
   return cudaGetLastError();
 }
 

@@ -70,6 +70,9 @@ inline size_t gemv_smem(int64_t cols) {
 cudaError_t launch_embed(cudaStream_t s, const int32_t* tokens, int n, DevMatrix emb, DevVec x);
 cudaError_t launch_rms_norm(cudaStream_t s, int n, DevVec a, DevVec b, const float* norm,
                             int64_t width, float eps);
+// Each of the `heads` heads of a's n rows rms-normalized in place by norm [head_dim].
+cudaError_t launch_head_norm(cudaStream_t s, int n, DevVec a, int heads, const float* norm,
+                             int64_t head_dim, float eps);
 // n == 1: one warp per row (decode); n > 1 or tiles: tiled GEMM (prefill, no fused input
 // transforms), whose every output's arithmetic is the same for any n (a batch's rows).
 // x = in[t, in_off + c], or rms_norm(in[t, :]) * norm, or silu(in) * in2, or the merged

@@ -7,6 +7,13 @@
 namespace lr::cuda {
 
 Plan plan_forward(const Weights& w, const ExecOptions& e) {
+  const Config& c = w.cfg;
+  if (c.post_norms || c.ffn_act != Activation::Silu || !c.swa_layers.empty() ||
+      !c.no_rope_layers.empty() || c.embed_scale != 1.f || c.attn_scale > 0)
+    fail(
+        "the CUDA backend does not run {} models yet (the embedding scale, post norms, GeGLU, "
+        "sliding-window layers and layers without RoPE run on the CPU only); use --device cpu",
+        c.arch);
   if (w.cfg.head_dim != 64 && w.cfg.head_dim != 128)
     fail("the CUDA backend runs head_dim 64 or 128 (the model has {})", w.cfg.head_dim);
   if (w.cfg.n_heads / w.cfg.n_kv_heads > 8)

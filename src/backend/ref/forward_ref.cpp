@@ -77,6 +77,7 @@ class ReferenceBackend final : public Backend {
       fail("the reference backend needs F32 weights (loaded as {})", weights_->as_stored ? "stored types" : dtype_name(weights_->wtype));
     const Config& c = weights_->cfg;
     inv_freq_ = scalar::rope_inv_freq(c);
+    inv_freq_swa_ = scalar::rope_inv_freq(c, 1);
     size_t per_layer = size_t(ctx) * size_t(c.kv_dim());
     k_cache_.assign(per_layer * size_t(c.n_layers), 0.f);
     v_cache_.assign(per_layer * size_t(c.n_layers), 0.f);
@@ -88,7 +89,10 @@ class ReferenceBackend final : public Backend {
     check_forward_args(tokens, n);
     const Config& c = weights_->cfg;
     std::vector<float> x(size_t(n) * size_t(c.dim));  // [n, dim] residual stream
-    for (int t = 0; t < n; ++t) weights_->tok_embd.row_to_f32(tokens[t], &x[size_t(t) * c.dim]);
+    for (int t = 0; t < n; ++t) {                     // x = embed_scale * tok_embd[token]
+      weights_->tok_embd.row_to_f32(tokens[t], &x[size_t(t) * c.dim]);
+      for (int i = 0; i < c.dim; ++i) x[size_t(t) * c.dim + size_t(i)] *= c.embed_scale;
+    }
     for (int l = 0; l < c.n_layers; ++l) {
       attention_block(l, x.data(), n);
       mlp_block(l, x.data(), n);
@@ -112,7 +116,31 @@ class ReferenceBackend final : public Backend {
     return &v_cache_[(size_t(layer) * ctx_ + size_t(pos)) * c.kv_dim()];
   }
 
+  // Each head of a [n, heads * head_dim] rms-normalized by `norm` (q/k norms).
+  void head_norms(float* a, int64_t n_heads, const Matrix& norm) const {
+    const Config& c = weights_->cfg;
+    std::vector<float> head(size_t(c.head_dim));
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* x = a + h * c.head_dim;
+      std::copy_n(x, c.head_dim, head.data());
+      scalar::rms_norm(head.data(), norm.f32(), x, c.head_dim, c.rms_eps);
+    }
+  }
+
+  // out = rms_norm(out) * norm, in place, per token (post_norms)
+  void post_norm(std::vector<float>& out, const Matrix& norm) const {
+    const Config& c = weights_->cfg;
+    std::vector<float> row(size_t(c.dim));
+    for (size_t t = 0; t < out.size() / size_t(c.dim); ++t) {
+      std::copy_n(&out[t * c.dim], c.dim, row.data());
+      scalar::rms_norm(row.data(), norm.f32(), &out[t * c.dim], c.dim, c.rms_eps);
+    }
+  }
+
   // x += o( attend( rope(q(h)), rope(k(h)), v(h) ) ),  h = rms_norm(x)
+  // (with q/k norms: q, k = rms_norm of each head, before RoPE; with post
+  // norms: x += rms_norm(o(...)); a windowed layer attends to its last
+  // swa_window positions, roped with its own base)
   void attention_block(int l, float* x, int n) {
     const Config& c = weights_->cfg;
     const Layer& L = weights_->layers[size_t(l)];
@@ -125,13 +153,20 @@ class ReferenceBackend final : public Backend {
     linear(L.v, h.data(), v.data(), n);
     for (int t = 0; t < n; ++t) {
       int pos = n_past_ + t;
-      scalar::rope(&q[size_t(t) * c.q_dim()], c.n_heads, c.head_dim, pos, inv_freq_);
-      scalar::rope(&k[size_t(t) * c.kv_dim()], c.n_kv_heads, c.head_dim, pos, inv_freq_);
+      if (c.qk_norm) {
+        head_norms(&q[size_t(t) * c.q_dim()], c.n_heads, L.q_norm);
+        head_norms(&k[size_t(t) * c.kv_dim()], c.n_kv_heads, L.k_norm);
+      }
+      const std::vector<double>& inv = c.windowed(l) ? inv_freq_swa_ : inv_freq_;
+      const bool roped = c.no_rope_layers.empty() || !c.no_rope_layers[size_t(l)];  // SmolLM3
+      if (roped) scalar::rope(&q[size_t(t) * c.q_dim()], c.n_heads, c.head_dim, pos, inv);
+      if (roped) scalar::rope(&k[size_t(t) * c.kv_dim()], c.n_kv_heads, c.head_dim, pos, inv);
       std::copy_n(&k[size_t(t) * c.kv_dim()], c.kv_dim(), k_at(l, pos));
       std::copy_n(&v[size_t(t) * c.kv_dim()], c.kv_dim(), v_at(l, pos));
     }
     for (int t = 0; t < n; ++t) attend(l, n_past_ + t, &q[size_t(t) * c.q_dim()], &att[size_t(t) * c.q_dim()]);
     linear(L.o, att.data(), out.data(), n);
+    if (c.post_norms) post_norm(out, L.attn_post_norm);
     for (size_t i = 0; i < out.size(); ++i) x[i] += out[i];
   }
 
@@ -140,13 +175,14 @@ class ReferenceBackend final : public Backend {
   void attend(int l, int pos, const float* q, float* out) {
     const Config& c = weights_->cfg;
     const int group = c.n_heads / c.n_kv_heads;
+    const int from = c.windowed(l) ? std::max(0, pos - c.swa_window + 1) : 0;
     for (int kvh = 0; kvh < c.n_kv_heads; ++kvh)
-      scalar::attend(q + kvh * group * c.head_dim, group, c.head_dim, k_at(l, 0) + kvh * c.head_dim,
-                     v_at(l, 0) + kvh * c.head_dim, c.kv_dim(), pos + 1, 1.f / std::sqrt(float(c.head_dim)),
-                     out + kvh * group * c.head_dim);
+      scalar::attend(q + kvh * group * c.head_dim, group, c.head_dim,
+                     k_at(l, from) + kvh * c.head_dim, v_at(l, from) + kvh * c.head_dim, c.kv_dim(),
+                     pos + 1 - from, c.attention_scale(), out + kvh * group * c.head_dim);
   }
 
-  // x += down( silu(gate(h)) * up(h) ),  h = rms_norm(x)
+  // x += down( act(gate(h)) * up(h) ),  h = rms_norm(x)  (act: SiLU or GELU's tanh form)
   void mlp_block(int l, float* x, int n) {
     const Config& c = weights_->cfg;
     const Layer& L = weights_->layers[size_t(l)];
@@ -156,12 +192,14 @@ class ReferenceBackend final : public Backend {
       scalar::rms_norm(x + size_t(t) * c.dim, L.ffn_norm.f32(), &h[size_t(t) * c.dim], c.dim, c.rms_eps);
     linear(L.gate, h.data(), g.data(), n);
     linear(L.up, h.data(), u.data(), n);
-    scalar::silu_mul(g.data(), u.data(), int64_t(g.size()));
+    scalar::gated(c.ffn_act, g.data(), u.data(), int64_t(g.size()));
     linear(L.down, g.data(), out.data(), n);
+    if (c.post_norms) post_norm(out, L.ffn_post_norm);
     for (size_t i = 0; i < out.size(); ++i) x[i] += out[i];
   }
 
   std::vector<double> inv_freq_;  // RoPE
+  std::vector<double> inv_freq_swa_;  // a windowed layer's
   std::vector<float> k_cache_;  // [n_layers, ctx, kv_dim], post-RoPE keys
   std::vector<float> v_cache_;  // [n_layers, ctx, kv_dim]
 };

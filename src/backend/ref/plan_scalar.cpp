@@ -25,7 +25,8 @@ class ScalarPlan final : public Backend {
       : Backend(w, opt.ctx),
         decode_(derive(*w, {target}, opt.exec)),
         prefill_(derive(*w, {target}, prefill_options(opt.exec))),
-        inv_freq_(scalar::rope_inv_freq(w->cfg)) {
+        inv_freq_{scalar::rope_inv_freq(w->cfg, 0), scalar::rope_inv_freq(w->cfg, 1),
+                  scalar::rope_inv_freq(w->cfg, 2)} {
     const Config& c = w->cfg;
     const size_t L = size_t(c.n_layers), T = size_t(ctx_), kv = size_t(c.kv_dim());
     k_.assign(L * T * kv, 0.f);
@@ -68,8 +69,12 @@ class ScalarPlan final : public Backend {
   float* vc(int l, int pos) {
     return &v_[(size_t(l) * size_t(ctx_) + size_t(pos)) * size_t(cfg().kv_dim())];
   }
-  void rope(float* x, int heads, int pos) const {
-    scalar::rope(x, heads, cfg().head_dim, pos, inv_freq_);
+  void head_norm(float* head, const Matrix& norm) const {
+    std::vector<float> x(head, head + norm.cols);
+    scalar::rms_norm(x.data(), norm.f32(), head, norm.cols, cfg().rms_eps);
+  }
+  void rope(float* x, int heads, int pos, uint8_t set) const {
+    scalar::rope(x, heads, cfg().head_dim, pos, inv_freq_[set]);
   }
 
   void run(const Step& s, const int32_t* tokens, int n) {
@@ -80,33 +85,40 @@ class ScalarPlan final : public Backend {
       switch (s.op) {
         case Op::Embed:
           weights_->tok_embd.row_to_f32(tokens[t], row(Buf::X, t));
+          for (int64_t i = 0; i < c.dim; ++i) row(Buf::X, t)[i] *= s.scale;
           break;
         case Op::RmsNorm:
           scalar::rms_norm(row(s.a, t), s.norm->f32(), row(s.b, t), s.width, c.rms_eps);
           break;
         case Op::Linear:
           for (const Job& j : s.jobs) product(s, j, t, pos);
-          if (s.silu_mul) scalar::silu_mul(row(Buf::G, t), row(Buf::U, t), c.ffn_dim);
+          if (s.silu_mul) scalar::gated(s.act, row(Buf::G, t), row(Buf::U, t), c.ffn_dim);
           break;
         case Op::Add:
           for (int64_t i = 0; i < s.width; ++i) row(Buf::X, t)[i] += row(s.a, t)[i];
           break;
         case Op::SiluMul:
-          scalar::silu_mul(row(Buf::G, t), row(Buf::U, t), s.width);
+          scalar::gated(s.act, row(Buf::G, t), row(Buf::U, t), s.width);
+          break;
+        case Op::HeadNorm:
+          for (int64_t i = 0; i < width_[int(s.a)]; i += s.width)
+            head_norm(row(s.a, t) + i, *s.norm);
           break;
         case Op::RopeAppend:
-          rope(row(Buf::Q, t), c.n_heads, pos);
-          rope(row(Buf::K, t), c.n_kv_heads, pos);
+          rope(row(Buf::Q, t), c.n_heads, pos, s.rope_set);
+          rope(row(Buf::K, t), c.n_kv_heads, pos, s.rope_set);
           [[fallthrough]];
         case Op::Append:
           std::copy_n(row(Buf::K, t), c.kv_dim(), kc(l, pos));
           std::copy_n(row(Buf::V, t), c.kv_dim(), vc(l, pos));
           break;
         case Op::Rope:
-          rope(row(s.a, t), c.n_heads, pos);
-          if (s.b != Buf::None) rope(row(s.b, t), c.n_kv_heads, pos);
+          rope(row(s.a, t), c.n_heads, pos, s.rope_set);
+          if (s.b != Buf::None) rope(row(s.b, t), c.n_kv_heads, pos, s.rope_set);
           break;
         case Op::Scores:
+          scores_ = &s;  // its scale and window are the Mix's
+          break;
         case Op::Softmax:
         case Op::Merge:
           break;  // attention is computed whole by its first step (into att, which a
@@ -114,16 +126,16 @@ class ScalarPlan final : public Backend {
         case Op::Attend:
           if (s.rope_append) {  // q roped as it is read, k roped and appended
             std::vector<float> q(row(Buf::Q, t), row(Buf::Q, t) + c.q_dim());
-            rope(q.data(), c.n_heads, pos);
-            rope(row(Buf::K, t), c.n_kv_heads, pos);
+            rope(q.data(), c.n_heads, pos, s.rope_set);
+            rope(row(Buf::K, t), c.n_kv_heads, pos, s.rope_set);
             std::copy_n(row(Buf::K, t), c.kv_dim(), kc(l, pos));
             std::copy_n(row(Buf::V, t), c.kv_dim(), vc(l, pos));
-            attend(l, pos, q.data(), row(Buf::Att, t));
+            attend(s, l, pos, q.data(), row(Buf::Att, t));
             break;
           }
           [[fallthrough]];
         case Op::Mix:
-          attend(l, pos, row(Buf::Q, t), row(Buf::Att, t));
+          attend(s, l, pos, row(Buf::Q, t), row(Buf::Att, t));
           break;
         case Op::LatentAppend:
           latent_append(s.latent, l, t, pos);
@@ -151,7 +163,7 @@ class ScalarPlan final : public Backend {
     // A merged input reads att, which attention wrote whole.
     std::vector<float> x(row(j.in, t) + j.in_off, row(j.in, t) + j.in_off + M.cols);
     if (j.norm) scalar::rms_norm(row(j.in, t), j.norm->f32(), x.data(), M.cols, c.rms_eps);
-    if (j.in2 != Buf::None) scalar::silu_mul(x.data(), row(j.in2, t) + j.in_off, M.cols);
+    if (j.in2 != Buf::None) scalar::gated(j.act, x.data(), row(j.in2, t) + j.in_off, M.cols);
     std::vector<float> w(size_t(M.cols));
     float* out = row(j.out, t) + j.out_off;
     for (int64_t r = 0; r < j.rows(); ++r) {
@@ -168,23 +180,28 @@ class ScalarPlan final : public Backend {
       out[r] = j.accumulate || j.sum ? out[r] + float(acc) : float(acc);
     }
     const int hd = c.head_dim;
-    for (int64_t h = 0; h < j.rows() / hd && (j.rope || j.append); ++h) {
+    for (int64_t h = 0; h < j.rows() / hd && (j.rope || j.append || j.head_norm); ++h) {
       float* head = out + h * hd;
-      if (j.rope) rope(head, 1, pos);
+      if (j.head_norm) head_norm(head, *j.head_norm);
+      if (j.rope) rope(head, 1, pos, j.rope_set);
       if (j.append)
         std::copy_n(head, hd, (j.out == Buf::K ? kc(s.layer, pos) : vc(s.layer, pos)) + h * hd);
     }
   }
 
   // Causal attention of one query at `pos` over the cache (or the legacy reconstruction).
-  void attend(int l, int pos, const float* q, float* out) {
+  // (s: the Attend step, or static KV's Mix; its scale and window are the Attend's or Scores'.)
+  void attend(const Step& s, int l, int pos, const float* q, float* out) {
     const Config& c = cfg();
     const int g = c.n_heads / c.n_kv_heads, d = c.head_dim;
     const float* K = legacy_ ? k_all_.data() : kc(l, 0);
     const float* V = legacy_ ? v_all_.data() : vc(l, 0);
+    const Step& a = s.op == Op::Mix ? *scores_ : s;
+    const int from = a.window ? std::max(0, pos - a.window + 1) : 0;
+    const int64_t off = int64_t(from) * c.kv_dim();
     for (int kvh = 0; kvh < c.n_kv_heads; ++kvh)
-      scalar::attend(q + kvh * g * d, g, d, K + kvh * d, V + kvh * d, c.kv_dim(), pos + 1,
-                     1.f / std::sqrt(float(d)), out + kvh * g * d);
+      scalar::attend(q + kvh * g * d, g, d, K + off + kvh * d, V + off + kvh * d, c.kv_dim(),
+                     pos + 1 - from, a.scale, out + kvh * g * d);
   }
 
   void reconstruct(const Step::Latent& L, int l, int last) {
@@ -202,12 +219,14 @@ class ScalarPlan final : public Backend {
         k_all_[size_t(j) * c.kv_dim() + r] = float(x);
         v_all_[size_t(j) * c.kv_dim() + r] = float(y);
       }
-      rope(&k_all_[size_t(j) * c.kv_dim()], c.n_kv_heads, j);
+      rope(&k_all_[size_t(j) * c.kv_dim()], c.n_kv_heads, j, 0);
     }
   }
 
   Plan decode_, prefill_;
-  std::vector<double> inv_freq_;
+  std::vector<double> inv_freq_[3];
+  const Step* scores_ =
+      nullptr;  // static KV: the Scores step before a Mix  // per RoPE set (plan.h Job::rope_set)
   bool legacy_ = false;
   std::vector<float> buf_[int(Buf::Logits) + 1];
   int64_t width_[int(Buf::Logits) + 1] = {};

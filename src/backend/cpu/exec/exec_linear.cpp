@@ -4,6 +4,7 @@
 // residual add, RoPE and the append of head rows, SiLU*mul of gate and up
 // rows).
 #include <algorithm>
+#include <numeric>
 
 #include "backend/cpu/exec/executor.h"
 #include "backend/cpu/kernels/attention_kernels.h"
@@ -44,7 +45,7 @@ const float* Executor::linear_input(const Job& j, const Step& s, int tid, int64_
       cpu::rms_norm(in, j.norm->f32(), dst, cols, s_.c.rms_eps);
     } else {
       std::copy_n(in, cols, dst);
-      silu_mul(dst, row(j.in2, t0 + t) + j.in_off, cols);
+      gated(j.act, dst, row(j.in2, t0 + t) + j.in_off, cols);
     }
   }
   return mine;
@@ -96,7 +97,8 @@ void Executor::sliced_product(const Step& s, const Job& j, const Panels& P, int 
 }
 
 // What job j finishes on the rows [r0, r1) it computed into buffer `to`:
-// the bias, the residual add, RoPE, the dense cache's append of head rows.
+// the bias, the residual add, the heads' norms, RoPE, the dense cache's
+// append of head rows.
 void Executor::finish_rows(const Step& s, const Job& j, Buf to, int64_t r0, int64_t r1) {
   const int t0 = first(s), n = count(s), hd = s_.c.head_dim;
   for (int t = 0; t < n; ++t) {
@@ -104,7 +106,9 @@ void Executor::finish_rows(const Step& s, const Job& j, Buf to, int64_t r0, int6
     if (j.bias) cpu::add(j.bias->f32() + r0, y + r0, r1 - r0);
     if (j.accumulate) cpu::add(y + r0, row(Buf::X, t0 + t) + j.out_off + r0, r1 - r0);
     const int p = pos(t0 + t);
-    if (j.rope) s_.rope.apply_rows(y, r0, r1, hd, p);
+    for (int64_t r = r0; j.head_norm && r < r1; r += hd)  // whole heads (units of head_dim rows)
+      cpu::rms_norm(y + r, j.head_norm->f32(), y + r, hd, s_.c.rms_eps);
+    if (j.rope) s_.rope_of(j.rope_set).apply_rows(y, r0, r1, hd, p);
     for (int64_t r = r0; j.append && r < r1;) {  // each head's part of the rows
       const int h = int(r / hd);
       const int64_t e = std::min<int64_t>(r1, int64_t(h + 1) * hd);
@@ -136,13 +140,18 @@ Executor::Fn Executor::linear(const Step& s) {
   }
   std::vector<Panels> P;  // each job's matrix's (kernels/panels.h)
   bool panels = false;    // matrices in panels of 16 rows: units of 16 rows
+  bool head_norm = false;  // a job normalizes heads: units of whole heads
   for (const Job& j : jobs) {
     P.push_back(panels_of(*j.m));
     panels |= bool(P.back());
+    head_norm |= j.head_norm != nullptr;
+    LR_ASSERT(!j.head_norm || j.out_off % s_.c.head_dim == 0);
   }
-  return [this, &s, jobs, P, panels](int tid, int nth) {
+  return [this, &s, jobs, P, panels, head_norm](int tid, int nth) {
     const int t0 = first(s), n = count(s);
-    const int64_t align = n == 1 && !panels ? 8 : 16;
+    // Units of whole heads where a job normalizes each head it computes.
+    const int64_t base = n == 1 && !panels ? 8 : 16;
+    const int64_t align = head_norm ? std::lcm(base, int64_t(s_.c.head_dim)) : base;
     // Jobs of a step that read the same input resolve it once.
     const Job* last = nullptr;
     const float* x = nullptr;
@@ -166,7 +175,8 @@ Executor::Fn Executor::linear(const Step& s) {
       if (sp.begin >= sp.end) return;
       for (const Job& j : jobs) product(j, sp.begin, sp.end);
       for (int t = 0; t < n; ++t)
-        silu_mul(row(Buf::G, t0 + t) + sp.begin, row(Buf::U, t0 + t) + sp.begin, sp.end - sp.begin);
+        gated(s.act, row(Buf::G, t0 + t) + sp.begin, row(Buf::U, t0 + t) + sp.begin,
+              sp.end - sp.begin);
       return;
     }
     // A job's units are `align` rows of its matrix; a pivoted job's unit

@@ -26,9 +26,11 @@ Executor::Fn Executor::static_attention(const Step& s) {
       float* sc = &scores_[size_t(h) * size_t(s_.ctx)];
       const int kvh = int(h) / g;
       if (s.op == Op::Scores) {
-        const float scale = 1.f / std::sqrt(float(hd));
+        const int from = s.window ? std::max(0, pos - s.window + 1) : 0;  // outside: weight 0
         for (int j = 0; j <= pos; ++j)
-          sc[j] = dot(row(Buf::Q, 0) + h * hd, dc.key(l, kvh) + int64_t(j) * hd, hd) * scale;
+          sc[j] = j < from ? -INFINITY
+                           : dot(row(Buf::Q, 0) + h * hd, dc.key(l, kvh) + int64_t(j) * hd, hd) *
+                                 s.scale;
       } else if (s.op == Op::Softmax) {
         const float mx = *std::max_element(sc, sc + pos + 1);
         float sum = 0;

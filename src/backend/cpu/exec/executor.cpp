@@ -91,8 +91,15 @@ void Executor::run(const int32_t* tokens, int n, Head head, float* logits) {
   }
   find_runs();
   if (!plan_.steps.empty() && plan_.steps[0].op == Op::Embed)  // on the calling thread
-    for (int t = 0; t < n; ++t) s_.w.tok_embd.row_to_f32(tokens[t], row(Buf::X, t));
+    for (int t = 0; t < n; ++t) embed(tokens[t], t);
   execute(head);
+}
+
+// x[t] = the token's embedding row (times the Embed step's scale).
+void Executor::embed(int32_t token, int t) {
+  s_.w.tok_embd.row_to_f32(token, row(Buf::X, t));
+  const float sc = plan_.steps[0].scale;
+  if (sc != 1.f) scale(sc, row(Buf::X, t), s_.c.dim);
 }
 
 void Executor::run_hidden(float* x, int n) {
@@ -129,7 +136,7 @@ void Executor::run_rows(const int32_t* tokens, const int* pos, SeqCache* const* 
   for (int t = 0; t < n; ++t) {
     pos_[size_t(t)] = pos[t];
     cache_[size_t(t)] = caches[t];
-    s_.w.tok_embd.row_to_f32(tokens[t], row(Buf::X, t));
+    embed(tokens[t], t);
   }
   for (int i = 1; i < n_head; ++i) LR_ASSERT(head_rows[i] > head_rows[i - 1]);
   find_runs();
@@ -215,6 +222,8 @@ Executor::Fn Executor::compile(const Step& s) {
       return linear(s);
     case Op::RmsNorm:
       return rms_norm(s);
+    case Op::HeadNorm:
+      return head_norm(s);
     case Op::Add:
     case Op::SiluMul:
       return elementwise(s);
@@ -250,6 +259,18 @@ Executor::Fn Executor::rms_norm(const Step& s) {
   };
 }
 
+// Each head of a rms-normalized in place, one (token, head) per unit.
+Executor::Fn Executor::head_norm(const Step& s) {
+  return [this, &s](int tid, int nth) {
+    const int64_t hd = s.width, heads = width(s.a) / hd;
+    const Span sp = split(int64_t(count(s)) * heads, tid, nth);
+    for (int64_t u = sp.begin; u < sp.end; ++u) {
+      float* x = row(s.a, first(s) + int(u / heads)) + (u % heads) * hd;
+      cpu::rms_norm(x, s.norm->f32(), x, hd, s_.c.rms_eps);
+    }
+  };
+}
+
 // x += a, or g = silu(g) * u: the [count, width] rows as one span.
 Executor::Fn Executor::elementwise(const Step& s) {
   return [this, &s](int tid, int nth) {
@@ -257,7 +278,7 @@ Executor::Fn Executor::elementwise(const Step& s) {
     if (sp.begin >= sp.end) return;
     if (s.op == Op::Add)
       return cpu::add(row(s.a, 0) + sp.begin, row(Buf::X, 0) + sp.begin, sp.end - sp.begin);
-    silu_mul(row(Buf::G, 0) + sp.begin, row(Buf::U, 0) + sp.begin, sp.end - sp.begin);
+    gated(s.act, row(Buf::G, 0) + sp.begin, row(Buf::U, 0) + sp.begin, sp.end - sp.begin);
   };
 }
 
@@ -274,15 +295,15 @@ Executor::Fn Executor::rope(const Step& s) {
       for (int64_t u = sp.begin; u < sp.end; ++u) {
         const int t = int(u / heads), h = int(u % heads);
         float* x = h < c.n_heads ? row(s.a, t) + h * hd : row(s.b, t) + (h - c.n_heads) * hd;
-        s_.rope.apply(x, 1, hd, pos(t));
+        s_.rope_of(s.rope_set).apply(x, 1, hd, pos(t));
       }
       return;
     }
     const Span sp = split(int64_t(n) * c.n_kv_heads, tid, nth);
     for (int64_t u = sp.begin; u < sp.end; ++u) {
       const int t = int(u / c.n_kv_heads), h = int(u % c.n_kv_heads), p = pos(t);
-      s_.rope.apply(row(Buf::Q, t) + h * g * hd, g, hd, p);
-      s_.rope.apply(row(Buf::K, t) + h * hd, 1, hd, p);
+      s_.rope_of(s.rope_set).apply(row(Buf::Q, t) + h * g * hd, g, hd, p);
+      s_.rope_of(s.rope_set).apply(row(Buf::K, t) + h * hd, 1, hd, p);
       kv::DenseCache& dc = *cache(t).dense();
       std::copy_n(row(Buf::K, t) + h * hd, hd, dc.key(s.layer, h) + int64_t(p) * hd);
       std::copy_n(row(Buf::V, t) + h * hd, hd, dc.value(s.layer, h) + int64_t(p) * hd);
@@ -322,7 +343,6 @@ Executor::Fn Executor::attend(const Step& s) {
   return [this, &s](int tid, int nth) {
     const Config& c = s_.c;
     const int g = c.n_heads / c.n_kv_heads, hd = c.head_dim, l = s.layer, C = chunks_;
-    const float scale = 1.f / std::sqrt(float(hd));
     const Span sp = split(int64_t(count(s)) * c.n_kv_heads * C, tid, nth);
     for (int64_t u = sp.begin; u < sp.end; ++u) {
       const int t = int(u / (int64_t(c.n_kv_heads) * C)), kvh = int(u / C % c.n_kv_heads),
@@ -330,7 +350,8 @@ Executor::Fn Executor::attend(const Step& s) {
       const size_t at = part(t, chunk, kvh * g);
       float *m = &part_m_[at], *sum = &part_l_[at], *acc = &part_acc_[at * size_t(hd)];
       const float* q = row(Buf::Q, t) + kvh * g * hd;
-      cache(t).attend(l, kvh, pos(t), q, g, chunk, C, scale, m, sum, acc);
+      const int p = pos(t), from = s.window ? std::max(0, p - s.window + 1) : 0;
+      cache(t).attend(l, kvh, from, p, q, g, chunk, C, s.scale, m, sum, acc);
     }
   };
 }

@@ -84,6 +84,8 @@ class Executor {
   Fn compile(const Step& s);
   Fn linear(const Step& s);
   Fn rms_norm(const Step& s);
+  Fn head_norm(const Step& s);
+  void embed(int32_t token, int t);
   Fn elementwise(const Step& s);
   Fn rope(const Step& s);
   Fn append(const Step& s);

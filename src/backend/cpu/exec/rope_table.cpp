@@ -6,8 +6,8 @@
 
 namespace lr::cpu {
 
-RopeTable::RopeTable(const Config& c, int ctx) : half(c.head_dim / 2) {
-  const std::vector<double> inv = scalar::rope_inv_freq(c);
+RopeTable::RopeTable(const Config& c, int ctx, int set) : half(c.head_dim / 2) {
+  const std::vector<double> inv = scalar::rope_inv_freq(c, set);
   cos.resize(size_t(ctx) * size_t(half));
   sin.resize(size_t(ctx) * size_t(half));
   for (int p = 0; p < ctx; ++p)

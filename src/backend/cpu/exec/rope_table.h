@@ -12,7 +12,7 @@ namespace lr::cpu {
 struct RopeTable {
   int half = 0;
   std::vector<float> cos, sin;  // [ctx, head_dim/2]
-  RopeTable(const Config& c, int ctx);
+  RopeTable(const Config& c, int ctx, int set = 0);  // set: scalar::rope_inv_freq's
   // Rotates the pairs (x[2i], x[2i+1]) of n_heads consecutive heads.
   void apply(float* x, int n_heads, int head_dim, int pos) const;
   // The same for rows [r0, r1) of consecutive heads (r0 and r1 even).

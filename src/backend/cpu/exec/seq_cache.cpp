@@ -30,11 +30,11 @@ class DenseSeq final : public SeqCache {
               const float*, int64_t, int) override {
     c_.append(l, h, pos, k, v, n, stride);
   }
-  void attend(int l, int h, int p, const float* q, int g, int chunk, int chunks, float scale,
-              float* m, float* sum, float* acc) const override {
-    const Span r = part_of(p + 1, chunk, chunks);
-    attend_partial(q, g, hd_, c_.key(l, h), c_.value(l, h), hd_, r.begin, r.end, scale, m, sum,
-                   acc);
+  void attend(int l, int h, int from, int p, const float* q, int g, int chunk, int chunks,
+              float scale, float* m, float* sum, float* acc) const override {
+    const Span r = part_of(p + 1 - from, chunk, chunks);
+    attend_partial(q, g, hd_, c_.key(l, h), c_.value(l, h), hd_, from + r.begin, from + r.end,
+                   scale, m, sum, acc);
   }
   uint64_t bytes() const override { return c_.bytes(); }
   kv::DenseCache* dense() override { return &c_; }
@@ -52,8 +52,9 @@ class LatentSeq final : public SeqCache {
               int) override {
     LR_ASSERT(false);  // the legacy plan appends latents (Op::LatentAppend)
   }
-  void attend(int /*l*/, int h, int p, const float* q, int g, int chunk, int chunks, float scale,
-              float* m, float* sum, float* acc) const override {
+  void attend(int /*l*/, int h, int from, int p, const float* q, int g, int chunk, int chunks,
+              float scale, float* m, float* sum, float* acc) const override {
+    LR_ASSERT(from == 0);  // latent_kv refuses what a windowed model has (q/k norms)
     const Span r = part_of(p + 1, chunk, chunks);
     attend_partial(q, g, hd_, c_.keys() + h * hd_, c_.values() + h * hd_, c_.kv_dim(), r.begin,
                    r.end, scale, m, sum, acc);
@@ -141,8 +142,9 @@ class StreamSeq final : public SeqCache {
     c_.append(l, h, pos, k, v, n, stride, batched_);
   }
 
-  void attend(int l, int h, int p, const float* q, int g, int chunk, int chunks, float scale,
-              float* m, float* sum, float* acc) const override {
+  void attend(int l, int h, int from, int p, const float* q, int g, int chunk, int chunks,
+              float scale, float* m, float* sum, float* acc) const override {
+    LR_ASSERT(from == 0);     // make_seq_cache refuses windowed models
     const int64_t n = p + 1;  // positions the query sees
     const kv::KeyStream& ks = c_.stream(l, h);
     if (!c_.staging()) {  // parts of whole blocks of the stored form
@@ -193,6 +195,11 @@ class StreamSeq final : public SeqCache {
 
 std::unique_ptr<SeqCache> make_seq_cache(const Weights& w, const BackendOptions& opt, KvMode kv,
                                          bool batched) {
+  if (opt.keys.type != kv::KeyType::F32 && !w.cfg.swa_layers.empty())
+    fail(
+        "--cache-type-k {}: compressed key caches do not run sliding-window layers yet ({} has "
+        "them); use --cache-type-k f32",
+        kv::key_type_name(opt.keys.type), w.cfg.arch);
   if (opt.keys.type != kv::KeyType::F32) return std::make_unique<StreamSeq>(w, opt, batched);
   if (kv == KvMode::Legacy) return std::make_unique<LatentSeq>(w, opt.ctx);
   return std::make_unique<DenseSeq>(w.cfg, opt.ctx);

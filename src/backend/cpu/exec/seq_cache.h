@@ -40,8 +40,9 @@ class SeqCache {
 
   // attention_kernels.h attend_partial for the query at position p: g query
   // heads q [g, head_dim] of KV head h over part `chunk` of `chunks` of the
-  // positions [0, p] (cut where the stored form's blocks allow).
-  virtual void attend(int l, int h, int p, const float* q, int g, int chunk, int chunks,
+  // positions [from, p] (cut where the stored form's blocks allow; from > 0
+  // for a windowed layer, dense caches only).
+  virtual void attend(int l, int h, int from, int p, const float* q, int g, int chunk, int chunks,
                       float scale, float* m, float* sum, float* acc) const = 0;
 
   // Forgets positions >= n.

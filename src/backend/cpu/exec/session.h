@@ -28,6 +28,11 @@ struct Session {
   ThreadPool pool;
   int ctx;  // KV cache capacity in tokens
   RopeTable rope;
+  RopeTable rope_swa;   // the windowed layers' (empty when the model has none)
+  RopeTable rope_none;  // the layers without RoPE: angle 0 (empty when the model has none)
+  const RopeTable& rope_of(uint8_t set) const {
+    return set == 0 ? rope : set == 1 ? rope_swa : rope_none;
+  }
   std::unique_ptr<SeqCache> cache;  // null without own_cache
   int pos = 0;                      // position of the first token being run
 

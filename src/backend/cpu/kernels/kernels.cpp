@@ -273,17 +273,38 @@ inline __m256 silu_mul_ps(__m256 g, __m256 u) {
   return _mm256_mul_ps(_mm256_div_ps(g, den), u);
 }
 
-}  // namespace
+// gelu(g) * u = 0.5 g (1 + tanh(y)) u, y = sqrt(2 / pi) (g + 0.044715 g^3),
+// with 1 + tanh(y) = 2 - 2 / (exp(2y) + 1) (exp overflowing to inf gives 2).
+inline __m256 gelu_mul_ps(__m256 g, __m256 u) {
+  const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f);
+  const __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
+  const __m256 y = _mm256_mul_ps(_mm256_set1_ps(0.7978845608f),
+                                 _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g3, g));
+  const __m256 e = exp_ps(_mm256_mul_ps(two, y));
+  const __m256 t = _mm256_sub_ps(two, _mm256_div_ps(two, _mm256_add_ps(e, one)));
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), g), t), u);
+}
 
-void silu_mul(float* g, const float* u, int64_t n) {
+// g = f(g, u), 8 lanes at a time, the tail masked.
+template <class F>
+inline void gate_rows(float* g, const float* u, int64_t n, F f) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(g + i, silu_mul_ps(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    _mm256_storeu_ps(g + i, f(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
   if (i < n) {
     const __m256i m = tail_mask(n - i);
-    _mm256_maskstore_ps(g + i, m,
-                        silu_mul_ps(_mm256_maskload_ps(g + i, m), _mm256_maskload_ps(u + i, m)));
+    _mm256_maskstore_ps(g + i, m, f(_mm256_maskload_ps(g + i, m), _mm256_maskload_ps(u + i, m)));
   }
+}
+
+}  // namespace
+
+void gelu_mul(float* g, const float* u, int64_t n) {
+  gate_rows(g, u, n, gelu_mul_ps);
+}
+
+void silu_mul(float* g, const float* u, int64_t n) {
+  gate_rows(g, u, n, silu_mul_ps);
 }
 
 // ---------------------------------------------------------------------------

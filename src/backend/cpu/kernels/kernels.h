@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "model/config.h"
 
 namespace lr::cpu {
 
@@ -104,6 +105,13 @@ void axpy(float a, const float* x, float* y, int64_t n);
 void scale(float a, float* y, int64_t n);
 // g = silu(g) * u
 void silu_mul(float* g, const float* u, int64_t n);
+// g = gelu(g) * u, GELU's tanh form (scalar::gelu_tanh)
+void gelu_mul(float* g, const float* u, int64_t n);
+// g = act(g) * u
+inline void gated(Activation act, float* g, const float* u, int64_t n) {
+  if (act == Activation::Silu) return silu_mul(g, u, n);
+  gelu_mul(g, u, n);
+}
 // y += x
 void add(const float* x, float* y, int64_t n);
 

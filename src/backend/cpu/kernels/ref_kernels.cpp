@@ -96,6 +96,9 @@ void scale(float a, float* y, int64_t n) {
 }
 
 void silu_mul(float* g, const float* u, int64_t n) { scalar::silu_mul(g, u, n); }
+void gelu_mul(float* g, const float* u, int64_t n) {
+  scalar::gelu_mul(g, u, n);
+}
 
 void add(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = y[i] + x[i];

@@ -34,6 +34,7 @@ float dot(const float* a, const float* b, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);
 void scale(float a, float* y, int64_t n);
 void silu_mul(float* g, const float* u, int64_t n);
+void gelu_mul(float* g, const float* u, int64_t n);
 void add(const float* x, float* y, int64_t n);
 
 void f32_to_bf16_row(const float* x, uint16_t* y, int64_t n);
