@@ -56,7 +56,33 @@ ARCHS = {
                    theta_swa=10000.0),
     # SmolLM3: LLaMA's block, but every 4th layer (here layer 3) has no RoPE.
     "smollm3": dict(dim=64, ffn=128, layers=4, heads=4, kv_heads=2, head_dim=32, theta=10000.0),
+    # Llama 3.2: tied embeddings and Llama 3's RoPE scaling (factor 8 over an
+    # original context of 32, so the 80-token prompt reaches the slowed
+    # frequencies), the factors as the tensor rope_freqs.weight.
+    "llama": dict(dim=64, ffn=128, layers=2, heads=4, kv_heads=2, head_dim=32, theta=500000.0,
+                  tied=True, llama3_rope=dict(factor=8.0, low=1.0, high=4.0, original=32)),
+    # Granite: LLaMA's block with the embedding, residual, attention and logit multipliers.
+    "granite": dict(dim=64, ffn=128, layers=2, heads=4, kv_heads=2, head_dim=32, theta=10000.0,
+                    granite=dict(embedding_scale=6.0, residual_scale=0.3, attention_scale=0.1,
+                                 logit_scale=4.0)),
 }
+
+
+def llama3_factors(spec):
+    """Llama 3's per-frequency divisors, as llama.cpp's converter writes them."""
+    r = spec["llama3_rope"]
+    hd, out = spec["head_dim"], []
+    for i in range(0, hd, 2):
+        freq = spec["theta"] ** (-i / hd)
+        wavelen = 2 * np.pi / freq
+        if wavelen < r["original"] / r["high"]:
+            out.append(1.0)
+        elif wavelen > r["original"] / r["low"]:
+            out.append(r["factor"])
+        else:
+            smooth = (r["original"] / wavelen - r["low"]) / (r["high"] - r["low"])
+            out.append(1.0 / ((1 - smooth) / r["factor"] + smooth))
+    return np.array(out, dtype=np.float32)
 
 
 def write_model(arch, spec, path, rng):
@@ -71,6 +97,12 @@ def write_model(arch, spec, path, rng):
     w.add_key_length(spec["head_dim"])
     w.add_value_length(spec["head_dim"])
     w.add_rope_freq_base(spec["theta"])
+    if spec.get("granite"):
+        gr = spec["granite"]
+        w.add_embedding_scale(gr["embedding_scale"])
+        w.add_residual_scale(gr["residual_scale"])
+        w.add_attention_scale(gr["attention_scale"])
+        w.add_logit_scale(gr["logit_scale"])
     if spec.get("window"):
         w.add_sliding_window(spec["window"])
         w.add_sliding_window_pattern(spec["pattern"])
@@ -96,6 +128,8 @@ def write_model(arch, spec, path, rng):
         emb = (0.5 * emb / np.linalg.norm(emb, axis=1, keepdims=True)).astype(np.float32)
     w.add_tensor("token_embd.weight", emb)
     w.add_tensor("output_norm.weight", norm(dim))
+    if spec.get("llama3_rope"):
+        w.add_tensor("rope_freqs.weight", llama3_factors(spec))
     if not spec.get("tied"):
         w.add_tensor("output.weight", mat(VOCAB, dim, 2.0 / np.sqrt(dim)))
     for l in range(spec["layers"]):

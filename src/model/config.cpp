@@ -23,6 +23,7 @@ struct Arch {
   bool qk_norm;           // per-head RMSNorm of q and k before RoPE
   bool gemma = false;     // Gemma 3's block (Config's Gemma fields)
   int no_rope_every = 0;  // layers l with (l + 1) % no_rope_every == 0 have no RoPE (SmolLM3: 4)
+  bool granite = false;   // Granite's multipliers (Config's Granite fields)
 };
 // clang-format off
 constexpr Arch kArchs[] = {
@@ -33,6 +34,7 @@ constexpr Arch kArchs[] = {
     {"qwen3", true, true},
     {"gemma3", true, true, true},
     {"smollm3", false, false, false, 4},
+    {"granite", false, false, false, 0, true},
 };
 // clang-format on
 
@@ -46,6 +48,24 @@ int positive_int(const std::string& source, const char* field, int64_t v) {
   if (v <= 0 || v > (int64_t(1) << 30))
     fail("{}: field '{}' = {} is out of range (expected 1..2^30)", source, field, v);
   return int(v);
+}
+
+// Granite's multipliers, as llama.cpp reads them: logit_scale required, the
+// others optional (0 or absent: none).
+void read_granite(const gguf::File& f, const std::string& arch, Config& c) {
+  auto scalar = [&](const char* k, bool required) {
+    const std::string key = arch + "." + k;
+    if (required && !f.has(key)) fail("{}: missing key '{}'", f.path(), key);
+    const double v = f.get_float(key, 0.0);
+    if (!std::isfinite(v) || v < 0)
+      fail("{}: '{}' = {} (expected a finite positive number)", f.path(), key, v);
+    return float(v);
+  };
+  c.logit_scale = scalar("logit_scale", true);
+  if (c.logit_scale == 0) fail("{}: '{}.logit_scale' is 0", f.path(), arch);
+  if (float r = scalar("residual_scale", false); r > 0) c.residual_scale = r;
+  if (float e = scalar("embedding_scale", false); e > 0) c.embed_scale = e;
+  c.attn_scale = scalar("attention.scale", false);
 }
 
 }  // namespace
@@ -164,6 +184,7 @@ Config config_from_gguf(const gguf::File& f) {
   }
   c.vocab = positive_int(src, "vocab_size", f.get_int(key("vocab_size"), c.vocab));
   if (traits->gemma) read_gemma3(f, arch, c);
+  if (traits->granite) read_granite(f, arch, c);
   for (int l = 0; traits->no_rope_every > 0 && l < c.n_layers; ++l)
     c.no_rope_layers.push_back((l + 1) % traits->no_rope_every == 0);
   c.validate(src);

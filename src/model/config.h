@@ -53,6 +53,10 @@ struct Config {
   std::vector<uint8_t> swa_layers;  // [n_layers] 1: windowed (empty: no layer is)
   float rope_theta_swa = 10000.f;   // windowed layers' RoPE base (unscaled)
   std::vector<uint8_t> no_rope_layers;  // [n_layers] 1: q and k are not roped (SmolLM3), or empty
+  // Granite: x += residual_scale * (a block's output); logits = head / logit_scale
+  // (and embed_scale, attn_scale above).
+  float residual_scale = 1.f;
+  float logit_scale = 1.f;
 
   bool windowed(int layer) const { return !swa_layers.empty() && swa_layers[size_t(layer)]; }
   // Layer l's RoPE frequencies (scalar_ops.h rope_inv_freq): 0 the model's,

@@ -169,6 +169,8 @@ class Planner {
   void output_head() {
     rms_norm(-1, "output_norm", w_.out_norm, std::nullopt);
     project(-1, "output", {{&w_.output, "output", Buf::Logits}}, Buf::H);
+    if (c_.logit_scale != 1.f)  // logits = head / logit_scale (Granite)
+      for (Job& j : plan_.steps.back().jobs) j.scale = 1.f / c_.logit_scale;
   }
 
   Step& add(Op op, int layer, const std::string& name) {
@@ -195,10 +197,12 @@ class Planner {
     s.width = c_.head_dim;
   }
 
+  // x += residual_scale * y
   void residual(int l, const char* name) {
     Step& s = add(Op::Add, l, name);
     s.a = Buf::Y;
     s.width = c_.dim;
+    s.scale = c_.residual_scale;
   }
 
   // y = M x for a group of linear maps that read the same input: the input

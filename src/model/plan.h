@@ -109,6 +109,7 @@ struct Job {
   Activation act = Activation::Silu;
   bool merge_in = false;         // x = the attention partials merged (att is not written)
   bool accumulate = false;       // out += M x (a residual folded into the product)
+  float scale = 1.f;             // out = scale * (M x) (the output head's logit scale)
   bool sum = false;              // out += M x: a residual form's correction U (V x) added to
                                  // the quantized product of the step before
   const Matrix* bias = nullptr;  // out += bias (f32 [1, rows]) before what follows; the map's output side
@@ -144,7 +145,8 @@ struct Step {
   int64_t width = 0;
   bool rope_append = false;  // Attend (GPU, fused): ropes q and k, appends k, v, then attends
   uint8_t rope_set = 0;      // Rope, RopeAppend, Attend with rope_append: as Job::rope_set
-  float scale = 1.f;         // Embed: x = scale * tok_embd[token]; Attend, Scores: of q.k
+  float scale = 1.f;         // Embed: x = scale * tok_embd[token]; Attend, Scores: of q.k;
+                             // Add: x += scale * a
   int window = 0;            // Attend, Scores: a query at p sees [p - window + 1, p] (0: [0, p])
   // Legacy: the k and v latent segments of P and the factors that rebuild them.
   struct Latent {

@@ -78,7 +78,8 @@ Plan fuse(Plan p) {
         return;
       case Op::Add: {  // the product before it accumulates into x
         LR_ASSERT(s.a == Buf::Y && !out.empty());
-        if (out.back().op != Op::Linear) break;  // y was normalized first (post_norms)
+        // y was normalized first (post_norms), or is scaled (Granite): the Add stays
+        if (out.back().op != Op::Linear || s.scale != 1.f) break;
         const bool summed = std::any_of(out.back().jobs.begin(), out.back().jobs.end(),
                                         [](const Job& j) { return j.sum; });
         // A residual form's y = Q(W) h + U (V h) is summed over two steps:

@@ -222,7 +222,8 @@ double top1_error(const std::string& path, const Golden& g) {
 // The goldens see each feature: without its q/k norms (the same weights
 // read as Qwen2) Qwen3 is far from llama.cpp's logits; so is Gemma 3 with
 // a window longer than the prompt, or with every layer's RoPE base the
-// global one, and SmolLM3 with RoPE in every layer (read as Llama).
+// global one, SmolLM3 with RoPE in every layer (read as Llama), Llama 3.2
+// without its RoPE factors, and Granite without any one of its multipliers.
 TEST(Architectures, TheGoldensSeeEachFeature) {
   test::TempDir t;
   const std::string as_qwen2 =
@@ -253,9 +254,32 @@ TEST(Architectures, TheGoldensSeeEachFeature) {
         w.set(key.rfind("smollm3.", 0) == 0 ? "llama." + key.substr(8) : key, value);
       });
   EXPECT_GT(top1_error(as_llama, golden("smollm3")), 1e-2);
+  {  // Llama 3.2 without its RoPE factors
+    test::TempDir t5;
+    auto f = gguf::File::open(kDir + "llama.gguf");
+    gguf::Writer w;
+    for (const auto& [key, value] : f->metadata()) w.set(key, value);
+    for (const auto& ti : f->tensors())
+      if (ti.name != "rope_freqs.weight")
+        w.add_tensor(ti.name, ti.dtype, ti.shape, ti.data, ti.nbytes);
+    w.write(t5.file("plain.gguf"));
+    EXPECT_GT(top1_error(t5.file("plain.gguf"), golden("llama")), 1e-2);
+  }
+  for (const char* key :
+       {"granite.residual_scale", "granite.embedding_scale", "granite.attention.scale"}) {
+    SCOPED_TRACE(key);
+    test::TempDir t4;
+    const std::string k = key;
+    const std::string without = rewritten(
+        t4, "granite", [&](const std::string& name, const gguf::Value& value, gguf::Writer& w) {
+          if (name != k) w.set(name, value);
+        });
+    EXPECT_GT(top1_error(without, golden("granite")), 5 * kTol);  // attention.scale: 8.8e-3
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Arch, ::testing::Values("qwen3", "gemma3", "smollm3"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, Arch,
+                         ::testing::Values("llama", "qwen3", "gemma3", "smollm3", "granite"),
                          [](const auto& info) { return info.param; });
 
 TEST(Architectures, AnUnsupportedOneIsNamedWithTheSupportedList) {
@@ -271,7 +295,7 @@ TEST(Architectures, AnUnsupportedOneIsNamedWithTheSupportedList) {
   w.write(t.file("mamba.gguf"));
   const std::string e = test::error_of([&] { load_model(t.file("mamba.gguf"), std::nullopt); });
   EXPECT_NE(e.find("unsupported architecture 'mamba' (supported: llama, mistral, smollm, qwen2, "
-                   "qwen3, gemma3, smollm3)"),
+                   "qwen3, gemma3, smollm3, granite)"),
             std::string::npos)
       << e;
 }

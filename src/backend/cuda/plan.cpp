@@ -9,10 +9,12 @@ namespace lr::cuda {
 Plan plan_forward(const Weights& w, const ExecOptions& e) {
   const Config& c = w.cfg;
   if (c.post_norms || c.ffn_act != Activation::Silu || !c.swa_layers.empty() ||
-      !c.no_rope_layers.empty() || c.embed_scale != 1.f || c.attn_scale > 0)
+      !c.no_rope_layers.empty() || c.embed_scale != 1.f || c.attn_scale > 0 ||
+      c.residual_scale != 1.f || c.logit_scale != 1.f)
     fail(
         "the CUDA backend does not run {} models yet (the embedding scale, post norms, GeGLU, "
-        "sliding-window layers and layers without RoPE run on the CPU only); use --device cpu",
+        "sliding-window layers, layers without RoPE and Granite's multipliers run on the CPU "
+        "only); use --device cpu",
         c.arch);
   if (w.cfg.head_dim != 64 && w.cfg.head_dim != 128)
     fail("the CUDA backend runs head_dim 64 or 128 (the model has {})", w.cfg.head_dim);

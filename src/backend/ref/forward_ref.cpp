@@ -101,7 +101,9 @@ class ReferenceBackend final : public Backend {
     std::vector<float> h(size_t(c.dim));
     for (int t = first; t < n; ++t) {
       scalar::rms_norm(&x[size_t(t) * c.dim], weights_->out_norm.f32(), h.data(), c.dim, c.rms_eps);
-      linear(weights_->output, h.data(), logits + size_t(t - first) * c.vocab, 1);
+      float* row = logits + size_t(t - first) * c.vocab;
+      linear(weights_->output, h.data(), row, 1);
+      for (int v = 0; v < c.vocab; ++v) row[v] /= c.logit_scale;  // Granite
     }
     n_past_ += n;
   }
@@ -167,7 +169,7 @@ class ReferenceBackend final : public Backend {
     for (int t = 0; t < n; ++t) attend(l, n_past_ + t, &q[size_t(t) * c.q_dim()], &att[size_t(t) * c.q_dim()]);
     linear(L.o, att.data(), out.data(), n);
     if (c.post_norms) post_norm(out, L.attn_post_norm);
-    for (size_t i = 0; i < out.size(); ++i) x[i] += out[i];
+    for (size_t i = 0; i < out.size(); ++i) x[i] += c.residual_scale * out[i];
   }
 
   // Causal grouped-query attention of one query token at `pos` over the cache:
@@ -195,7 +197,7 @@ class ReferenceBackend final : public Backend {
     scalar::gated(c.ffn_act, g.data(), u.data(), int64_t(g.size()));
     linear(L.down, g.data(), out.data(), n);
     if (c.post_norms) post_norm(out, L.ffn_post_norm);
-    for (size_t i = 0; i < out.size(); ++i) x[i] += out[i];
+    for (size_t i = 0; i < out.size(); ++i) x[i] += c.residual_scale * out[i];
   }
 
   std::vector<double> inv_freq_;  // RoPE

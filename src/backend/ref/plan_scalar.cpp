@@ -95,7 +95,7 @@ class ScalarPlan final : public Backend {
           if (s.silu_mul) scalar::gated(s.act, row(Buf::G, t), row(Buf::U, t), c.ffn_dim);
           break;
         case Op::Add:
-          for (int64_t i = 0; i < s.width; ++i) row(Buf::X, t)[i] += row(s.a, t)[i];
+          for (int64_t i = 0; i < s.width; ++i) row(Buf::X, t)[i] += s.scale * row(s.a, t)[i];
           break;
         case Op::SiluMul:
           scalar::gated(s.act, row(Buf::G, t), row(Buf::U, t), s.width);
@@ -177,6 +177,7 @@ class ScalarPlan final : public Backend {
         acc = x[size_t(-1 - src)];
       }
       if (j.bias) acc += double(j.bias->f32()[r]);
+      acc *= double(j.scale);
       out[r] = j.accumulate || j.sum ? out[r] + float(acc) : float(acc);
     }
     const int hd = c.head_dim;

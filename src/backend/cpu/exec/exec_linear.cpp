@@ -104,6 +104,7 @@ void Executor::finish_rows(const Step& s, const Job& j, Buf to, int64_t r0, int6
   for (int t = 0; t < n; ++t) {
     float* y = row(to, t0 + t) + j.out_off;
     if (j.bias) cpu::add(j.bias->f32() + r0, y + r0, r1 - r0);
+    if (j.scale != 1.f) cpu::scale(j.scale, y + r0, r1 - r0);
     if (j.accumulate) cpu::add(y + r0, row(Buf::X, t0 + t) + j.out_off + r0, r1 - r0);
     const int p = pos(t0 + t);
     for (int64_t r = r0; j.head_norm && r < r1; r += hd)  // whole heads (units of head_dim rows)

@@ -276,6 +276,8 @@ Executor::Fn Executor::elementwise(const Step& s) {
   return [this, &s](int tid, int nth) {
     const Span sp = split(int64_t(count(s)) * s.width, tid, nth, 8);
     if (sp.begin >= sp.end) return;
+    if (s.op == Op::Add && s.scale != 1.f)
+      return axpy(s.scale, row(s.a, 0) + sp.begin, row(Buf::X, 0) + sp.begin, sp.end - sp.begin);
     if (s.op == Op::Add)
       return cpu::add(row(s.a, 0) + sp.begin, row(Buf::X, 0) + sp.begin, sp.end - sp.begin);
     gated(s.act, row(Buf::G, 0) + sp.begin, row(Buf::U, 0) + sp.begin, sp.end - sp.begin);
