@@ -194,13 +194,21 @@ TEST_P(Arch, CompressedModelRunsOnTheFastPath) {
   }
 }
 
-// The fixture of `arch` with its metadata rewritten by `edit(key, value, writer)`.
+// Copies a metadata entry unchanged (rewritten's default).
+void keep(const std::string& key, const gguf::Value& value, gguf::Writer& w) {
+  w.set(key, value);
+}
+
+// The fixture of `arch` with its metadata rewritten by `edit(key, value,
+// writer)` and the tensor `drop` left out.
 template <class F>
-std::string rewritten(const test::TempDir& t, const std::string& arch, F edit) {
+std::string rewritten(const test::TempDir& t, const std::string& arch, F edit,
+                      const std::string& drop = "") {
   auto f = gguf::File::open(kDir + arch + ".gguf");
   gguf::Writer w;
   for (const auto& [key, value] : f->metadata()) edit(key, value, w);
-  for (const auto& ti : f->tensors()) w.add_tensor(ti.name, ti.dtype, ti.shape, ti.data, ti.nbytes);
+  for (const auto& ti : f->tensors())
+    if (ti.name != drop) w.add_tensor(ti.name, ti.dtype, ti.shape, ti.data, ti.nbytes);
   const std::string out = t.file("edited-" + arch + ".gguf");
   w.write(out);
   return out;
@@ -254,17 +262,8 @@ TEST(Architectures, TheGoldensSeeEachFeature) {
         w.set(key.rfind("smollm3.", 0) == 0 ? "llama." + key.substr(8) : key, value);
       });
   EXPECT_GT(top1_error(as_llama, golden("smollm3")), 1e-2);
-  {  // Llama 3.2 without its RoPE factors
-    test::TempDir t5;
-    auto f = gguf::File::open(kDir + "llama.gguf");
-    gguf::Writer w;
-    for (const auto& [key, value] : f->metadata()) w.set(key, value);
-    for (const auto& ti : f->tensors())
-      if (ti.name != "rope_freqs.weight")
-        w.add_tensor(ti.name, ti.dtype, ti.shape, ti.data, ti.nbytes);
-    w.write(t5.file("plain.gguf"));
-    EXPECT_GT(top1_error(t5.file("plain.gguf"), golden("llama")), 1e-2);
-  }
+  test::TempDir t5;  // Llama 3.2 without its RoPE factors
+  EXPECT_GT(top1_error(rewritten(t5, "llama", keep, "rope_freqs.weight"), golden("llama")), 1e-2);
   for (const char* key :
        {"granite.residual_scale", "granite.embedding_scale", "granite.attention.scale"}) {
     SCOPED_TRACE(key);
@@ -284,16 +283,12 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, Arch,
 
 TEST(Architectures, AnUnsupportedOneIsNamedWithTheSupportedList) {
   test::TempDir t;
-  auto f = gguf::File::open(kDir + "qwen3.gguf");
-  gguf::Writer w;
-  for (const auto& [key, value] : f->metadata())
-    if (key == "general.architecture")
-      w.set_string(key, "mamba");
-    else
-      w.set(key, value);
-  for (const auto& ti : f->tensors()) w.add_tensor(ti.name, ti.dtype, ti.shape, ti.data, ti.nbytes);
-  w.write(t.file("mamba.gguf"));
-  const std::string e = test::error_of([&] { load_model(t.file("mamba.gguf"), std::nullopt); });
+  const std::string mamba =
+      rewritten(t, "qwen3", [](const std::string& key, const gguf::Value& value, gguf::Writer& w) {
+        if (key == "general.architecture") return w.set_string(key, "mamba");
+        w.set(key, value);
+      });
+  const std::string e = test::error_of([&] { load_model(mamba, std::nullopt); });
   EXPECT_NE(e.find("unsupported architecture 'mamba' (supported: llama, mistral, smollm, qwen2, "
                    "qwen3, gemma3, smollm3, granite)"),
             std::string::npos)
@@ -303,14 +298,8 @@ TEST(Architectures, AnUnsupportedOneIsNamedWithTheSupportedList) {
 // A Qwen3 file without a head's norm is refused by the tensor's name.
 TEST(Architectures, Qwen3WithoutAKeyNormIsRefused) {
   test::TempDir t;
-  auto f = gguf::File::open(kDir + "qwen3.gguf");
-  gguf::Writer w;
-  for (const auto& [key, value] : f->metadata()) w.set(key, value);
-  for (const auto& ti : f->tensors())
-    if (ti.name != "blk.1.attn_k_norm.weight")
-      w.add_tensor(ti.name, ti.dtype, ti.shape, ti.data, ti.nbytes);
-  w.write(t.file("broken.gguf"));
-  const std::string e = test::error_of([&] { load_model(t.file("broken.gguf"), std::nullopt); });
+  const std::string broken = rewritten(t, "qwen3", keep, "blk.1.attn_k_norm.weight");
+  const std::string e = test::error_of([&] { load_model(broken, std::nullopt); });
   EXPECT_NE(e.find("missing tensor 'blk.1.attn_k_norm.weight'"), std::string::npos) << e;
 }
 
