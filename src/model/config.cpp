@@ -50,24 +50,6 @@ int positive_int(const std::string& source, const char* field, int64_t v) {
   return int(v);
 }
 
-// Granite's multipliers, as llama.cpp reads them: logit_scale required, the
-// others optional (0 or absent: none).
-void read_granite(const gguf::File& f, const std::string& arch, Config& c) {
-  auto scalar = [&](const char* k, bool required) {
-    const std::string key = arch + "." + k;
-    if (required && !f.has(key)) fail("{}: missing key '{}'", f.path(), key);
-    const double v = f.get_float(key, 0.0);
-    if (!std::isfinite(v) || v < 0)
-      fail("{}: '{}' = {} (expected a finite positive number)", f.path(), key, v);
-    return float(v);
-  };
-  c.logit_scale = scalar("logit_scale", true);
-  if (c.logit_scale == 0) fail("{}: '{}.logit_scale' is 0", f.path(), arch);
-  if (float r = scalar("residual_scale", false); r > 0) c.residual_scale = r;
-  if (float e = scalar("embedding_scale", false); e > 0) c.embed_scale = e;
-  c.attn_scale = scalar("attention.scale", false);
-}
-
 }  // namespace
 
 float Config::attention_scale() const {
@@ -126,6 +108,24 @@ void read_gemma3(const gguf::File& f, const std::string& arch, Config& c) {
   for (int l = 0; l < c.n_layers; ++l)
     c.swa_layers[size_t(l)] = pattern == 0 || l % pattern < pattern - 1;
   c.rope_theta_swa = float(f.get_float(key("rope.freq_base_swa"), 10000.0));
+}
+
+// Granite's multipliers, as llama.cpp reads them: logit_scale required, the
+// others optional (0 or absent: none).
+void read_granite(const gguf::File& f, const std::string& arch, Config& c) {
+  auto scalar = [&](const char* k, bool required) {
+    const std::string key = arch + "." + k;
+    if (required && !f.has(key)) fail("{}: missing key '{}'", f.path(), key);
+    const double v = f.get_float(key, 0.0);
+    if (!std::isfinite(v) || v < 0)
+      fail("{}: '{}' = {} (expected a finite positive number)", f.path(), key, v);
+    return float(v);
+  };
+  c.logit_scale = scalar("logit_scale", true);
+  if (c.logit_scale == 0) fail("{}: '{}.logit_scale' is 0", f.path(), arch);
+  if (float r = scalar("residual_scale", false); r > 0) c.residual_scale = r;
+  if (float e = scalar("embedding_scale", false); e > 0) c.embed_scale = e;
+  c.attn_scale = scalar("attention.scale", false);
 }
 
 }  // namespace

@@ -109,7 +109,8 @@ struct Job {
   Activation act = Activation::Silu;
   bool merge_in = false;         // x = the attention partials merged (att is not written)
   bool accumulate = false;       // out += M x (a residual folded into the product)
-  float scale = 1.f;             // out = scale * (M x) (the output head's logit scale)
+  float scale = 1.f;  // the rows it writes scaled: scale * (M x + bias), or with `sum` the
+                      // completed row (the output head's logit scale)
   bool sum = false;              // out += M x: a residual form's correction U (V x) added to
                                  // the quantized product of the step before
   const Matrix* bias = nullptr;  // out += bias (f32 [1, rows]) before what follows; the map's output side

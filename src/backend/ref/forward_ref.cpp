@@ -121,22 +121,17 @@ class ReferenceBackend final : public Backend {
   // Each head of a [n, heads * head_dim] rms-normalized by `norm` (q/k norms).
   void head_norms(float* a, int64_t n_heads, const Matrix& norm) const {
     const Config& c = weights_->cfg;
-    std::vector<float> head(size_t(c.head_dim));
-    for (int64_t h = 0; h < n_heads; ++h) {
+    for (int64_t h = 0; h < n_heads; ++h) {  // (rms_norm may write over its input)
       float* x = a + h * c.head_dim;
-      std::copy_n(x, c.head_dim, head.data());
-      scalar::rms_norm(head.data(), norm.f32(), x, c.head_dim, c.rms_eps);
+      scalar::rms_norm(x, norm.f32(), x, c.head_dim, c.rms_eps);
     }
   }
 
   // out = rms_norm(out) * norm, in place, per token (post_norms)
   void post_norm(std::vector<float>& out, const Matrix& norm) const {
     const Config& c = weights_->cfg;
-    std::vector<float> row(size_t(c.dim));
-    for (size_t t = 0; t < out.size() / size_t(c.dim); ++t) {
-      std::copy_n(&out[t * c.dim], c.dim, row.data());
-      scalar::rms_norm(row.data(), norm.f32(), &out[t * c.dim], c.dim, c.rms_eps);
-    }
+    for (size_t t = 0; t < out.size() / size_t(c.dim); ++t)
+      scalar::rms_norm(&out[t * c.dim], norm.f32(), &out[t * c.dim], c.dim, c.rms_eps);
   }
 
   // x += o( attend( rope(q(h)), rope(k(h)), v(h) ) ),  h = rms_norm(x)

@@ -70,8 +70,7 @@ class ScalarPlan final : public Backend {
     return &v_[(size_t(l) * size_t(ctx_) + size_t(pos)) * size_t(cfg().kv_dim())];
   }
   void head_norm(float* head, const Matrix& norm) const {
-    std::vector<float> x(head, head + norm.cols);
-    scalar::rms_norm(x.data(), norm.f32(), head, norm.cols, cfg().rms_eps);
+    scalar::rms_norm(head, norm.f32(), head, norm.cols, cfg().rms_eps);  // may alias
   }
   void rope(float* x, int heads, int pos, uint8_t set) const {
     scalar::rope(x, heads, cfg().head_dim, pos, inv_freq_[set]);
@@ -177,8 +176,10 @@ class ScalarPlan final : public Backend {
         acc = x[size_t(-1 - src)];
       }
       if (j.bias) acc += double(j.bias->f32()[r]);
-      acc *= double(j.scale);
-      out[r] = j.accumulate || j.sum ? out[r] + float(acc) : float(acc);
+      // The job's scale multiplies what it writes: its product, or (a
+      // residual form's sum) the row it completes, as the CPU's finish_rows.
+      const float v = float(acc);
+      out[r] = j.accumulate ? out[r] + v * j.scale : j.sum ? (out[r] + v) * j.scale : v * j.scale;
     }
     const int hd = c.head_dim;
     for (int64_t h = 0; h < j.rows() / hd && (j.rope || j.append || j.head_norm); ++h) {
@@ -225,9 +226,8 @@ class ScalarPlan final : public Backend {
   }
 
   Plan decode_, prefill_;
-  std::vector<double> inv_freq_[3];
-  const Step* scores_ =
-      nullptr;  // static KV: the Scores step before a Mix  // per RoPE set (plan.h Job::rope_set)
+  std::vector<double> inv_freq_[3];  // per RoPE set (plan.h Job::rope_set)
+  const Step* scores_ = nullptr;     // static KV: the Scores step before a Mix
   bool legacy_ = false;
   std::vector<float> buf_[int(Buf::Logits) + 1];
   int64_t width_[int(Buf::Logits) + 1] = {};
