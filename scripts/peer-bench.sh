@@ -5,7 +5,7 @@
 # ratios and each side's share of the read bandwidth lowrank's probe
 # measured in the same run. Not run in CI.
 #
-#   scripts/peer-bench.sh [--rounds N] [--threads "1 2"] [--native] [--isa "avx2 avx512vnni"] MODEL.gguf ...
+#   scripts/peer-bench.sh [--rounds N] [--threads "1 2"] [--native|--avx512] [--isa "avx2 avx512vnni"] MODEL.gguf ...
 #
 # --isa runs lowrank once per kernel path (LOWRANK_ISA) in every round, each
 # a row of its own (default: the path lowrank picks by itself).
@@ -15,7 +15,10 @@
 # ${XDG_CACHE_HOME:-~/.cache}/lowrank/peer/<version>-<flavour>: "avx2"
 # (GGML_NATIVE=OFF, AVX2/FMA/F16C: runs on every host this project uses) or,
 # with --native, -march=native (faster on AVX-512 hosts, but on a host that
-# lists AMX without granting it that build dies of SIGILL: check it runs).
+# lists AMX without granting it that build dies of SIGILL: check it runs), or,
+# with --avx512, every AVX-512 extension llama.cpp has a switch for (F, VBMI,
+# VNNI, BF16) and AVX-VNNI but no AMX: the fastest build that runs on the
+# Intel hosts whose AMX kernel dies (its -march=native build does there).
 # Output: a markdown table on stdout; raw results in $OUT_DIR (default
 # /tmp/lowrank-peer-bench).
 set -euo pipefail
@@ -32,8 +35,9 @@ while [[ $# -gt 0 ]]; do
     --rounds) rounds=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --native) flavour=native; shift ;;
+    --avx512) flavour=avx512; shift ;;
     --isa) isas=$2; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "peer-bench: unknown option $1" >&2; exit 2 ;;
     *) models+=("$1"); shift ;;
   esac
@@ -55,9 +59,12 @@ if [[ ! -x "$bench" ]]; then
   rm -rf "$tmp"
   flags=(-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON)
   [[ $flavour == native ]] && flags=(-DGGML_NATIVE=ON)
+  [[ $flavour == avx512 ]] && flags+=(-DGGML_AVX=ON -DGGML_AVX_VNNI=ON -DGGML_BMI2=ON -DGGML_AVX512=ON
+                                      -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON)
   cmake -S "$cache/llama.cpp" -B "$cache/llama.cpp/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF "${flags[@]}" >"$cache/cmake.log"
-  cmake --build "$cache/llama.cpp/build" -j"$(nproc)" --target llama-bench >"$cache/build.log"
+  cmake --build "$cache/llama.cpp/build" -j"$(nproc)" --target llama-bench llama-perplexity \
+    >"$cache/build.log"
 fi
 export LD_LIBRARY_PATH="$cache/llama.cpp/build/bin:${LD_LIBRARY_PATH:-}"
 

@@ -54,6 +54,23 @@ const Real kQwen05{"qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct-q4_k_m.ggu
                    "golden_qwen2.5-coder-0.5b.json", true, 13, 12};
 const Real kQwen15{"qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
                    "golden_qwen2.5-coder-1.5b.json", false, 12, 12};
+// Gemma 3 270M Q4_K_M: q/k norms, four norms a layer, GeGLU, 5 of 6 layers
+// with a 512-token window (their own RoPE base), the Q8_0 tied embeddings
+// (262144 x 640) as the output head, SentencePiece tokens.
+// Its logits move with how activations are rounded: llama.cpp on the file as
+// stored (8-bit activations) and on an F32 copy (none) agree on 12 of 20
+// greedy continuations and within 23% on the top-5 logits. So lowrank's exact
+// path (AVX2 prompt: f32 activations, the stored blocks decoded exactly) is
+// compared with llama.cpp on the F32 copy (kGemmaF32, at 1%), and the
+// continuations with llama.cpp as people run it (kGemma).
+// Of 20 continuations of 32 tokens, 9 (AVX2) and 7 (VNNI) are llama.cpp's
+// (measured on an Intel Xeon, family 6 model 207): as many as two roundings of
+// llama.cpp's own agree on (12 of 20), and the first difference comes after 13
+// tokens on average.
+const Real kGemma{
+    "gemma3-270m", "gemma-3-270m-q4_k_m.gguf", "golden_gemma-3-270m.json", true, 8, 6};
+const Real kGemmaF32{
+    "gemma3-270m", "gemma-3-270m-q4_k_m.gguf", "golden_gemma-3-270m-f32.json", true, 0, 0};
 
 nlohmann::json golden(const Real& r) {
   std::ifstream in(std::string(LOWRANK_SOURCE_DIR "/tests/fixtures/model/") + r.golden);
@@ -135,7 +152,7 @@ TEST(RealModel, Qwen05TokenizerMatchesLlamaCpp) {
 // (Q8_K / Q8_0); lowrank's prompt path multiplies the exact stored weights by
 // f32 activations: logits within 3% of max(1, |logit|); ids exact where the
 // golden neighbours differ by more than 0.5.
-void check_top5(const Real& r) {
+void check_top5(const Real& r, double tol = 0.03) {
   REQUIRE_REAL(r);
   const int vocab = M->weights->cfg.vocab;
   double worst = 0;
@@ -158,7 +175,8 @@ void check_top5(const Real& r) {
       for (int k = 0; k < 5; ++k) {
         const double diff = std::fabs(l[ids[size_t(k)]] - want[size_t(k)]) / std::max(1.0, std::fabs(want[size_t(k)]));
         worst = std::max(worst, diff);
-        EXPECT_LE(diff, 0.03) << c["prompt"] << " pos " << pos << " rank " << k << ": " << l[ids[size_t(k)]] << " vs llama.cpp " << want[size_t(k)];
+        EXPECT_LE(diff, tol) << c["prompt"] << " pos " << pos << " rank " << k << ": "
+                             << l[ids[size_t(k)]] << " vs llama.cpp " << want[size_t(k)];
         // (rank 4's lower neighbour, the golden's sixth, is unknown: its id is not checked)
         const bool tie = (k > 0 && want[size_t(k - 1)] - want[size_t(k)] < 0.5) ||
                          (k < 4 && want[size_t(k)] - want[size_t(k + 1)] < 0.5) || k == 4;
@@ -203,6 +221,54 @@ void check_greedy(const Real& r) {
   EXPECT_EQ(n, 20);
   EXPECT_GE(identical, isa == Isa::Avx512Vnni ? r.greedy_min_int8 : r.greedy_min) << isa_name(isa);
   }
+}
+
+TEST(RealModel, GemmaConfigAndFormats) {
+  REQUIRE_REAL(kGemma);
+  const Config& c = M->weights->cfg;
+  EXPECT_EQ(c.arch, "gemma3");
+  EXPECT_EQ(c.n_layers, 18);
+  EXPECT_EQ(c.dim, 640);
+  EXPECT_EQ(c.n_heads, 4);
+  EXPECT_EQ(c.n_kv_heads, 1);
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_EQ(c.ffn_dim, 2048);
+  EXPECT_EQ(c.vocab, 262144);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_TRUE(c.post_norms);
+  EXPECT_EQ(c.ffn_act, Activation::GeluTanh);
+  EXPECT_FLOAT_EQ(c.embed_scale, std::sqrt(640.0f));
+  EXPECT_FLOAT_EQ(c.attention_scale(), 1.0f / 16.0f);  // 1/sqrt(head_dim)
+  EXPECT_EQ(c.swa_window, 512);
+  EXPECT_EQ(c.rope_theta, 1e6f);
+  EXPECT_EQ(c.rope_theta_swa, 1e4f);
+  // Every 6th layer global (llama.cpp's default pattern for gemma3).
+  for (int l = 0; l < c.n_layers; ++l) EXPECT_EQ(c.windowed(l), (l + 1) % 6 != 0) << "layer " << l;
+  // Tied: the output head is the Q8_0 token embedding.
+  EXPECT_EQ(M->file->find_tensor("output.weight"), nullptr);
+  EXPECT_EQ(M->weights->output.w.dtype, DType::Q8_0);
+  EXPECT_EQ(M->weights->output.w.rows, 262144);
+}
+
+TEST(RealModel, GemmaTokenizerMatchesLlamaCpp) {
+  REQUIRE_REAL(kGemma);
+  int n = 0;
+  const auto g = golden(kGemma);
+  for (const auto& c : g["greedy"]) {
+    EXPECT_EQ(M->tokenizer->encode(c["prompt"].get<std::string>(), M->tokenizer->add_bos(), true),
+              c["tokens"].get<std::vector<int32_t>>())
+        << c["prompt"];
+    ++n;
+  }
+  EXPECT_EQ(n, 20);
+}
+
+TEST(RealModel, GemmaTopLogitsMatchLlamaCppF32) {
+  test::IsaScope exact(Isa::Avx2);
+  check_top5(kGemmaF32, 0.01);
+}
+TEST(RealModel, GemmaGreedyMatchesLlamaCpp) {
+  check_greedy(kGemma);
 }
 
 TEST(RealModel, Qwen05TopLogitsMatchLlamaCpp) { check_top5(kQwen05); }
