@@ -5,6 +5,7 @@
 #include "common.h"
 #include "core/error.h"
 #include "format/gguf.h"
+#include "kv/dense_cache.h"
 #include "model/config.h"
 #include "model/load.h"
 #include "model/weights.h"
@@ -100,6 +101,17 @@ int run(const InspectOptions& o) {
         double(params) / 1e6, double(parameter_count(c)) / 1e6,
         double(estimate_bytes(shapes, DType::F16)) / (1 << 20), double(estimate_bytes(shapes, DType::Q8_0)) / (1 << 20),
         double(estimate_bytes(shapes, DType::F32)) / (1 << 20));
+    // The fast CPU path's f32 cache of one sequence at the trained context
+    // (prompt chunks of up to 512 tokens).
+    const kv::DenseLayout kv = kv::DenseLayout::of(c, std::max(c.ctx_train, 1), 512);
+    std::printf("KV cache (f32, one sequence) at ctx_train %d: %.1f MiB", c.ctx_train,
+                double(kv.bytes()) / (1 << 20));
+    if (kv.bytes() < kv.full_bytes())
+      std::printf(
+          " (its sliding-window layers keep rings of 2 x (%d + 511) positions; a cache of the "
+          "whole context in every layer: %.1f MiB)",
+          c.swa_window, double(kv.full_bytes()) / (1 << 20));
+    std::printf("\n");
     if (calib > 0)
       std::printf("key calibration (calibrate-kv, for --svdq-basis calibrated): %s%s, %.2f MiB\n",
                   f->get_string("lowrank.kv_calib.source", "?").c_str(),

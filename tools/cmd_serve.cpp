@@ -13,6 +13,7 @@
 
 #include "common.h"
 #include "core/error.h"
+#include "kv/dense_cache.h"
 #include "runtime/chat.h"
 #include "runtime/engine.h"
 #include "runtime/session.h"
@@ -99,6 +100,13 @@ int serve(const ServeOptions& o) {
       stderr,
       "lowrank serve: ready: %s, %d slots of %d tokens, %s, steps of up to %d tokens\n",
       s->name.c_str(), o.slots, bo.ctx, where.c_str(), o.step_tokens);
+  const kv::DenseLayout kv = kv::DenseLayout::of(s->model.weights->cfg, bo.ctx, o.step_tokens);
+  if (path == ExecPath::Fast && kv.bytes() < kv.full_bytes())
+    std::fprintf(stderr,
+                 "lowrank serve: KV cache %.1f MiB a slot: the sliding-window layers keep rings "
+                 "of 2 x (%d + %d) positions (%.1f MiB a slot with the whole context)\n",
+                 double(kv.bytes()) / (1 << 20), kv.window, o.step_tokens - 1,
+                 double(kv.full_bytes()) / (1 << 20));
 
   int sig = 0;
   sigwait(&stop, &sig);

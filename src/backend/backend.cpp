@@ -15,8 +15,16 @@ Backend::Backend(std::shared_ptr<const Weights> w, int ctx) : weights_(std::move
 
 void Backend::rewind(int n) {
   LR_ASSERT(n >= 0 && n <= n_past_);
+  if (can_rewind(n) != n)
+    fail("cannot rewind to {} of {} tokens: the sliding-window layers no longer hold its window", n,
+         n_past_);
   on_rewind(n);
   n_past_ = n;
+}
+
+int Backend::rewindable(int n) const {
+  LR_ASSERT(n >= 0 && n <= n_past_);
+  return can_rewind(n);
 }
 
 void Backend::check_forward_args(const int32_t* tokens, int n) const {
@@ -43,6 +51,11 @@ void BatchBackend::rewind(int slot, int n) {
   if (slot < 0 || slot >= slots()) fail("slot {} does not exist (the batch has {})", slot, slots());
   if (n < 0 || n > n_past_[size_t(slot)])
     fail("cannot rewind slot {} to {} tokens: it holds {}", slot, n, n_past_[size_t(slot)]);
+  if (can_rewind(slot, n) != n)
+    fail(
+        "cannot rewind slot {} to {} of {} tokens: the sliding-window layers no longer hold its "
+        "window",
+        slot, n, n_past_[size_t(slot)]);
   on_rewind(slot, n);
   n_past_[size_t(slot)] = n;
 }
@@ -103,6 +116,7 @@ class SequenceBatch final : public BatchBackend {
 
  private:
   void on_rewind(int /*slot*/, int n) override { session_->rewind(n); }
+  int can_rewind(int /*slot*/, int n) const override { return session_->rewindable(n); }
 
   std::unique_ptr<Backend> session_;
   std::vector<float> scratch_;  // the logits of a chunk that asks for none

@@ -68,8 +68,12 @@ class Backend {
   virtual void forward(const int32_t* tokens, int n, float* logits, bool all_logits) = 0;
 
   int n_past() const { return n_past_; }
-  // Forget every cached position at or after `n` (n <= n_past()).
+  // Forget every cached position at or after `n` (n <= n_past(), and what
+  // rewindable allows).
   void rewind(int n);
+  // The largest m <= n the cache can be cut back to: n, or 0 where a
+  // sliding-window ring no longer holds the window of a query at n.
+  int rewindable(int n) const;
   // Key cache contents (zeros when keys are the plain f32 cache).
   virtual KeyCacheStats key_stats() const { return {}; }
   int ctx() const { return ctx_; }
@@ -85,6 +89,7 @@ class Backend {
   Backend(std::shared_ptr<const Weights> w, int ctx);
   void check_forward_args(const int32_t* tokens, int n) const;
   virtual void on_rewind(int /*n*/) {}
+  virtual int can_rewind(int n) const { return n; }
 
   std::shared_ptr<const Weights> weights_;
   int ctx_;

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/error.h"
 
 namespace lr {
 
@@ -67,9 +68,16 @@ class BatchBackend {
   int ctx() const { return ctx_; }
   int max_step_tokens() const { return max_step_tokens_; }
   int n_past(int slot) const { return n_past_.at(size_t(slot)); }
-  // Forgets slot `slot`'s positions at or after n (n <= n_past(slot)): a new
-  // request keeps the prefix it shares with the slot's previous one.
+  // Forgets slot `slot`'s positions at or after n (n <= n_past(slot), and
+  // what rewindable allows): a new request keeps the prefix it shares with
+  // the slot's previous one.
   void rewind(int slot, int n);
+  // The largest m <= n slot `slot` can be cut back to: n, or 0 where a
+  // sliding-window ring no longer holds the window of a query at n.
+  int rewindable(int slot, int n) const {
+    LR_ASSERT(slot >= 0 && slot < slots() && n >= 0 && n <= n_past_[size_t(slot)]);
+    return can_rewind(slot, n);
+  }
   const Weights& weights() const { return *weights_; }
 
  protected:
@@ -77,6 +85,7 @@ class BatchBackend {
   void check_step(const std::vector<Chunk>& chunks) const;
   // Called by rewind() before the slot's count changes.
   virtual void on_rewind(int /*slot*/, int /*n*/) {}
+  virtual int can_rewind(int /*slot*/, int n) const { return n; }
 
   std::shared_ptr<const Weights> weights_;
   int ctx_, max_step_tokens_;

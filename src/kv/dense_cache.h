@@ -1,48 +1,72 @@
 // The dense KV cache of a session: post-RoPE f32 keys and values,
-// preallocated for ctx positions, head-major: the keys of one KV head of one
-// layer are contiguous [ctx, head_dim], so attention streams them
-// (key(l, h) + j * head_dim is position j).
+// head-major: the keys of one KV head of one layer are contiguous
+// [positions, head_dim], so attention streams them.
+//
+// A layer attends to the whole context, or (a sliding-window layer) to its
+// last `window` positions. A full layer keeps every position of the context.
+// A windowed layer keeps a ring of window + rows - 1 positions (rows: the
+// most a call appends before it attends, so a chunk's first query still sees
+// its whole window), and keeps it twice over: position p at slots p % ring
+// and p % ring + ring. Any window is then one contiguous run of slots, read
+// in the order and with the bits a full cache gives. The ring is used where
+// it is smaller than the context (DenseLayout::of).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
+#include "model/config.h"
+
 namespace lr::kv {
+
+struct DenseLayout {
+  int n_kv_heads = 0, head_dim = 0, ctx = 0, window = 0;
+  std::vector<int> ring;  // [n_layers] 0: the whole context; else the ring's positions
+
+  // The layout for config c, a context of ctx positions and calls of at most rows tokens.
+  static DenseLayout of(const Config& c, int ctx, int rows);
+  // Slots of one KV head of layer l (a ring's are mirrored).
+  int64_t slots(int l) const { return ring[size_t(l)] ? 2 * int64_t(ring[size_t(l)]) : ctx; }
+  // Bytes of the f32 keys and values.
+  uint64_t bytes() const;
+  // Bytes a cache of the whole context in every layer would take.
+  uint64_t full_bytes() const;
+};
 
 class DenseCache {
  public:
-  DenseCache(int n_layers, int n_kv_heads, int head_dim, int ctx)
-      : n_kv_heads_(n_kv_heads),
-        head_dim_(head_dim),
-        ctx_(ctx),
-        k_(size_t(n_layers) * size_t(n_kv_heads) * size_t(ctx) * size_t(head_dim), 0.f),
-        v_(k_.size(), 0.f) {}
+  explicit DenseCache(DenseLayout layout);
 
-  float* key(int l, int h) { return &k_[offset(l, h)]; }
-  float* value(int l, int h) { return &v_[offset(l, h)]; }
-  const float* key(int l, int h) const { return &k_[offset(l, h)]; }
-  const float* value(int l, int h) const { return &v_[offset(l, h)]; }
-  int head_dim() const { return head_dim_; }
+  // Position p of KV head h in layer l; from there on a window's positions
+  // follow one another (head_dim floats apart).
+  float* key(int l, int h, int p) { return &k_[slot(l, h, p)]; }
+  float* value(int l, int h, int p) { return &v_[slot(l, h, p)]; }
+  const float* key(int l, int h, int p) const { return &k_[slot(l, h, p)]; }
+  const float* value(int l, int h, int p) const { return &v_[slot(l, h, p)]; }
+  int head_dim() const { return layout_.head_dim; }
+  const DenseLayout& layout() const { return layout_; }
+
+  // Writes floats [off, off + n) of position p's key (or value) of KV head h.
+  void put(bool value, int l, int h, int p, int64_t off, const float* x, int64_t n);
   // Writes the keys and values of KV head h at positions [pos, pos + n)
   // (rows `stride` floats apart).
   void append(int l, int h, int pos, const float* k, const float* v, int n, int64_t stride);
+  // The largest m <= n such that, after positions [m, n_past) are dropped,
+  // every position a query at m attends to is still held: n itself, or 0
+  // where a ring has overwritten part of that window.
+  int rewindable(int n_past, int n) const;
   uint64_t bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
 
  private:
-  size_t offset(int l, int h) const {
-    return (size_t(l) * size_t(n_kv_heads_) + size_t(h)) * size_t(ctx_) * size_t(head_dim_);
+  size_t slot(int l, int h, int p) const {
+    const int r = layout_.ring[size_t(l)];
+    return base_[size_t(l)] + size_t(h) * size_t(layout_.slots(l)) * size_t(layout_.head_dim) +
+           size_t(r ? p % r : p) * size_t(layout_.head_dim);
   }
-  int n_kv_heads_, head_dim_, ctx_;
-  std::vector<float> k_, v_;  // [n_layers, n_kv_heads, ctx, head_dim]
+  DenseLayout layout_;
+  std::vector<size_t> base_;  // [n_layers] first float of each layer
+  std::vector<float> k_, v_;
 };
-
-inline void DenseCache::append(int l, int h, int pos, const float* k, const float* v, int n,
-                               int64_t stride) {
-  for (int t = 0; t < n; ++t) {
-    std::copy_n(k + t * stride, head_dim_, key(l, h) + int64_t(pos + t) * head_dim_);
-    std::copy_n(v + t * stride, head_dim_, value(l, h) + int64_t(pos + t) * head_dim_);
-  }
-}
 
 }  // namespace lr::kv

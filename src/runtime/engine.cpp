@@ -171,7 +171,9 @@ void Engine::admit() {
       queue_.pop_front();
       Slot& sl = slots_[size_t(best)];
       // At least the prompt's last token runs, for its logits.
-      const size_t keep = std::min(best_common, r->prompt_.size() - 1);
+      // (a sliding-window ring may hold too little to keep it: then nothing is kept)
+      const size_t keep =
+          size_t(batch_->rewindable(best, int(std::min(best_common, r->prompt_.size() - 1))));
       batch_->rewind(best, int(keep));
       sl.cached.resize(keep);
       sl.req = r;

@@ -31,7 +31,7 @@ TEST(SeqCache, DenseAppendsTheRowsAndAttendsOverThem) {
   const Config& c = m.weights->cfg;  // head_dim 32, 2 KV heads, groups of 3
   BackendOptions o;
   o.ctx = 32;
-  auto cache = cpu::make_seq_cache(*m.weights, o, KvMode::Dense, /*batched=*/true);
+  auto cache = cpu::make_seq_cache(*m.weights, o, KvMode::Dense, /*batched=*/true, 32);
   ASSERT_NE(cache->dense(), nullptr);
   EXPECT_EQ(cache->bytes(), 2ull * c.n_layers * c.n_kv_heads * 32 * c.head_dim * 4);
   const int hd = c.head_dim, g = c.n_heads / c.n_kv_heads, n = 11, kv = c.kv_dim();
@@ -44,8 +44,8 @@ TEST(SeqCache, DenseAppendsTheRowsAndAttendsOverThem) {
     std::copy_n(&K[size_t(j * kv + hd)], hd, &own[size_t(j * hd)]);
     std::copy_n(&V[size_t(j * kv + hd)], hd, &vown[size_t(j * hd)]);
   }
-  EXPECT_EQ(std::memcmp(cache->dense()->key(1, 1), own.data(), own.size() * 4), 0);
-  EXPECT_EQ(std::memcmp(cache->dense()->value(1, 1), vown.data(), vown.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(cache->dense()->key(1, 1, 0), own.data(), own.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(cache->dense()->value(1, 1, 0), vown.data(), vown.size() * 4), 0);
 
   const float scale = 0.125f;
   const size_t G = static_cast<size_t>(g);

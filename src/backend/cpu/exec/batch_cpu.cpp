@@ -25,7 +25,8 @@ class CpuBatch final : public BatchBackend {
         exec_(s_, derive(*weights_, {Target::Cpu, opt.keys.type != kv::KeyType::F32}, opt.exec),
               max_step_tokens, nullptr, false, cpu::Rows::AsDecode) {
     for (int i = 0; i < slots; ++i)
-      caches_.push_back(cpu::make_seq_cache(*weights_, opt, KvMode::Dense, /*batched=*/true));
+      caches_.push_back(
+          cpu::make_seq_cache(*weights_, opt, KvMode::Dense, /*batched=*/true, max_step_tokens));
     tokens_.resize(size_t(max_step_tokens));
     pos_.resize(size_t(max_step_tokens));
     rows_.resize(size_t(max_step_tokens));
@@ -58,6 +59,9 @@ class CpuBatch final : public BatchBackend {
 
  private:
   void on_rewind(int slot, int n) override { caches_[size_t(slot)]->truncate(n); }
+  int can_rewind(int slot, int n) const override {
+    return caches_[size_t(slot)]->rewindable(n_past_[size_t(slot)], n);
+  }
   static const BackendOptions& checked(const BackendOptions& opt) {
     if (opt.cpu.observer) fail("a batch does not take an activation observer");
     if (opt.exec.kv != KvMode::Dense) fail("a batch runs with dense KV");

@@ -114,8 +114,7 @@ void Executor::finish_rows(const Step& s, const Job& j, Buf to, int64_t r0, int6
       const int h = int(r / hd);
       const int64_t e = std::min<int64_t>(r1, int64_t(h + 1) * hd);
       kv::DenseCache& kv = *cache(t0 + t).dense();  // a dense plan folds its append here
-      float* to_cache = j.out == Buf::K ? kv.key(s.layer, h) : kv.value(s.layer, h);
-      std::copy(y + r, y + e, to_cache + int64_t(p) * hd + (r - int64_t(h) * hd));
+      kv.put(j.out == Buf::V, s.layer, h, p, r - int64_t(h) * hd, y + r, e - r);
       r = e;
     }
   }

@@ -28,9 +28,8 @@ Executor::Fn Executor::static_attention(const Step& s) {
       if (s.op == Op::Scores) {
         const int from = s.window ? std::max(0, pos - s.window + 1) : 0;  // outside: weight 0
         for (int j = 0; j <= pos; ++j)
-          sc[j] = j < from ? -INFINITY
-                           : dot(row(Buf::Q, 0) + h * hd, dc.key(l, kvh) + int64_t(j) * hd, hd) *
-                                 s.scale;
+          sc[j] =
+              j < from ? -INFINITY : dot(row(Buf::Q, 0) + h * hd, dc.key(l, kvh, j), hd) * s.scale;
       } else if (s.op == Op::Softmax) {
         const float mx = *std::max_element(sc, sc + pos + 1);
         float sum = 0;
@@ -39,7 +38,8 @@ Executor::Fn Executor::static_attention(const Step& s) {
       } else {
         float* out = row(Buf::Att, 0) + h * hd;
         std::fill_n(out, hd, 0.f);
-        for (int j = 0; j <= pos; ++j) axpy(sc[j], dc.value(l, kvh) + int64_t(j) * hd, out, hd);
+        // (a position outside a window has weight 0; a ring's slot for it holds another's value)
+        for (int j = 0; j <= pos; ++j) axpy(sc[j], dc.value(l, kvh, j), out, hd);
       }
     }
   };

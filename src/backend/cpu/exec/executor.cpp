@@ -307,8 +307,8 @@ Executor::Fn Executor::rope(const Step& s) {
       s_.rope_of(s.rope_set).apply(row(Buf::Q, t) + h * g * hd, g, hd, p);
       s_.rope_of(s.rope_set).apply(row(Buf::K, t) + h * hd, 1, hd, p);
       kv::DenseCache& dc = *cache(t).dense();
-      std::copy_n(row(Buf::K, t) + h * hd, hd, dc.key(s.layer, h) + int64_t(p) * hd);
-      std::copy_n(row(Buf::V, t) + h * hd, hd, dc.value(s.layer, h) + int64_t(p) * hd);
+      dc.put(false, s.layer, h, p, 0, row(Buf::K, t) + h * hd, hd);
+      dc.put(true, s.layer, h, p, 0, row(Buf::V, t) + h * hd, hd);
     }
   };
 }

@@ -2,7 +2,7 @@
 // Q8_0 weights with the AVX2 kernels, split across a persistent thread pool
 // (backend/cpu/executor.h). A decode step runs the rung's plan (the fused
 // one in the product) for one token; prompts run the same plan unfused in
-// chunks of up to kMaxBatch tokens, as matrix-matrix products.
+// chunks of up to cpu::kPrefillRows tokens, as matrix-matrix products.
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -19,8 +19,6 @@ namespace lr {
 
 namespace {
 
-constexpr int kMaxBatch = 512;
-
 bool profiling() {
   const char* p = std::getenv("LOWRANK_PROFILE");
   return p && *p && std::string(p) != "0";
@@ -34,7 +32,7 @@ class CpuBackend final : public Backend {
         s_(*weights_, opt, check_keys(opt).kv, true, cpu::panels_for(weights_)),
         decode_(s_, derive(*weights_, plan_options_, opt.exec), 1, nullptr, profiling()),
         prefill_(s_, derive(*weights_, plan_options_, prefill_options(opt.exec)),
-                 std::min(kMaxBatch, opt.ctx), opt.cpu.observer),
+                 std::min(cpu::kPrefillRows, opt.ctx), opt.cpu.observer),
         observed_(opt.cpu.observer != nullptr) {}
 
   const char* name() const override { return "cpu"; }
@@ -51,7 +49,7 @@ class CpuBackend final : public Backend {
     }
     s_.cache->begin_call(n_past_, n);
     for (int done = 0; done < n;) {
-      const int m = std::min(kMaxBatch, n - done);
+      const int m = std::min(cpu::kPrefillRows, n - done);
       s_.pos = n_past_;
       const bool last = done + m == n;
       prefill_.run(tokens + done, m,
@@ -72,6 +70,7 @@ class CpuBackend final : public Backend {
 
  private:
   void on_rewind(int n) override { s_.cache->truncate(n); }
+  int can_rewind(int n) const override { return s_.cache->rewindable(n_past_, n); }
   static const ExecOptions& check_keys(const BackendOptions& opt) {
     if (opt.keys.type != kv::KeyType::F32 && opt.exec.kv != KvMode::Dense)
       fail("--cache-type-k {} runs with --kv dense (the compressed key cache replaces the f32 one)",
@@ -91,14 +90,14 @@ class CpuLayerRunner final : public LayerRunner {
       : w_(std::move(w)),
         ctx_(opt.ctx),
         s_(*w_, opt, KvMode::Dense),
-        ex_(s_, derive(*w_, {Target::Cpu}, prefill_options({})), std::min(kMaxBatch, opt.ctx),
-            opt.cpu.observer) {}
+        ex_(s_, derive(*w_, {Target::Cpu}, prefill_options({})),
+            std::min(cpu::kPrefillRows, opt.ctx), opt.cpu.observer) {}
 
   void run(float* x, int n) override {
     if (n < 1 || n > ctx_) fail("layer runner: {} tokens for a cache of {}", n, ctx_);
     const int64_t dim = w_->cfg.dim;
     for (int done = 0; done < n;) {
-      const int m = std::min(kMaxBatch, n - done);
+      const int m = std::min(cpu::kPrefillRows, n - done);
       s_.pos = done;
       ex_.run_hidden(x + int64_t(done) * dim, m);
       done += m;

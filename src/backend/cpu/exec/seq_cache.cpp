@@ -23,8 +23,8 @@ Span part_of(int64_t n, int chunk, int chunks) {
 
 class DenseSeq final : public SeqCache {
  public:
-  DenseSeq(const Config& c, int ctx)
-      : hd_(c.head_dim), c_(c.n_layers, c.n_kv_heads, c.head_dim, ctx) {}
+  DenseSeq(const Config& c, int ctx, int rows)
+      : hd_(c.head_dim), c_(kv::DenseLayout::of(c, ctx, rows)) {}
 
   void append(int l, int h, int pos, const float* k, const float* v, int n, int64_t stride,
               const float*, int64_t, int) override {
@@ -33,9 +33,11 @@ class DenseSeq final : public SeqCache {
   void attend(int l, int h, int from, int p, const float* q, int g, int chunk, int chunks,
               float scale, float* m, float* sum, float* acc) const override {
     const Span r = part_of(p + 1 - from, chunk, chunks);
-    attend_partial(q, g, hd_, c_.key(l, h), c_.value(l, h), hd_, from + r.begin, from + r.end,
-                   scale, m, sum, acc);
+    const int a = int(from + r.begin);  // the part's positions follow one another from a on
+    attend_partial(q, g, hd_, c_.key(l, h, a), c_.value(l, h, a), hd_, 0, r.end - r.begin, scale, m,
+                   sum, acc);
   }
+  int rewindable(int n_past, int n) const override { return c_.rewindable(n_past, n); }
   uint64_t bytes() const override { return c_.bytes(); }
   kv::DenseCache* dense() override { return &c_; }
 
@@ -194,7 +196,7 @@ class StreamSeq final : public SeqCache {
 }  // namespace
 
 std::unique_ptr<SeqCache> make_seq_cache(const Weights& w, const BackendOptions& opt, KvMode kv,
-                                         bool batched) {
+                                         bool batched, int rows) {
   if (opt.keys.type != kv::KeyType::F32 && !w.cfg.swa_layers.empty())
     fail(
         "--cache-type-k {}: compressed key caches do not run sliding-window layers yet ({} has "
@@ -202,7 +204,7 @@ std::unique_ptr<SeqCache> make_seq_cache(const Weights& w, const BackendOptions&
         kv::key_type_name(opt.keys.type), w.cfg.arch);
   if (opt.keys.type != kv::KeyType::F32) return std::make_unique<StreamSeq>(w, opt, batched);
   if (kv == KvMode::Legacy) return std::make_unique<LatentSeq>(w, opt.ctx);
-  return std::make_unique<DenseSeq>(w.cfg, opt.ctx);
+  return std::make_unique<DenseSeq>(w.cfg, opt.ctx, rows);
 }
 
 }  // namespace lr::cpu

@@ -45,8 +45,12 @@ class SeqCache {
   virtual void attend(int l, int h, int from, int p, const float* q, int g, int chunk, int chunks,
                       float scale, float* m, float* sum, float* acc) const = 0;
 
-  // Forgets positions >= n.
+  // Forgets positions >= n (n: what rewindable allows).
   virtual void truncate(int /*n*/) {}
+  // The largest m <= n the cache can be cut back to from n_past positions
+  // and still hold what a query at m attends to (a sliding-window ring
+  // overwrites old positions): n, or 0.
+  virtual int rewindable(int /*n_past*/, int n) const { return n; }
   // A batch's step has ended (rows kept for its attention are let go).
   virtual void end_step() {}
   // Bytes held for the whole context.
@@ -62,7 +66,9 @@ class SeqCache {
 // The cache a plan of KV mode `kv` keeps under opt.keys, for opt.ctx
 // positions. batched: a batch slot's, whose rows are attended as decode
 // steps see the cache (kv::KeyStream::view_at) however a prompt is cut.
+// rows: the most tokens one call (or step) appends before attending (a
+// sliding-window layer's ring holds its window and these).
 std::unique_ptr<SeqCache> make_seq_cache(const Weights& w, const BackendOptions& opt, KvMode kv,
-                                         bool batched);
+                                         bool batched, int rows);
 
 }  // namespace lr::cpu

@@ -16,6 +16,10 @@
 
 namespace lr::cpu {
 
+// The most tokens a session runs in one prompt chunk (as matrix-matrix
+// products); its cache takes that many at once.
+constexpr int kPrefillRows = 512;
+
 struct Session {
   // kv: the session plans' KV mode (the cache they keep). own_cache false:
   // no cache here (a batch keeps one per sequence, backend/batch.h).

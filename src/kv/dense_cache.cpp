@@ -1,0 +1,69 @@
+#include "kv/dense_cache.h"
+
+#include "core/error.h"
+
+namespace lr::kv {
+
+DenseLayout DenseLayout::of(const Config& c, int ctx, int rows) {
+  DenseLayout d;
+  d.n_kv_heads = c.n_kv_heads;
+  d.head_dim = c.head_dim;
+  d.ctx = ctx;
+  d.window = c.swa_window;
+  d.ring.assign(size_t(c.n_layers), 0);
+  const int ring = c.swa_window + std::max(rows, 1) - 1;
+  for (int l = 0; l < c.n_layers; ++l)
+    if (c.windowed(l) && 2 * int64_t(ring) < ctx) d.ring[size_t(l)] = ring;
+  return d;
+}
+
+uint64_t DenseLayout::bytes() const {
+  uint64_t slots_all = 0;
+  for (size_t l = 0; l < ring.size(); ++l) slots_all += uint64_t(slots(int(l)));
+  return 2 * slots_all * uint64_t(n_kv_heads) * uint64_t(head_dim) * sizeof(float);
+}
+
+uint64_t DenseLayout::full_bytes() const {
+  return 2 * uint64_t(ring.size()) * uint64_t(ctx) * uint64_t(n_kv_heads) * uint64_t(head_dim) *
+         sizeof(float);
+}
+
+DenseCache::DenseCache(DenseLayout layout) : layout_(std::move(layout)) {
+  size_t n = 0;
+  for (size_t l = 0; l < layout_.ring.size(); ++l) {
+    base_.push_back(n);
+    n += size_t(layout_.slots(int(l))) * size_t(layout_.n_kv_heads) * size_t(layout_.head_dim);
+  }
+  k_.assign(n, 0.f);
+  v_.assign(n, 0.f);
+}
+
+void DenseCache::put(bool value, int l, int h, int p, int64_t off, const float* x, int64_t n) {
+  std::vector<float>& to = value ? v_ : k_;
+  const size_t s = slot(l, h, p) + size_t(off);
+  std::copy_n(x, n, &to[s]);
+  if (const int r = layout_.ring[size_t(l)])  // the mirror, a ring further on
+    std::copy_n(x, n, &to[s + size_t(r) * size_t(layout_.head_dim)]);
+}
+
+void DenseCache::append(int l, int h, int pos, const float* k, const float* v, int n,
+                        int64_t stride) {
+  const int hd = layout_.head_dim;
+  for (int t = 0; t < n; ++t) {
+    put(false, l, h, pos + t, 0, k + t * stride, hd);
+    put(true, l, h, pos + t, 0, v + t * stride, hd);
+  }
+}
+
+int DenseCache::rewindable(int n_past, int n) const {
+  LR_ASSERT(0 <= n && n <= n_past);
+  for (size_t l = 0; l < layout_.ring.size(); ++l) {
+    // A query at n attends to the held positions from n - window + 1 on; the
+    // ring has overwritten every position up to n_past - 1 - ring.
+    const int r = layout_.ring[l];
+    if (r && n > 0 && std::max(0, n - layout_.window + 1) <= n_past - 1 - r) return 0;
+  }
+  return n;
+}
+
+}  // namespace lr::kv

@@ -1,0 +1,116 @@
+// Sliding-window layers keep a ring (kv/dense_cache.h): the Gemma 3 golden
+// fixture (layers 0 and 2 attend to a window of 16 positions) on the fast
+// CPU path with rings, against the reference forward (which keeps every
+// position and masks) and against the batch without rings, bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "../batch_runner.h"
+#include "../error_of.h"
+#include "backend/cpu/cpu.h"
+#include "kv/dense_cache.h"
+#include "model/load.h"
+#include "model_test_util.h"
+#include "runtime/model.h"
+#include "runtime/session.h"
+
+namespace lr {
+namespace {
+
+const std::string kGemma = LOWRANK_SOURCE_DIR "/tests/fixtures/arch/gemma3.gguf";
+
+std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int32_t& x : t) x = int32_t(rng() % uint32_t(vocab));
+  return t;
+}
+
+TEST(SlidingWindow, LayoutSizesTheRings) {
+  const Model m = load_model(kGemma, DType::F32);
+  const Config& c = m.weights->cfg;  // 4 layers, 1 KV head of 32, window 16 in layers 0 and 2
+  ASSERT_EQ(c.swa_window, 16);
+  ASSERT_EQ(c.n_kv_heads, 1);
+  ASSERT_EQ(c.head_dim, 32);
+  // Calls of up to 512 rows: a ring of 16 + 511 positions, mirrored: 1054 slots.
+  const kv::DenseLayout big = kv::DenseLayout::of(c, 4096, 512);
+  EXPECT_EQ(big.ring, (std::vector<int>{527, 0, 527, 0}));
+  EXPECT_EQ(big.bytes(), 2ull * (1054 + 4096 + 1054 + 4096) * 32 * 4);
+  EXPECT_EQ(big.full_bytes(), 2ull * 4 * 4096 * 32 * 4);
+  // A ring no smaller than the context is not used.
+  EXPECT_EQ(kv::DenseLayout::of(c, 1054, 512).ring, (std::vector<int>{0, 0, 0, 0}));
+  EXPECT_EQ(kv::DenseLayout::of(c, 1055, 512).ring, (std::vector<int>{527, 0, 527, 0}));
+}
+
+// A prompt of 1100 tokens (chunks of 512, 512, 76: the rings wrap) and 12
+// decoded ones: the reference forward's logits, with a cache of 1/4 less.
+TEST(SlidingWindow, SessionRingsGiveTheReferenceLogits) {
+  const Model m = load_model(kGemma, DType::F32);
+  const int V = m.weights->cfg.vocab;
+  const BackendOptions o = test::backend_options(4096, 2);
+  auto fast = make_session(m, ExecPath::Fast, o);
+  auto ref = make_session(m, ExecPath::Reference, o);
+  EXPECT_EQ(fast->cache_bytes(), kv::DenseLayout::of(m.weights->cfg, 4096, 512).bytes());
+  const std::vector<int32_t> toks = random_tokens(1112, V, 7);
+  std::vector<float> a(static_cast<size_t>(V)), b(static_cast<size_t>(V));
+  fast->forward(toks.data(), 1100, a.data(), false);
+  ref->forward(toks.data(), 1100, b.data(), false);
+  double worst = 0, scale = 0;
+  auto compare = [&] {
+    for (int v = 0; v < V; ++v) {
+      worst = std::max(worst, double(std::fabs(a[size_t(v)] - b[size_t(v)])));
+      scale = std::max(scale, double(std::fabs(b[size_t(v)])));
+    }
+  };
+  compare();
+  for (int i = 1100; i < 1112; ++i) {
+    fast->forward(&toks[size_t(i)], 1, a.data(), false);
+    ref->forward(&toks[size_t(i)], 1, b.data(), false);
+    compare();
+  }
+  EXPECT_LT(worst / scale, 1e-5) << worst << " of " << scale;
+
+  // Cut back: 12 positions are still held (the window of a query at 1100),
+  // 800 are not (the ring has overwritten them): nothing is kept then, and
+  // a rewind there is refused by name.
+  EXPECT_EQ(fast->rewindable(1100), 1100);
+  EXPECT_EQ(fast->rewindable(300), 0);
+  EXPECT_EQ(ref->rewindable(300), 300);
+  const std::string e = test::error_of([&] { fast->rewind(300); });
+  EXPECT_NE(e.find("cannot rewind to 300 of 1112 tokens: the sliding-window layers"),
+            std::string::npos)
+      << e;
+  fast->rewind(1100);
+  ref->rewind(1100);
+  fast->forward(&toks[1100], 12, a.data(), false);
+  ref->forward(&toks[1100], 12, b.data(), false);
+  worst = 0;
+  compare();
+  EXPECT_LT(worst / scale, 1e-5);
+}
+
+// Batch steps of at most 4 tokens: rings of 16 + 3 positions in a context
+// of 256. Three sequences (the prompt cut at 80, 40 and 10 tokens, then 16
+// generated), together: the bits of the batch that keeps every position.
+TEST(SlidingWindow, BatchRingsKeepTheBits) {
+  const Model m = load_model(kGemma, DType::F32);
+  const std::vector<int32_t> all = random_tokens(96, m.weights->cfg.vocab, 3);
+  std::vector<test::Seq> seqs;
+  for (int prompt : {80, 40, 10}) seqs.push_back({all, prompt});
+  const BackendOptions o = test::backend_options(256, 2);
+  EXPECT_EQ(kv::DenseLayout::of(m.weights->cfg, 256, 4).ring, (std::vector<int>{19, 0, 19, 0}));
+  const test::AllLogits full =
+      test::run_batch(*make_cpu_batch_backend(m.weights, o, 3, 128), seqs, false, 1, 0);
+  auto ringed = make_cpu_batch_backend(m.weights, o, 3, 4);
+  test::expect_same_bits(test::run_batch(*ringed, seqs, true, 1, 0), full);
+  // 96 positions held; the ring of 19 holds 77..95: a query at 92 attends
+  // to 77..92, one at 91 to 76..91.
+  EXPECT_EQ(ringed->rewindable(0, 92), 92);
+  EXPECT_EQ(ringed->rewindable(0, 91), 0);
+}
+
+}  // namespace
+}  // namespace lr
