@@ -101,12 +101,22 @@ void read_gemma3(const gguf::File& f, const std::string& arch, Config& c) {
   const int64_t window = f.get_int(key("attention.sliding_window"), 0);
   if (window <= 0) return;
   c.swa_window = positive_int(src, "attention.sliding_window", window);
-  const int64_t pattern = f.get_int(key("attention.sliding_window_pattern"), 6);
-  if (pattern < 0)
-    fail("{}: '{}' = {} is negative", src, key("attention.sliding_window_pattern"), pattern);
   c.swa_layers.assign(size_t(c.n_layers), 0);
-  for (int l = 0; l < c.n_layers; ++l)
-    c.swa_layers[size_t(l)] = pattern == 0 || l % pattern < pattern - 1;
+  const std::string pk = key("attention.sliding_window_pattern");
+  const gguf::Value* pv = f.find(pk);
+  if (pv && pv->type == gguf::ValueType::ARRAY) {  // a flag per layer: windowed or not
+    if (pv->elem != gguf::ValueType::BOOL)
+      fail("{}: '{}' is an array of {} (expected bool, one per layer)", src, pk,
+           gguf::value_type_name(pv->elem));
+    if (pv->ints.size() != size_t(c.n_layers))
+      fail("{}: '{}' has {} entries for {} layers", src, pk, pv->ints.size(), c.n_layers);
+    for (int l = 0; l < c.n_layers; ++l) c.swa_layers[size_t(l)] = pv->ints[size_t(l)] != 0;
+  } else {  // every pattern-th layer global (llama.cpp's default for gemma3: 6)
+    const int64_t pattern = f.get_int(pk, 6);
+    if (pattern < 0) fail("{}: '{}' = {} is negative", src, pk, pattern);
+    for (int l = 0; l < c.n_layers; ++l)
+      c.swa_layers[size_t(l)] = pattern == 0 || l % pattern < pattern - 1;
+  }
   c.rope_theta_swa = float(f.get_float(key("rope.freq_base_swa"), 10000.0));
 }
 

@@ -255,6 +255,31 @@ TEST(Architectures, TheGoldensSeeEachFeature) {
       });
   EXPECT_GT(top1_error(one_base, g), 1e-2);
   EXPECT_LT(top1_error(kDir + "gemma3.gguf", g), kTol);
+  // The pattern as a flag per layer (as newer converters write it): the same layers.
+  test::TempDir t4;
+  auto flags = [](std::vector<int64_t> v) {
+    gguf::Value a;
+    a.type = gguf::ValueType::ARRAY;
+    a.elem = gguf::ValueType::BOOL;
+    a.ints = std::move(v);
+    return a;
+  };
+  const std::string as_flags = rewritten(
+      t4, "gemma3", [&](const std::string& key, const gguf::Value& value, gguf::Writer& w) {
+        if (key == "gemma3.attention.sliding_window_pattern")
+          return w.set(key, flags({1, 0, 1, 0}));
+        w.set(key, value);
+      });
+  EXPECT_LT(top1_error(as_flags, g), kTol);
+  const std::string short_flags = rewritten(
+      t4, "gemma3", [&](const std::string& key, const gguf::Value& value, gguf::Writer& w) {
+        if (key == "gemma3.attention.sliding_window_pattern") return w.set(key, flags({1, 0}));
+        w.set(key, value);
+      });
+  const std::string e = test::error_of([&] { load_model(short_flags, DType::F32); });
+  EXPECT_NE(e.find("'gemma3.attention.sliding_window_pattern' has 2 entries for 4 layers"),
+            std::string::npos)
+      << e;
   test::TempDir t3;
   const std::string as_llama = rewritten(
       t3, "smollm3", [](const std::string& key, const gguf::Value& value, gguf::Writer& w) {
