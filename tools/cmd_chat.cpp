@@ -29,6 +29,7 @@ extern "C" void on_sigint(int) {
 struct ChatOptions {
   ModelOptions model;
   std::string system;
+  std::string chat_template;  // --chat-template FILE
   int n_predict = 1024;  // tokens per answer at most
   bool stats = false;
   SamplerParams sampling;
@@ -57,8 +58,9 @@ bool read_turn(std::string& line, bool tty) {
 int chat(const ChatOptions& o) {
   Model m = load_model(o.model.model_path(), o.model.weight_type());
   const Tokenizer& tok = *m.tokenizer;
-  ChatTemplate t;  // ChatML when the model has no template of its own
-  if (!tok.chat_template().empty()) t = parse_chat_template(tok.chat_template());
+  const ChatTemplate t = ChatTemplate::of(tok, o.chat_template);  // ChatML when the model has none
+  if (t.fallback())
+    std::fprintf(stderr, "lowrank chat: the model has no chat template; using ChatML\n");
   const ExecPath path = o.model.path();
   const BackendOptions bo = o.model.backend_options();
   Engine engine(make_slots(m, path, bo, 1, 512), tok, EngineOptions{});
@@ -114,6 +116,8 @@ Runner add_chat_command(CLI::App& app) {
       app.add_subcommand("chat", "an interactive conversation in the terminal (/clear, /exit)");
   o->model.add_to(*sub, 4096);
   sub->add_option("--system", o->system, "system message of the conversation");
+  sub->add_option("--chat-template", o->chat_template,
+                  "a Jinja chat template file to use instead of the model's own");
   sub->add_option("-n,--n-predict", o->n_predict, "tokens per answer at most")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));

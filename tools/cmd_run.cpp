@@ -25,6 +25,7 @@ struct RunOptions {
   bool chat = false;  // --chat: the chat template even when the model has none (ChatML)
   bool raw = false;
   std::string system;
+  std::string chat_template;  // --chat-template FILE
   SamplerParams sampling;
 };
 
@@ -43,14 +44,18 @@ int run(const RunOptions& o) {
 
   Model m = load_model(o.model.model_path(), o.model.weight_type());
   const Tokenizer& tok = *m.tokenizer;
-  bool chat = !o.raw && (o.chat || !tok.chat_template().empty());
+  if (o.raw && !o.chat_template.empty()) fail("--raw and --chat-template exclude each other");
+  bool chat = !o.raw && (o.chat || !o.chat_template.empty() || !tok.chat_template().empty());
   ChatTemplate t;
   if (chat) {
     try {
-      t = parse_chat_template(tok.chat_template());
+      t = ChatTemplate::of(tok, o.chat_template);
     } catch (const Error& e) {
-      if (o.chat) throw;
-      std::fprintf(stderr, "lowrank: %s; continuing the prompt as plain text (--raw does so without this note, --chat applies ChatML)\n", e.what());
+      if (o.chat || !o.chat_template.empty()) throw;
+      std::fprintf(stderr,
+                   "lowrank: %s; continuing the prompt as plain text (--raw does so without this "
+                   "note, --chat-template FILE gives a template)\n",
+                   e.what());
       chat = false;
     }
   }
@@ -88,6 +93,8 @@ Runner add_run_command(CLI::App& app) {
   sub->add_flag("--raw", o->raw, "plain completion: continue the prompt as text (no chat template)");
   sub->add_flag("--chat", o->chat, "apply a chat template even when the model has none (ChatML); the default when it has one");
   sub->add_option("--system", o->system, "system message of the chat");
+  sub->add_option("--chat-template", o->chat_template,
+                  "a Jinja chat template file to use instead of the model's own");
   add_sampling_options(*sub, o->sampling);
   return [o, sub] {
     seed_unless_given(*sub, o->sampling);

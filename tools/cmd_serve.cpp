@@ -27,6 +27,7 @@ namespace {
 
 struct ServeOptions {
   ModelOptions model;
+  std::string chat_template;  // --chat-template FILE
   int slots = 4;
   int queue = 32;
   int step_tokens = 512;
@@ -82,11 +83,18 @@ int serve(const ServeOptions& o) {
   s->name =
       o.alias.empty() ? std::filesystem::path(o.model.model_path()).filename().string() : o.alias;
   const Tokenizer& tok = *s->model.tokenizer;
-  try {
-    s->chat = parse_chat_template(tok.chat_template());
-  } catch (const Error& e) {
-    std::fprintf(stderr, "lowrank serve: %s; chat requests use ChatML\n", e.what());
+  if (!o.chat_template.empty()) {
+    s->chat = ChatTemplate::of(tok, o.chat_template);
+  } else {
+    try {
+      s->chat = ChatTemplate::of(tok);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "lowrank serve: %s; chat requests use ChatML\n", e.what());
+    }
   }
+  if (tok.chat_template().empty() && o.chat_template.empty())
+    std::fprintf(stderr,
+                 "lowrank serve: the model has no chat template; chat requests use ChatML\n");
   const BackendOptions bo = o.model.backend_options();
   EngineOptions eo;
   eo.queue = o.queue;
@@ -179,6 +187,8 @@ Runner add_serve_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--alias", o->alias, "model id in the API (default: the file name)");
+  sub->add_option("--chat-template", o->chat_template,
+                  "a Jinja chat template file to use instead of the model's own");
   sub->add_option("--grace", o->grace_s,
                   "seconds running requests may take to finish on SIGINT/SIGTERM")
       ->capture_default_str()

@@ -1,77 +1,89 @@
 #include "runtime/chat.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "core/error.h"
+#include "template/template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lr {
 
-ChatTemplate parse_chat_template(const std::string& jinja) {
-  ChatTemplate t;
-  if (jinja.empty() || jinja.find("<|im_start|>") != std::string::npos) {
-    t.format = ChatFormat::ChatML;
-    // A default system turn written literally in the template, as SmolLM2's is:
-    // '<|im_start|>system\n...<|im_end|>'.
-    const std::string open = "<|im_start|>system\n";
-    size_t a = jinja.find(open);
-    if (a != std::string::npos) {
-      size_t b = jinja.find("<|im_end|>", a + open.size());
-      if (b != std::string::npos) t.default_system = jinja.substr(a + open.size(), b - a - open.size());
-    }
-    return t;
-  }
-  if (jinja.find("<|start_header_id|>") != std::string::npos) {
-    t.format = ChatFormat::Llama3;
-    return t;
-  }
-  if (jinja.find("[INST]") != std::string::npos) {
-    t.format = ChatFormat::Llama2;
-    return t;
-  }
-  fail("unsupported chat template (lowrank recognises ChatML, Llama-3 and Llama-2 [INST] forms)");
+namespace {
+
+// ChatML, the template a model without one gets (llama-server's fallback too).
+const char* const kChatML =
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+// Tokens that end a turn in the template families people download; a
+// template's own are those it writes.
+const char* const kEndOfTurn[] = {
+    "<|im_end|>",           "<|eot_id|>",      "<|eom_id|>", "<|end|>",    "<end_of_turn>",
+    "<|endoftext|>",        "<|end_of_text|>", "</s>",       "<|return|>", "<|END_OF_TURN_TOKEN|>",
+    "<｜end▁of▁sentence｜>"};
+
+std::string special_text(const Tokenizer& tok, int32_t id) {
+  return id >= 0 ? tok.token_piece(id, /*render_special=*/true) : "";
 }
 
-std::string render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& messages,
-                        bool add_generation_prompt) {
-  std::vector<ChatMessage> msgs = messages;
-  if (!t.default_system.empty() && (msgs.empty() || msgs[0].role != "system"))
-    msgs.insert(msgs.begin(), {"system", t.default_system});
-  std::string out;
-  switch (t.format) {
-    case ChatFormat::ChatML:
-      for (const auto& m : msgs) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-      if (add_generation_prompt) out += "<|im_start|>assistant\n";
-      break;
-    case ChatFormat::Llama3:
-      out = "<|begin_of_text|>";
-      for (const auto& m : msgs)
-        out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
-      if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-      break;
-    case ChatFormat::Llama2: {
-      std::string system;
-      for (const auto& m : msgs) {
-        if (m.role == "system") {
-          system = "<<SYS>>\n" + m.content + "\n<</SYS>>\n\n";
-        } else if (m.role == "user") {
-          out += "<s>[INST] " + system + m.content + " [/INST]";
-          system.clear();
-        } else {
-          out += " " + m.content + " </s>";
-        }
-      }
-      break;
-    }
-  }
-  return out;
+}  // namespace
+
+ChatTemplate::ChatTemplate() : ChatTemplate(kChatML, "", "") {
+  fallback_ = true;
 }
 
-std::vector<std::string> chat_end_tokens(const ChatTemplate& t) {
-  switch (t.format) {
-    case ChatFormat::ChatML: return {"<|im_end|>", "<|endoftext|>"};
-    case ChatFormat::Llama3: return {"<|eot_id|>", "<|end_of_text|>"};
-    case ChatFormat::Llama2: return {"</s>"};
+ChatTemplate::ChatTemplate(const std::string& source, std::string bos_token, std::string eos_token)
+    : t_(std::make_shared<const jinja::Template>(source)),
+      bos_(std::move(bos_token)),
+      eos_(std::move(eos_token)) {
+  for (const char* e : kEndOfTurn)
+    if (source.find(e) != std::string::npos) end_tokens_.push_back(e);
+}
+
+ChatTemplate ChatTemplate::of(const Tokenizer& tok, const std::string& path) {
+  std::string source = tok.chat_template();
+  if (!path.empty()) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail("--chat-template {}: cannot open the file", path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    source = ss.str();
+    if (source.empty()) fail("--chat-template {}: the file is empty", path);
   }
-  return {};
+  if (source.empty()) {
+    ChatTemplate t;
+    t.bos_ = special_text(tok, tok.bos_id());
+    t.eos_ = special_text(tok, tok.eos_id());
+    return t;
+  }
+  try {
+    return ChatTemplate(source, special_text(tok, tok.bos_id()), special_text(tok, tok.eos_id()));
+  } catch (const Error& e) {
+    fail("{}: {}", path.empty() ? std::string("the model's chat template") : path, e.what());
+  }
+}
+
+std::string ChatTemplate::apply(const nlohmann::ordered_json& messages,
+                                const nlohmann::ordered_json& tools,
+                                bool add_generation_prompt) const {
+  // The variables transformers' apply_chat_template sets: tools and
+  // documents are always defined (None when not given), so a template's
+  // `tools is defined` sees what it sees there.
+  nlohmann::ordered_json ctx = {
+      {"messages", messages}, {"tools", tools},
+      {"documents", nullptr}, {"add_generation_prompt", add_generation_prompt},
+      {"bos_token", bos_},    {"eos_token", eos_}};
+  return t_->render(ctx);
+}
+
+std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
+                                 bool add_generation_prompt) const {
+  nlohmann::ordered_json m = nlohmann::ordered_json::array();
+  for (const ChatMessage& c : messages) m.push_back({{"role", c.role}, {"content", c.content}});
+  return apply(m, nullptr, add_generation_prompt);
 }
 
 namespace {
@@ -87,12 +99,12 @@ std::set<int32_t> end_of_sequence(const Tokenizer& tok) {
 PromptTokens chat_prompt(const Tokenizer& tok, const ChatTemplate& t,
                          const std::vector<ChatMessage>& messages) {
   PromptTokens p{{}, end_of_sequence(tok)};
-  const std::string text = render_chat(t, messages, true);
-  for (const std::string& name : chat_end_tokens(t))
+  const std::string text = t.render(messages, true);
+  for (const std::string& name : t.end_tokens())
     if (auto id = tok.find(name)) p.stop.insert(*id);
   // A template that writes BOS itself must not get a second one.
   bool add_bos = tok.add_bos();
-  const std::string bos = tok.bos_id() >= 0 ? tok.token_piece(tok.bos_id()) : "";
+  const std::string bos = special_text(tok, tok.bos_id());
   if (!bos.empty() && text.rfind(bos, 0) == 0) add_bos = false;
   p.ids = tok.encode(text, add_bos, /*parse_special=*/true);
   return p;

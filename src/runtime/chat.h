@@ -1,39 +1,60 @@
-// Chat templates. lowrank recognises the template families by their markup
-// (reading `tokenizer.chat_template`) rather than running Jinja: ChatML
-// (<|im_start|>role ... <|im_end|>, SmolLM2, Qwen), Llama-3 headers, and
-// Llama-2 [INST].
+// Chat templates: the model's own `tokenizer.chat_template` (or a file given
+// with --chat-template), a Jinja program rendered as HF transformers renders
+// it (template/template.h); ChatML for a model that has none, as
+// llama-server falls back to it.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
 
 namespace lr {
 
+namespace jinja {
+class Template;
+}
+class Tokenizer;
+
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant"
   std::string content;
 };
 
-enum class ChatFormat { ChatML, Llama3, Llama2 };
+class ChatTemplate {
+ public:
+  // ChatML (the fallback), with no bos or eos token.
+  ChatTemplate();
+  // The Jinja `source`; bos_token and eos_token are the texts the template
+  // sees under those names. Throws lr::Error naming the line and the
+  // construct the engine lacks.
+  ChatTemplate(const std::string& source, std::string bos_token, std::string eos_token);
+  // The file `path`, when given; else the tokenizer's template; else ChatML
+  // (fallback() tells). Throws lr::Error for an unreadable file or a
+  // template the engine cannot run.
+  static ChatTemplate of(const Tokenizer& tok, const std::string& path = "");
 
-struct ChatTemplate {
-  ChatFormat format = ChatFormat::ChatML;
-  std::string default_system;  // injected when the conversation has no system message
+  // The prompt for `messages` (OpenAI's form: [{"role", "content", ...}])
+  // and `tools` (an array of OpenAI tool definitions, or null: none), as the
+  // template writes it. Throws lr::Error for what the template raises.
+  std::string apply(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                    bool add_generation_prompt) const;
+  std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+
+  // True for ChatML given because the model has no template of its own.
+  bool fallback() const { return fallback_; }
+  // The texts of the tokens that end a turn here: those of the known
+  // end-of-turn tokens that the template writes.
+  const std::vector<std::string>& end_tokens() const { return end_tokens_; }
+
+ private:
+  std::shared_ptr<const jinja::Template> t_;
+  std::string bos_, eos_;
+  bool fallback_ = false;
+  std::vector<std::string> end_tokens_;
 };
-
-// Recognises `jinja` (may be empty: ChatML without default system prompt).
-// Throws lr::Error for a template of an unknown family.
-ChatTemplate parse_chat_template(const std::string& jinja);
-
-std::string render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& messages,
-                        bool add_generation_prompt);
-
-// Names of the tokens that end a turn in this format (looked up in the vocab).
-std::vector<std::string> chat_end_tokens(const ChatTemplate& t);
-
-class Tokenizer;
 
 // A prompt as token ids, and the tokens that end the model's answer to it.
 struct PromptTokens {

@@ -38,6 +38,30 @@ struct Pieces final : TokenText {
   std::string text(int32_t id) const override { return tok.token_piece(id); }
 };
 
+// POST /apply-template (llama-server's): the prompt the model's template
+// makes of {"messages", "tools"?, "add_generation_prompt"? (default true)};
+// the body's key order is kept, as the template's tojson shows it.
+std::string applied_template(const ChatTemplate& t, const std::string& body) {
+  parse_json_body(body);  // a malformed body: the 400 every route gives
+  const auto j = nlohmann::ordered_json::parse(body);
+  if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty())
+    throw ApiError(400, "'messages' must be a non-empty array", "messages");
+  for (size_t i = 0; i < j["messages"].size(); ++i) {
+    const auto& m = j["messages"][i];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+      throw ApiError(400, fmt::format("'messages[{}]' must be an object with a string 'role'", i),
+                     fmt::format("messages[{}]", i));
+  }
+  const nlohmann::ordered_json tools = j.value("tools", nlohmann::ordered_json());
+  if (!tools.is_null() && !tools.is_array())
+    throw ApiError(400, "'tools' must be an array", "tools");
+  const auto agp = j.value("add_generation_prompt", nlohmann::ordered_json(true));
+  if (!agp.is_boolean())
+    throw ApiError(400, "'add_generation_prompt' must be true or false", "add_generation_prompt");
+  return t.apply(j["messages"], tools, agp.get<bool>());
+}
+
 // The routes and the methods each answers; any other method gets 405.
 const std::vector<std::pair<std::string, std::string>> kRoutes = {{"/v1/chat/completions", "POST"},
                                                                   {"/v1/completions", "POST"},
@@ -45,6 +69,7 @@ const std::vector<std::pair<std::string, std::string>> kRoutes = {{"/v1/chat/com
                                                                   {"/health", "GET"},
                                                                   {"/tokenize", "POST"},
                                                                   {"/detokenize", "POST"},
+                                                                  {"/apply-template", "POST"},
                                                                   {"/metrics", "GET"}};
 
 }  // namespace
@@ -157,6 +182,10 @@ void HttpServer::Impl::routes() {
           ids.push_back(int32_t(t.get<int64_t>()));
         }
         res.set_content(dump_json({{"content", tok.decode(ids)}}), kJson);
+      }));
+  svr.Post(
+      "/apply-template", guarded([this](const httplib::Request& req, httplib::Response& res) {
+        res.set_content(dump_json({{"prompt", applied_template(get()->chat, req.body)}}), kJson);
       }));
   svr.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& res) {
             res.set_content(prometheus_text(get()->engine->metrics()), "text/plain; version=0.0.4");

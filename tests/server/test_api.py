@@ -308,6 +308,27 @@ def test_routes_methods_and_sizes(server):
     assert raw(server, "GET", "/health")[0] == 200
 
 
+def test_apply_template_renders_the_models_own_template(server):
+    """POST /apply-template (llama-server's): the prompt SmolLM2's Jinja template
+    makes, as Python's jinja2 renders it under transformers' settings (the
+    literals below were rendered so), its default system turn included."""
+    hi = [{"role": "user", "content": "Hi"}]
+    status, _, out = raw(server, "POST", "/apply-template", {"messages": hi})
+    assert status == 200, out
+    assert out["prompt"] == ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
+                             "Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    turns = [{"role": "system", "content": "Be brief."}, *hi, {"role": "assistant", "content": "Hello!"}]
+    status, _, out = raw(server, "POST", "/apply-template", {"messages": turns, "add_generation_prompt": False})
+    assert status == 200 and out["prompt"] == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi"
+                                               "<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"), out
+    for body, param in [({}, "messages"), ({"messages": []}, "messages"), ({"messages": [{"content": "x"}]},
+                        "messages[0]"), ({"messages": hi, "tools": {}}, "tools"),
+                        ({"messages": hi, "add_generation_prompt": "yes"}, "add_generation_prompt")]:
+        status, _, err = raw(server, "POST", "/apply-template", body)
+        assert status == 400 and err["error"]["param"] == param, (body, err)
+    assert raw(server, "GET", "/apply-template")[0] == 405
+
+
 def test_auth_and_body_limit():
     s = Server("--api-key", "k1,k2", "--max-body", "4")
     try:
