@@ -253,10 +253,16 @@ Config config_from_hf_json(const std::string& path) {
     return j[k].get<int64_t>();
   };
   std::string model_type = j.value("model_type", "");
-  if (model_type != "llama" && model_type != "mistral" && model_type != "qwen2")
-    fail("{}: unsupported model_type '{}' (lowrank runs LLaMA-family models: llama, mistral, qwen2)", path,
+  if (model_type != "llama" && model_type != "mistral" && model_type != "qwen2" &&
+      model_type != "qwen3")
+    fail("{}: unsupported model_type '{}' (lowrank imports llama, mistral, qwen2 and qwen3)", path,
          model_type);
   Config c;
+  if (model_type == "qwen3") {  // its q/k norms; saved as a qwen3 GGUF (NEOX rows, save.cpp)
+    c.arch = "qwen3";
+    c.rope_neox = find_arch("qwen3")->rope_neox;
+    c.qk_norm = find_arch("qwen3")->qk_norm;
+  }
   c.name = j.value("_name_or_path", "");
   c.n_layers = positive_int(path, "num_hidden_layers", get_int("num_hidden_layers"));
   c.dim = positive_int(path, "hidden_size", get_int("hidden_size"));

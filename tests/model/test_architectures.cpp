@@ -18,6 +18,8 @@
 #include "backend/ref/ref.h"
 #include "compress/compress_model.h"
 #include "format/gguf.h"
+#include "format/safetensors.h"
+#include "model/load.h"
 #include "model_test_util.h"
 #include "runtime/model.h"
 #include "runtime/session.h"
@@ -305,6 +307,49 @@ TEST(Architectures, TheGoldensSeeEachFeature) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, Arch,
                          ::testing::Values("llama", "qwen3", "gemma3", "smollm3", "granite"),
                          [](const auto& info) { return info.param; });
+
+// Qwen3 as a HuggingFace directory (config.json, safetensors with HF names;
+// Qwen's q/k rows and norms in the same order as its GGUF): the fixture's
+// weights renamed load to a qwen3 model that gives llama.cpp's logits.
+TEST(Architectures, Qwen3FromAHuggingFaceDirectory) {
+  test::TempDir t;
+  const std::string dir = t.file("qwen3-hf");
+  std::filesystem::create_directories(dir);
+  const Model g = load_model(kDir + "qwen3.gguf", DType::F32);
+  const Config& c = g.weights->cfg;
+  auto f = gguf::File::open(kDir + "qwen3.gguf");
+  std::vector<SafetensorsTensor> ts;
+  for_each_tensor(c, [&](const WeightSpec& spec, int l) {
+    const auto fmt_name = [&](const char* p) {
+      return spec.per_layer ? fmt::format(fmt::runtime(p), l) : std::string(p);
+    };
+    const gguf::TensorInfo* ti = f->find_tensor(fmt_name(spec.gguf));
+    ASSERT_NE(ti, nullptr) << fmt_name(spec.gguf);
+    ASSERT_EQ(ti->dtype, DType::F32);
+    std::vector<int64_t> shape(ti->shape.rbegin(), ti->shape.rend());  // [out, in]
+    ts.push_back({fmt_name(spec.hf), DType::F32, shape,
+                  std::vector<uint8_t>(ti->data, ti->data + ti->nbytes)});
+  });
+  write_safetensors(dir + "/model.safetensors", ts);
+  std::ofstream(dir + "/config.json") << nlohmann::json{
+      {"model_type", "qwen3"},
+      {"num_hidden_layers", c.n_layers},
+      {"hidden_size", c.dim},
+      {"intermediate_size", c.ffn_dim},
+      {"num_attention_heads", c.n_heads},
+      {"num_key_value_heads", c.n_kv_heads},
+      {"head_dim", c.head_dim},
+      {"vocab_size", c.vocab},
+      {"rms_norm_eps", c.rms_eps},
+      {"rope_theta", c.rope_theta}}.dump();
+  const Config hc = config_from_hf_json(dir + "/config.json");
+  EXPECT_EQ(hc.arch, "qwen3");
+  EXPECT_TRUE(hc.qk_norm);
+  auto w = load_weights(hc, *SafetensorsSource::open_dir(dir), Naming::HuggingFace, DType::F32);
+  auto b = make_cpu_backend(w, test::backend_options(128, 2));
+  const Golden gold = golden("qwen3");
+  expect_llamacpp(prompt_logits(*b, gold.tokens, false), c.vocab, gold, kTol, "qwen3 from HF");
+}
 
 TEST(Architectures, AnUnsupportedOneIsNamedWithTheSupportedList) {
   test::TempDir t;
