@@ -1,7 +1,9 @@
 // lowrank inspect: a model file's metadata, config and tensor table.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
+#include "backend/cpu/exec/session.h"
 #include "common.h"
 #include "core/error.h"
 #include "format/gguf.h"
@@ -102,15 +104,15 @@ int run(const InspectOptions& o) {
         double(estimate_bytes(shapes, DType::F16)) / (1 << 20), double(estimate_bytes(shapes, DType::Q8_0)) / (1 << 20),
         double(estimate_bytes(shapes, DType::F32)) / (1 << 20));
     // The fast CPU path's f32 cache of one sequence at the trained context
-    // (prompt chunks of up to 512 tokens).
-    const kv::DenseLayout kv = kv::DenseLayout::of(c, std::max(c.ctx_train, 1), 512);
+    // (its prompt chunks: cpu::kPrefillRows tokens).
+    const kv::DenseLayout kv = kv::DenseLayout::of(c, std::max(c.ctx_train, 1), cpu::kPrefillRows);
     std::printf("KV cache (f32, one sequence) at ctx_train %d: %.1f MiB", c.ctx_train,
                 double(kv.bytes()) / (1 << 20));
     if (kv.bytes() < kv.full_bytes())
       std::printf(
-          " (its sliding-window layers keep rings of 2 x (%d + 511) positions; a cache of the "
-          "whole context in every layer: %.1f MiB)",
-          c.swa_window, double(kv.full_bytes()) / (1 << 20));
+          " (its sliding-window layers keep rings of 2 x %d positions; a cache of the whole "
+          "context in every layer: %.1f MiB)",
+          *std::max_element(kv.ring.begin(), kv.ring.end()), double(kv.full_bytes()) / (1 << 20));
     std::printf("\n");
     if (calib > 0)
       std::printf("key calibration (calibrate-kv, for --svdq-basis calibrated): %s%s, %.2f MiB\n",

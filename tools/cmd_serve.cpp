@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
@@ -112,8 +113,8 @@ int serve(const ServeOptions& o) {
   if (path == ExecPath::Fast && kv.bytes() < kv.full_bytes())
     std::fprintf(stderr,
                  "lowrank serve: KV cache %.1f MiB a slot: the sliding-window layers keep rings "
-                 "of 2 x (%d + %d) positions (%.1f MiB a slot with the whole context)\n",
-                 double(kv.bytes()) / (1 << 20), kv.window, o.step_tokens - 1,
+                 "of 2 x %d positions (%.1f MiB a slot with the whole context)\n",
+                 double(kv.bytes()) / (1 << 20), *std::max_element(kv.ring.begin(), kv.ring.end()),
                  double(kv.full_bytes()) / (1 << 20));
 
   int sig = 0;
