@@ -65,6 +65,19 @@ ARCHS = {
     "granite": dict(dim=64, ffn=128, layers=2, heads=4, kv_heads=2, head_dim=32, theta=10000.0,
                     granite=dict(embedding_scale=6.0, residual_scale=0.3, attention_scale=0.1,
                                  logit_scale=4.0)),
+    # OLMo 2: no norms before attention and the FFN, norms after them (as
+    # Gemma 3's), and q/k norms over the whole of q and of k (NEOX RoPE).
+    "olmo2": dict(dim=128, ffn=128, layers=2, heads=4, kv_heads=2, head_dim=32, theta=10000.0,
+                  qk_norm_full=True, post_norms=True, no_pre_norms=True),
+    # Phi-3 / Phi-4-mini: q, k, v fused in attn_qkv and gate, up in ffn_up;
+    # partial RoPE (24 of 32 dims turn, NEOX); LongRoPE short and long
+    # factors with its attention factor over an original context of 32 (the
+    # golden's context of 256 exceeds it: llama.cpp takes the long ones); a
+    # sliding window in the file, which llama.cpp 0.3.36 ignores for Phi-3.
+    "phi3": dict(dim=128, ffn=128, layers=2, heads=4, kv_heads=2, head_dim=32, theta=10000.0,
+                 fused=True, rope_dims=24, phi_window=16,
+                 name="random model",  # "phi3" in the name makes llama.cpp look for <|endoftext|>
+                 longrope=dict(original=32, attn_factor=1.19)),
 }
 
 
@@ -87,7 +100,7 @@ def llama3_factors(spec):
 
 def write_model(arch, spec, path, rng):
     w = gguf.GGUFWriter(path, arch)
-    w.add_name(f"random {arch}")
+    w.add_name(spec.get("name", f"random {arch}"))
     w.add_block_count(spec["layers"])
     w.add_context_length(256)
     w.add_embedding_length(spec["dim"])
@@ -107,6 +120,13 @@ def write_model(arch, spec, path, rng):
         w.add_sliding_window(spec["window"])
         w.add_sliding_window_pattern(spec["pattern"])
         w.add_rope_freq_base_swa(spec["theta_swa"])
+    if spec.get("rope_dims"):
+        w.add_rope_dimension_count(spec["rope_dims"])
+    if spec.get("phi_window"):
+        w.add_sliding_window(spec["phi_window"])
+    if spec.get("longrope"):
+        w.add_rope_scaling_orig_ctx_len(spec["longrope"]["original"])
+        w.add_rope_scaling_attn_factors(spec["longrope"]["attn_factor"])
     w.add_layer_norm_rms_eps(1e-6)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     byte_vocab(w)
@@ -130,23 +150,38 @@ def write_model(arch, spec, path, rng):
     w.add_tensor("output_norm.weight", norm(dim))
     if spec.get("llama3_rope"):
         w.add_tensor("rope_freqs.weight", llama3_factors(spec))
+    if spec.get("longrope"):
+        half = spec["rope_dims"] // 2
+        w.add_tensor("rope_factors_short.weight", (1.0 + rng.random(half)).astype(np.float32))
+        w.add_tensor("rope_factors_long.weight", (1.0 + 7.0 * rng.random(half)).astype(np.float32))
     if not spec.get("tied"):
         w.add_tensor("output.weight", mat(VOCAB, dim, 2.0 / np.sqrt(dim)))
     for l in range(spec["layers"]):
         b = f"blk.{l}."
-        w.add_tensor(b + "attn_norm.weight", norm(dim))
-        w.add_tensor(b + "attn_q.weight", mat(q, dim, 1.0 / np.sqrt(dim)))
-        w.add_tensor(b + "attn_k.weight", mat(kv, dim, 1.0 / np.sqrt(dim)))
-        w.add_tensor(b + "attn_v.weight", mat(kv, dim, 1.0 / np.sqrt(dim)))
+        if not spec.get("no_pre_norms"):
+            w.add_tensor(b + "attn_norm.weight", norm(dim))
+        if spec.get("fused"):
+            w.add_tensor(b + "attn_qkv.weight", mat(q + 2 * kv, dim, 1.0 / np.sqrt(dim)))
+        else:
+            w.add_tensor(b + "attn_q.weight", mat(q, dim, 1.0 / np.sqrt(dim)))
+            w.add_tensor(b + "attn_k.weight", mat(kv, dim, 1.0 / np.sqrt(dim)))
+            w.add_tensor(b + "attn_v.weight", mat(kv, dim, 1.0 / np.sqrt(dim)))
         if spec.get("qk_norm"):
             w.add_tensor(b + "attn_q_norm.weight", norm(hd))
             w.add_tensor(b + "attn_k_norm.weight", norm(hd))
+        if spec.get("qk_norm_full"):
+            w.add_tensor(b + "attn_q_norm.weight", norm(q))
+            w.add_tensor(b + "attn_k_norm.weight", norm(kv))
         w.add_tensor(b + "attn_output.weight", mat(dim, q, 1.0 / np.sqrt(q)))
         if spec.get("post_norms"):
             w.add_tensor(b + "post_attention_norm.weight", norm(dim))
-        w.add_tensor(b + "ffn_norm.weight", norm(dim))
-        w.add_tensor(b + "ffn_gate.weight", mat(ffn, dim, 1.0 / np.sqrt(dim)))
-        w.add_tensor(b + "ffn_up.weight", mat(ffn, dim, 1.0 / np.sqrt(dim)))
+        if not spec.get("no_pre_norms"):
+            w.add_tensor(b + "ffn_norm.weight", norm(dim))
+        if spec.get("fused"):  # gate rows first, then up (llama.cpp's SwiGLU halves)
+            w.add_tensor(b + "ffn_up.weight", mat(2 * ffn, dim, 1.0 / np.sqrt(dim)))
+        else:
+            w.add_tensor(b + "ffn_gate.weight", mat(ffn, dim, 1.0 / np.sqrt(dim)))
+            w.add_tensor(b + "ffn_up.weight", mat(ffn, dim, 1.0 / np.sqrt(dim)))
         w.add_tensor(b + "ffn_down.weight", mat(dim, ffn, 1.0 / np.sqrt(ffn)))
         if spec.get("post_norms"):
             w.add_tensor(b + "post_ffw_norm.weight", norm(dim))

@@ -24,6 +24,7 @@ struct Arch {
   bool gemma = false;     // Gemma 3's block (Config's Gemma fields)
   int no_rope_every = 0;  // layers l with (l + 1) % no_rope_every == 0 have no RoPE (SmolLM3: 4)
   bool granite = false;   // Granite's multipliers (Config's Granite fields)
+  bool olmo2 = false;     // no pre-norms, norms after attention and the FFN, full-width q/k norms
 };
 // clang-format off
 constexpr Arch kArchs[] = {
@@ -35,6 +36,8 @@ constexpr Arch kArchs[] = {
     {"gemma3", true, true, true},
     {"smollm3", false, false, false, 4},
     {"granite", false, false, false, 0, true},
+    {"phi3", true, false},
+    {"olmo2", true, true, false, 0, false, true},
 };
 // clang-format on
 
@@ -70,10 +73,18 @@ void Config::validate(const std::string& source) const {
   need(rms_eps > 0 && rms_eps < 1, fmt::format("rms epsilon {} out of range", rms_eps));
   need(rope_theta > 0, fmt::format("rope freq_base {} must be positive", rope_theta));
   need(rope_linear_factor > 0, "rope scaling factor must be positive");
-  need(rope_freq_factors.empty() || rope_freq_factors.size() == size_t(head_dim / 2),
-       fmt::format("{} RoPE frequency factors for head_dim {}", rope_freq_factors.size(), head_dim));
-  for (float f : rope_freq_factors)
-    need(std::isfinite(f) && f > 0, fmt::format("RoPE frequency factor {} must be positive", f));
+  need(rope_dims >= 0 && rope_dims <= head_dim && rope_dims % 2 == 0,
+       fmt::format("rotary dims {} must be even and within head_dim {}", rope_dims, head_dim));
+  for (const std::vector<float>* fs : {&rope_freq_factors, &rope_factors_long}) {
+    need(fs->empty() || fs->size() == size_t(rotary_dims() / 2),
+         fmt::format("{} RoPE frequency factors for {} rotary dims", fs->size(), rotary_dims()));
+    for (float f : *fs)
+      need(std::isfinite(f) && f > 0, fmt::format("RoPE frequency factor {} must be positive", f));
+  }
+  need(rope_factors_long.empty() || !rope_freq_factors.empty(),
+       "LongRoPE's long factors without its short ones");
+  need(std::isfinite(rope_mscale) && rope_mscale > 0,
+       fmt::format("RoPE attention factor {} must be positive", rope_mscale));
   need(swa_layers.empty() || (swa_layers.size() == size_t(n_layers) && swa_window > 0),
        fmt::format("{} sliding-window layer flags for {} layers, window {}", swa_layers.size(),
                    n_layers, swa_window));
@@ -82,6 +93,46 @@ void Config::validate(const std::string& source) const {
 }
 
 namespace {
+
+// A RoPE factor tensor: F32 [rotary_dims / 2], or absent.
+std::vector<float> rope_factor_tensor(const gguf::File& f, const Config& c, const char* name,
+                                      const char* what) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (!t) return {};
+  const uint64_t n = uint64_t(c.rotary_dims() / 2);
+  if (t->dtype != DType::F32 || t->shape.size() != 1 || t->shape[0] != n)
+    fail("{}: tensor '{}' ({}) is {} of shape {}, expected F32 of shape [{}] (rotary dims / 2)",
+         f.path(), name, what, dtype_name(t->dtype), fmt::join(t->shape, " x "), n);
+  std::vector<float> v(n);
+  std::memcpy(v.data(), t->data, n * 4);
+  return v;
+}
+
+// RoPE beyond its base: partial rotary dimensions, Llama 3's frequency
+// factors (rope_freqs), LongRoPE's short and long factors (Phi-3) with the
+// context they switch at, the magnitude factor.
+void read_rope_factors(const gguf::File& f, const std::string& arch, Config& c) {
+  auto key = [&](const char* k) { return arch + "." + k; };
+  const int64_t dims = f.get_int(key("rope.dimension_count"), c.head_dim);
+  if (dims <= 0 || dims > c.head_dim || dims % 2)
+    fail("{}: rope.dimension_count {} must be even and within head_dim {}", f.path(), dims,
+         c.head_dim);
+  c.rope_dims = int(dims);
+  c.rope_freq_factors = rope_factor_tensor(f, c, "rope_freqs.weight", "RoPE frequency factors");
+  std::vector<float> lo = rope_factor_tensor(f, c, "rope_factors_short.weight", "LongRoPE");
+  std::vector<float> hi = rope_factor_tensor(f, c, "rope_factors_long.weight", "LongRoPE");
+  if (lo.empty() != hi.empty())
+    fail("{}: LongRoPE needs both 'rope_factors_short.weight' and 'rope_factors_long.weight'",
+         f.path());
+  if (!lo.empty() && !c.rope_freq_factors.empty())
+    fail("{}: both 'rope_freqs.weight' and LongRoPE factors are present", f.path());
+  if (!lo.empty()) {
+    c.rope_freq_factors = std::move(lo);
+    c.rope_factors_long = std::move(hi);
+  }
+  c.rope_orig_ctx = int(f.get_int(key("rope.scaling.original_context_length"), c.ctx_train));
+  c.rope_mscale = float(f.get_float(key("rope.scaling.attn_factor"), 1.0));
+}
 
 // Gemma 3 (llama.cpp's reading of its keys): the embedding scaled by
 // sqrt(dim); layer l windowed unless l % pattern == pattern - 1 (pattern 6
@@ -168,19 +219,8 @@ Config config_from_gguf(const gguf::File& f) {
     fail("{}: embedding_length {} is not a multiple of head_count {}", src, c.dim, c.n_heads);
   c.head_dim = positive_int(src, "attention.key_length",
                             f.get_int(key("attention.key_length"), c.dim / c.n_heads));
-  int64_t rope_dims = f.get_int(key("rope.dimension_count"), c.head_dim);
-  if (rope_dims != c.head_dim)
-    fail("{}: partial RoPE (rope.dimension_count {} != head_dim {}) is not supported", src,
-         rope_dims, c.head_dim);
-  if (const gguf::TensorInfo* t = f.find_tensor("rope_freqs.weight")) {
-    if (t->dtype != DType::F32 || t->shape.size() != 1 || t->shape[0] != uint64_t(c.head_dim / 2))
-      fail("{}: tensor 'rope_freqs.weight' (RoPE frequency factors) is {} of shape {}, expected "
-           "F32 of shape [{}] (head_dim / 2)",
-           src, dtype_name(t->dtype), fmt::join(t->shape, " x "), c.head_dim / 2);
-    c.rope_freq_factors.resize(size_t(c.head_dim / 2));
-    std::memcpy(c.rope_freq_factors.data(), t->data, c.rope_freq_factors.size() * 4);
-  }
   c.ctx_train = positive_int(src, "context_length", f.get_int(key("context_length"), 2048));
+  read_rope_factors(f, arch, c);
   c.rms_eps = float(f.get_float(key("attention.layer_norm_rms_epsilon"), 1e-5));
   c.rope_theta = float(f.get_float(key("rope.freq_base"), 10000.0));
   std::string scaling = f.get_string(key("rope.scaling.type"), "none");
@@ -195,6 +235,12 @@ Config config_from_gguf(const gguf::File& f) {
   c.vocab = positive_int(src, "vocab_size", f.get_int(key("vocab_size"), c.vocab));
   if (traits->gemma) read_gemma3(f, arch, c);
   if (traits->granite) read_granite(f, arch, c);
+  if (traits->olmo2) {
+    c.qk_norm_full = c.post_norms = true;
+    c.pre_norms = false;
+    if (f.get_int(key("attention.sliding_window"), 0) > 0)  // OLMo 3's windowed layers
+      fail("{}: {} with sliding-window layers (OLMo 3) is not supported", src, arch);
+  }
   for (int l = 0; traits->no_rope_every > 0 && l < c.n_layers; ++l)
     c.no_rope_layers.push_back((l + 1) % traits->no_rope_every == 0);
   c.validate(src);

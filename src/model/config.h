@@ -34,6 +34,17 @@ struct Config {
   // ([head_dim / 2]; the GGUF tensor rope_freqs.weight, or computed from a
   // config.json's rope_scaling "llama3"). Empty: none.
   std::vector<float> rope_freq_factors;
+  // Partial RoPE (Phi-4-mini): only the first rope_dims of each head turn,
+  // the rest pass through (0: all of head_dim).
+  int rope_dims = 0;
+  // LongRoPE (Phi-3): rope_freq_factors are the short factors; a session
+  // whose context exceeds rope_orig_ctx uses these instead (as llama.cpp
+  // chooses them, by the context size). Empty: none.
+  std::vector<float> rope_factors_long;
+  int rope_orig_ctx = 0;
+  // The turned pairs are scaled by this too (rope.scaling.attn_factor:
+  // LongRoPE's magnitude correction), the passing ones not.
+  float rope_mscale = 1.f;
   bool tied_output = false;    // output head shares the token embedding
   // The file's q/k rows keep each head's two RoPE halves apart (NEOX RoPE,
   // as Qwen2 GGUFs store them); the loader permutes them into the runtime's
@@ -42,6 +53,11 @@ struct Config {
   // Each head of q and of k is RMS-normalized (a weight [head_dim] per layer)
   // before RoPE (Qwen3).
   bool qk_norm = false;
+  // OLMo 2: the q/k norms span the whole of q and of k (weights [q_dim],
+  // [kv_dim]) rather than each head; and the blocks have no norms before
+  // attention and the FFN (their inputs are x itself).
+  bool qk_norm_full = false;
+  bool pre_norms = true;
   // Gemma 3: the embedding scaled (by sqrt(dim)), the attention and FFN
   // outputs RMS-normalized before their residual adds, GeGLU, and
   // sliding-window layers with a RoPE base of their own.
@@ -67,6 +83,7 @@ struct Config {
   }
   float attention_scale() const;
 
+  int rotary_dims() const { return rope_dims > 0 ? rope_dims : head_dim; }
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
 

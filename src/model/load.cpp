@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/fused_tensors.h"
 #include "model/key_calibration.h"
 #include "model/pack.h"
 
@@ -19,11 +20,11 @@ std::string tensor_name(const WeightSpec& spec, Naming naming, int layer) {
   return fmt::format(fmt::runtime(pattern), layer);
 }
 
-void fill_matrix(Matrix& m, const TensorView& t, bool permute_rope, int head_dim) {
+void fill_matrix(Matrix& m, const TensorView& t, bool permute_rope, int head_dim, int rot_dims) {
   std::vector<float> row(size_t(m.cols));
   uint64_t row_bytes_src = t.nbytes / uint64_t(m.rows);
   for (int64_t r = 0; r < m.rows; ++r) {
-    int64_t src_row = permute_rope ? hf_row_for_gguf_row(r, head_dim) : r;
+    int64_t src_row = permute_rope ? hf_row_for_gguf_row(r, head_dim, rot_dims) : r;
     const uint8_t* src = t.data + uint64_t(src_row) * row_bytes_src;
     if (m.dtype == t.dtype && is_block_format(m.dtype)) {  // blocks copied as they are
       std::memcpy(m.data.get() + uint64_t(r) * m.row_bytes(), src, row_bytes_src);
@@ -67,20 +68,22 @@ TensorView require_matrix(const TensorSource& src, const std::string& name, int6
 // HuggingFace stores q/k rows per head as [two halves][head_dim/2] (rotate_half
 // RoPE); GGUF interleaves them as [head_dim/2][two]. Row i*2+j of a GGUF head is
 // row j*hd/2+i of the HF head.
-int64_t hf_row_for_gguf_row(int64_t r, int head_dim) {
+int64_t hf_row_for_gguf_row(int64_t r, int head_dim, int rot_dims) {
+  const int rot = rot_dims > 0 ? rot_dims : head_dim;
   int64_t head = r / head_dim, within = r % head_dim;
+  if (within >= rot) return r;  // past the rotary dims: as it is
   int64_t i = within / 2, j = within % 2;
-  return head * head_dim + j * (head_dim / 2) + i;
+  return head * head_dim + j * (rot / 2) + i;
 }
 
-Matrix read_matrix(const TensorView& t, std::optional<DType> wtype, bool permute_rope,
-                   int head_dim) {
+Matrix read_matrix(const TensorView& t, std::optional<DType> wtype, bool permute_rope, int head_dim,
+                   int rot_dims) {
   const DType type = wtype.value_or(t.dtype);  // as stored: Q8_0 in the runtime's layout
   const int64_t rows = int64_t(t.shape[1]), cols = int64_t(t.shape[0]);
   if (is_block_format(type) && type == t.dtype && !permute_rope && t.owner)
     return Matrix::view(type, rows, cols, t.owner, t.data);  // in place: no copy
   Matrix m = Matrix::allocate(type, rows, cols);
-  fill_matrix(m, t, permute_rope, head_dim);
+  fill_matrix(m, t, permute_rope, head_dim, rot_dims);
   // The copy is what runs: the file's pages of it need not stay resident too
   // (a Q8_0 output head, say, would otherwise count twice).
   if (t.mapping) t.mapping->release(t.data, t.nbytes);
@@ -139,8 +142,9 @@ std::shared_ptr<const Pivots> read_pivots(const TensorSource& src, const WeightS
 
 }  // namespace
 
-std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& src, Naming naming,
+std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& file, Naming naming,
                                       std::optional<DType> wtype) {
+  const SplitFused src(file, cfg_in);  // fused q/k/v and gate/up seen as their parts
   if (wtype && *wtype != DType::F32 && *wtype != DType::F16 && *wtype != DType::BF16 &&
       *wtype != DType::Q8_0)
     fail("unsupported runtime weight type {} (use F32, F16, BF16 or Q8_0)", dtype_name(*wtype));
@@ -193,7 +197,7 @@ std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& 
           (naming == Naming::HuggingFace || cfg.rope_neox)) {
         std::vector<float> v(m.f32(), m.f32() + cols);
         for (int64_t r = 0; r < cols; ++r)
-          m.f32_mut()[r] = v[size_t(hf_row_for_gguf_row(r, cfg.head_dim))];
+          m.f32_mut()[r] = v[size_t(hf_row_for_gguf_row(r, cfg.head_dim, cfg.rotary_dims()))];
       }
       return;
     }
@@ -215,14 +219,14 @@ std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& 
       if (permute) {  // the same row order as the weights
         std::vector<float> v(lin.b.f32(), lin.b.f32() + rows);
         for (int64_t r = 0; r < rows; ++r)
-          lin.b.f32_mut()[r] = v[size_t(hf_row_for_gguf_row(r, cfg.head_dim))];
+          lin.b.f32_mut()[r] = v[size_t(hf_row_for_gguf_row(r, cfg.head_dim, cfg.rotary_dims()))];
       }
     }
     bool has_dense = src.find(name).has_value();
     bool has_lowrank = naming == Naming::Gguf && src.find(lowrank_out_name(spec, layer));
     if (has_dense) {
       lin.w = read_matrix(require_matrix(src, name, rows, cols, "[out, in]"), wtype, permute,
-                          cfg.head_dim);
+                          cfg.head_dim, cfg.rotary_dims());
       if (!has_lowrank) return;  // with factors too: the residual form W + U V
     }
     if (!has_lowrank) fail("{}: missing tensor '{}'", src.path(), name);

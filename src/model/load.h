@@ -24,13 +24,15 @@ std::shared_ptr<Weights> load_weights(const Config& cfg, const TensorSource& src
                                       std::optional<DType> wtype);
 
 // HuggingFace stores q/k rows per head as [two halves][head_dim/2] (rotate-half
-// RoPE); GGUF interleaves them. The HF row that GGUF row r comes from.
-int64_t hf_row_for_gguf_row(int64_t r, int head_dim);
+// RoPE); GGUF interleaves them. The HF row that GGUF row r comes from. With
+// partial RoPE only the first rot_dims of a head are so arranged (0: all).
+int64_t hf_row_for_gguf_row(int64_t r, int head_dim, int rot_dims = 0);
 
 // A 2-D tensor (GGML shape {cols, rows}) as a matrix of type `wtype`; with
 // permute_rope, rows are reordered from HuggingFace's rotate-half q/k layout
 // into GGUF's interleaved one.
-Matrix read_matrix(const TensorView& t, std::optional<DType> wtype, bool permute_rope, int head_dim);
+Matrix read_matrix(const TensorView& t, std::optional<DType> wtype, bool permute_rope, int head_dim,
+                   int rot_dims = 0);
 // "blk.0.attn_q.weight" -> "blk.0.attn_q.bias".
 std::string bias_name(const std::string& weight_name);
 

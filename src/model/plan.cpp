@@ -108,26 +108,35 @@ class Planner {
   // x += o(attend(rope(q(h)), rope(k(h)), v(h))),  h = rms_norm(x)
   void attention(int l) {
     const Layer& L = w_.layers[size_t(l)];
-    rms_norm(l, "attn_norm", L.attn_norm, Site::AttnIn);
+    rms_norm(l, "attn_norm", c_.pre_norms ? &L.attn_norm : nullptr, Site::AttnIn);
     const bool cpu = o_.target == Target::Cpu, cache = cpu && !o_.streamed_keys;
-    // q, k = rms_norm of each head (Qwen3), before RoPE
+    // q, k = rms_norm of each head (Qwen3), or of the whole of q and of k (OLMo 2), before RoPE
     const Matrix* qn = c_.qk_norm ? &L.q_norm : nullptr;
     const Matrix* kn = c_.qk_norm ? &L.k_norm : nullptr;
     // A windowed layer (Gemma 3) attends to its last positions, with RoPE of its own base.
     // (A layer without RoPE, SmolLM3: its products rope nothing; elsewhere set 2 turns by 0.)
     const uint8_t rope_set = c_.rope_set(l);
-    const bool rope = cpu && rope_set != 2;
+    // CPU: the thread that computes a head normalizes, ropes and appends it,
+    // unless the norm spans every head (then steps of their own do, after the product).
+    const bool by_head = cpu && !c_.qk_norm_full;
+    const bool rope = by_head && rope_set != 2;
     project(l, "qkv",
-            {{&L.q, "q", Buf::Q, rope, false, cpu ? qn : nullptr, rope_set},
-             {&L.k, "k", Buf::K, rope, cache, cpu ? kn : nullptr, rope_set},
-             {&L.v, "v", Buf::V, false, cache}},
+            {{&L.q, "q", Buf::Q, rope, false, by_head ? qn : nullptr, rope_set},
+             {&L.k, "k", Buf::K, rope, by_head && cache, by_head ? kn : nullptr, rope_set},
+             {&L.v, "v", Buf::V, false, by_head && cache}},
             Buf::H, &L.qkv_in);
-    if (!cpu && qn) {
+    if (!by_head && qn) {
       head_norm(l, "q_norm", *qn, Buf::Q);
       head_norm(l, "k_norm", *kn, Buf::K);
     }
-    if (!cpu) {
+    if (!by_head && (!cpu || cache)) {
       Step& r = add(Op::RopeAppend, l, "rope_append");
+      r.observe = site_bit(Site::Keys) | site_bit(Site::Queries);
+      r.rope_set = rope_set;
+    } else if (!by_head) {  // a compressed key cache: roped here, appended by the Append step
+      Step& r = add(Op::Rope, l, "rope");
+      r.a = Buf::Q;
+      r.b = Buf::K;
       r.observe = site_bit(Site::Keys) | site_bit(Site::Queries);
       r.rope_set = rope_set;
     }
@@ -153,7 +162,7 @@ class Planner {
   // x += down(act(gate(h)) * up(h)),  h = rms_norm(x)  (act: SiLU, or GELU's tanh form)
   void mlp(int l) {
     const Layer& L = w_.layers[size_t(l)];
-    rms_norm(l, "ffn_norm", L.ffn_norm, Site::MlpIn);
+    rms_norm(l, "ffn_norm", c_.pre_norms ? &L.ffn_norm : nullptr, Site::MlpIn);
     project(l, "gate_up", {{&L.gate, "gate", Buf::G}, {&L.up, "up", Buf::U}}, Buf::H,
             &L.gate_up_in);
     Step& s = add(Op::SiluMul, l, "silu_mul");
@@ -167,7 +176,7 @@ class Planner {
 
   // logits = output(rms_norm(x))
   void output_head() {
-    rms_norm(-1, "output_norm", w_.out_norm, std::nullopt);
+    rms_norm(-1, "output_norm", &w_.out_norm, std::nullopt);
     project(-1, "output", {{&w_.output, "output", Buf::Logits}}, Buf::H);
     if (c_.logit_scale != 1.f)  // logits = head / logit_scale (Granite)
       for (Job& j : plan_.steps.back().jobs) j.scale = 1.f / c_.logit_scale;
@@ -181,9 +190,10 @@ class Planner {
     return s;
   }
 
-  void rms_norm(int l, const char* name, const Matrix& norm, std::optional<Site> site) {
+  // h = rms_norm(x) * norm; no norm (OLMo 2's blocks): h = x
+  void rms_norm(int l, const char* name, const Matrix* norm, std::optional<Site> site) {
     Step& s = add(Op::RmsNorm, l, name);
-    s.norm = &norm;
+    s.norm = norm;
     s.a = Buf::X;
     s.b = Buf::H;
     s.width = c_.dim;
@@ -194,7 +204,7 @@ class Planner {
     Step& s = add(Op::HeadNorm, l, name);
     s.norm = &norm;
     s.a = a;
-    s.width = c_.head_dim;
+    s.width = norm.cols;  // a head, or the whole of q or k (OLMo 2)
   }
 
   // x += residual_scale * y

@@ -73,7 +73,7 @@ inline uint8_t site_bit(Site s) {
 
 enum class Op : uint8_t {
   Embed,       // x = tok_embd[token]
-  RmsNorm,     // b = rms_norm(a) * norm
+  RmsNorm,     // b = rms_norm(a) * norm (no norm: b = a, a block without a pre-norm)
   Linear,      // every job: out (+)= M in
   RopeAppend,  // q, k roped at their positions; k, v appended to the cache
   Attend,      // attention partials of q over the cache, split across chunks of positions
@@ -81,7 +81,8 @@ enum class Op : uint8_t {
   Add,         // x += a (a residual)
   SiluMul,     // g = act(g) * u (act: SiLU, or GELU's tanh form)
   Append,      // k, v -> the cache (static KV; a compressed key cache encodes them)
-  HeadNorm,    // each head of a (q or k) rms-normalized by norm [1, head_dim], in place
+  HeadNorm,    // each group of `width` values of a (q or k: a head, or all of it)
+               // rms-normalized by norm [1, width], in place
   // The research baselines only (plan_transforms.h):
   Rope,          // static / legacy: a (q) and b (k) roped in place
   Scores,        // static: s[h, j] = q_h . k_j / sqrt(head_dim), j <= pos

@@ -48,6 +48,7 @@ Plan fuse(Plan p) {
   p.fused = true;
   const Target target = p.target;
   const Matrix* norm = nullptr;  // an RmsNorm x -> h waiting for the products that read h
+  bool normed = false;           // (without a norm: h = x, the products read x)
   bool merge = false;            // a Merge waiting for the product that reads att
   bool silu_in = false;          // GPU: a SiLU*mul waiting for the product that reads g
   Activation act = Activation::Silu;  // its activation
@@ -58,6 +59,7 @@ Plan fuse(Plan p) {
         if (s.a != Buf::X) break;  // a block output's norm (post_norms) stays a step
         LR_ASSERT(s.b == Buf::H);
         norm = s.norm;
+        normed = true;
         return;
       case Op::Merge:
         merge = true;
@@ -100,7 +102,7 @@ Plan fuse(Plan p) {
       case Op::Linear: {
         bool merged = false, silu = false;
         for (Job& j : s.jobs) {
-          if (norm && j.in == Buf::H) {
+          if (normed && j.in == Buf::H) {
             j.in = Buf::X;
             j.norm = norm;
           }

@@ -1,10 +1,11 @@
 #include "model/save.h"
-#include "model/key_calibration.h"
 
 #include <cstring>
 #include <map>
 
 #include "core/error.h"
+#include "model/fused_tensors.h"
+#include "model/key_calibration.h"
 #include "model/load.h"
 
 namespace lr {
@@ -37,12 +38,12 @@ void add_matrix(gguf::Writer& out, const std::string& name, const Matrix& m, DTy
 // A residual form's quantized W [rows, cols] as stored (its blocks copied),
 // rows back in the file's order when the loader reorders them (`permute`).
 void add_blocks(gguf::Writer& out, const std::string& name, const Matrix& m, bool permute,
-                int head_dim) {
+                int head_dim, int rot_dims) {
   LR_ASSERT(is_block_format(m.dtype));
   const uint64_t rb = m.row_bytes();
   std::vector<uint8_t> bytes(rb * uint64_t(m.rows));
   for (int64_t r = 0; r < m.rows; ++r) {
-    const int64_t to = permute ? hf_row_for_gguf_row(r, head_dim) : r;
+    const int64_t to = permute ? hf_row_for_gguf_row(r, head_dim, rot_dims) : r;
     std::copy_n(m.ptr() + uint64_t(r) * rb, rb, bytes.data() + uint64_t(to) * rb);
   }
   out.add_tensor(name, m.dtype, {uint64_t(m.cols), uint64_t(m.rows)}, bytes.data(), bytes.size());
@@ -87,8 +88,9 @@ Matrix as_stored_factor(const Matrix& f, DType want) {
   return s;
 }
 
-SaveReport save_gguf(const Weights& w, const gguf::File& meta, const TensorSource& src,
+SaveReport save_gguf(const Weights& w, const gguf::File& meta, const TensorSource& file,
                      const std::string& path, const SaveOptions& opt) {
+  const SplitFused src(file, w.cfg);  // a fused q/k/v or gate/up is written as its parts
   check_factor_type(opt.factor_type);
   SaveReport report;
   gguf::Writer out;
@@ -138,7 +140,7 @@ SaveReport save_gguf(const Weights& w, const gguf::File& meta, const TensorSourc
       const std::optional<TensorView> t = src.find(name);
       const bool own_blocks = is_block_format(lin.w.dtype) && (!t || t->data != lin.w.ptr());
       if (own_blocks) {
-        add_blocks(out, name, lin.w, permute, c.head_dim);
+        add_blocks(out, name, lin.w, permute, c.head_dim, c.rotary_dims());
         if (!t || t->dtype != lin.w.dtype) ++report.written_types[lin.w.dtype];
       } else if (t) {
         copy_tensor(out, src, name);
@@ -151,7 +153,7 @@ SaveReport save_gguf(const Weights& w, const gguf::File& meta, const TensorSourc
       if (!is_block_format(lin.w.dtype))
         fail("{}: the residual form stores its W in a block format, not {}", name,
              dtype_name(lin.w.dtype));
-      add_blocks(out, name, lin.w, permute, c.head_dim);
+      add_blocks(out, name, lin.w, permute, c.head_dim, c.rotary_dims());
       ++report.written_types[lin.w.dtype];
     }
     k.ranks[size_t(l)] = int32_t(lin.rank());
@@ -166,7 +168,10 @@ SaveReport save_gguf(const Weights& w, const gguf::File& meta, const TensorSourc
     }
     k.groups[size_t(l)] = it->second;
   });
-  if (!c.rope_freq_factors.empty()) {  // Llama-3.1 RoPE scaling travels as llama.cpp writes it
+  for (const char* t : {"rope_factors_short.weight", "rope_factors_long.weight"})  // LongRoPE
+    if (src.find(t)) copy_tensor(out, src, t);
+  if (!c.rope_freq_factors.empty() && !src.find("rope_factors_short.weight")) {
+    // Llama-3.1 RoPE scaling travels as llama.cpp writes it
     if (src.find("rope_freqs.weight"))
       copy_tensor(out, src, "rope_freqs.weight");
     else

@@ -6,23 +6,35 @@
 
 namespace lr::scalar {
 
-std::vector<double> rope_inv_freq(const Config& c, int set) {
-  std::vector<double> f(size_t(c.head_dim / 2));
-  for (int i = 0; i < c.head_dim / 2 && set == 1; ++i)
-    f[size_t(i)] = std::pow(double(c.rope_theta_swa), -2.0 * i / c.head_dim);
-  for (int i = 0; i < c.head_dim / 2 && set == 0; ++i) {
-    f[size_t(i)] =
-        std::pow(double(c.rope_theta), -2.0 * i / c.head_dim) / double(c.rope_linear_factor);
-    if (!c.rope_freq_factors.empty()) f[size_t(i)] /= double(c.rope_freq_factors[size_t(i)]);
+std::vector<double> rope_inv_freq(const Config& c, int set, int ctx) {
+  std::vector<double> f(size_t(c.head_dim / 2), 0.0);  // pairs past the rotary dims: 0
+  if (set == 2) return f;
+  const int n = c.rotary_dims();
+  const bool long_ctx = !c.rope_factors_long.empty() && ctx > c.rope_orig_ctx;
+  const std::vector<float>& factors = long_ctx ? c.rope_factors_long : c.rope_freq_factors;
+  for (int i = 0; i < n / 2; ++i) {
+    if (set == 1) {
+      f[size_t(i)] = std::pow(double(c.rope_theta_swa), -2.0 * i / n);
+      continue;
+    }
+    f[size_t(i)] = std::pow(double(c.rope_theta), -2.0 * i / n) / double(c.rope_linear_factor);
+    if (!factors.empty()) f[size_t(i)] /= double(factors[size_t(i)]);
   }
   return f;
 }
 
-void rope(float* x, int n_heads, int head_dim, int64_t pos, const std::vector<double>& inv_freq) {
+double rope_mscale(const Config& c, int set) {
+  return set == 0 ? double(c.rope_mscale) : 1.0;
+}
+
+void rope(float* x, int n_heads, int head_dim, int64_t pos, const std::vector<double>& inv_freq,
+          double mscale) {
   for (int h = 0; h < n_heads; ++h) {
     float* v = x + int64_t(h) * head_dim;
     for (int i = 0; i < head_dim / 2; ++i) {
-      const double a = double(pos) * inv_freq[size_t(i)], cs = std::cos(a), sn = std::sin(a);
+      if (inv_freq[size_t(i)] == 0) continue;  // a pair past the rotary dims (or no RoPE)
+      const double a = double(pos) * inv_freq[size_t(i)];
+      const double cs = std::cos(a) * mscale, sn = std::sin(a) * mscale;
       const double x0 = v[2 * i], x1 = v[2 * i + 1];
       v[2 * i] = float(x0 * cs - x1 * sn);
       v[2 * i + 1] = float(x0 * sn + x1 * cs);

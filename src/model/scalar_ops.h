@@ -12,13 +12,19 @@
 namespace lr::scalar {
 
 // RoPE: pair i of a head turns by pos * inv_freq[i] at position pos, with
-// inv_freq[i] = theta^(-2i / head_dim) / linear_factor / freq_factor[i] (the
-// Llama-3.1 factors, when the model has them), i < head_dim / 2. Set 1: the
-// windowed layers' (theta = rope_theta_swa, unscaled); set 2: none, every
-// frequency 0 (Config::rope_set, plan.h Job::rope_set).
-std::vector<double> rope_inv_freq(const Config& c, int set = 0);
-// Rotates the pairs (x[2i], x[2i+1]) of n_heads consecutive heads.
-void rope(float* x, int n_heads, int head_dim, int64_t pos, const std::vector<double>& inv_freq);
+// inv_freq[i] = theta^(-2i / rotary_dims) / linear_factor / freq_factor[i]
+// (Llama 3's factors, or LongRoPE's short ones, or its long ones when the
+// session's context `ctx` exceeds the model's original one) for
+// i < rotary_dims / 2, and 0 for the pairs past them, which do not turn.
+// Set 1: the windowed layers' (theta = rope_theta_swa, unscaled); set 2:
+// none, every frequency 0 (Config::rope_set, plan.h Job::rope_set).
+std::vector<double> rope_inv_freq(const Config& c, int set = 0, int ctx = 0);
+// The magnitude the turned pairs are scaled by (LongRoPE's attention factor; set 0 only).
+double rope_mscale(const Config& c, int set = 0);
+// Rotates the pairs (x[2i], x[2i+1]) of n_heads consecutive heads, those
+// that turn (inv_freq[i] != 0) scaled by mscale.
+void rope(float* x, int n_heads, int head_dim, int64_t pos, const std::vector<double>& inv_freq,
+          double mscale = 1.0);
 
 // y = x / sqrt(mean(x^2) + eps) * w   (y may alias x)
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);

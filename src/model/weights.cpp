@@ -141,8 +141,9 @@ std::pair<int64_t, int64_t> slot_shape(const Config& c, Slot s) {
     case Slot::FfnPostNorm:
       return {1, c.dim};
     case Slot::QNorm:
+      return {1, c.qk_norm_full ? c.q_dim() : c.head_dim};
     case Slot::KNorm:
-      return {1, c.head_dim};
+      return {1, c.qk_norm_full ? c.kv_dim() : c.head_dim};
     case Slot::Q: return {c.q_dim(), c.dim};
     case Slot::K:
     case Slot::V: return {c.kv_dim(), c.dim};

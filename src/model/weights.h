@@ -111,7 +111,8 @@ struct Layer {
   Matrix gate_up_in;  // [rgate+rup, dim] or [2*ffn_dim, dim]
 
   Matrix attn_norm;  // [1, dim] f32
-  Matrix q_norm;     // [1, head_dim] f32, each q head's RMSNorm (cfg.qk_norm), else empty
+  Matrix q_norm;     // [1, head_dim] f32, each q head's RMSNorm (cfg.qk_norm; [1, q_dim] with
+                     // cfg.qk_norm_full: q's), else empty
   Matrix k_norm;     // [1, head_dim] f32, each k head's
   Matrix
       attn_post_norm;  // [1, dim] f32, the attention output's RMSNorm (cfg.post_norms), else empty
@@ -180,7 +181,7 @@ enum class Slot {
 };
 
 // Which models have a tensor: every one, or those whose config asks for it.
-enum class Needs : uint8_t { Always, QkNorm, PostNorms };
+enum class Needs : uint8_t { Always, QkNorm, PostNorms, PreNorms };
 
 struct WeightSpec {
   Slot slot;
@@ -196,7 +197,7 @@ struct WeightSpec {
   // Whether a model of config c has this tensor.
   bool present(const Config& c) const {
     return needs == Needs::Always || (needs == Needs::QkNorm && c.qk_norm) ||
-           (needs == Needs::PostNorms && c.post_norms);
+           (needs == Needs::PostNorms && c.post_norms) || (needs == Needs::PreNorms && c.pre_norms);
   }
 };
 
@@ -205,7 +206,7 @@ inline constexpr WeightSpec kWeightTable[] = {
     {Slot::OutNorm, false, true, "output_norm.weight", "model.norm.weight", "output_norm"},
     {Slot::Output, false, false, "output.weight", "lm_head.weight", "output"},
     {Slot::AttnNorm, true, true, "blk.{}.attn_norm.weight",
-     "model.layers.{}.input_layernorm.weight", "attn_norm"},
+     "model.layers.{}.input_layernorm.weight", "attn_norm", Needs::PreNorms},
     {Slot::QNorm, true, true, "blk.{}.attn_q_norm.weight",
      "model.layers.{}.self_attn.q_norm.weight", "attn_q_norm", Needs::QkNorm},
     {Slot::KNorm, true, true, "blk.{}.attn_k_norm.weight",
@@ -222,7 +223,7 @@ inline constexpr WeightSpec kWeightTable[] = {
     {Slot::AttnPostNorm, true, true, "blk.{}.post_attention_norm.weight",
      "model.layers.{}.post_attention_layernorm.weight", "post_attention_norm", Needs::PostNorms},
     {Slot::FfnNorm, true, true, "blk.{}.ffn_norm.weight",
-     "model.layers.{}.post_attention_layernorm.weight", "ffn_norm"},
+     "model.layers.{}.post_attention_layernorm.weight", "ffn_norm", Needs::PreNorms},
     {Slot::Gate, true, false, "blk.{}.ffn_gate.weight", "model.layers.{}.mlp.gate_proj.weight",
      "ffn_gate"},
     {Slot::Up, true, false, "blk.{}.ffn_up.weight", "model.layers.{}.mlp.up_proj.weight", "ffn_up"},

@@ -211,6 +211,14 @@ TEST_F(Gpu, HeadNormsAsInQwen3) {
   const std::string e =
       test::error_of([&] { make_session(g, ExecPath::Cuda, test::backend_options(64, 2)); });
   EXPECT_NE(e.find("the CUDA backend does not run gemma3 models yet"), std::string::npos) << e;
+  Model olmo = load_model(LOWRANK_SOURCE_DIR "/tests/fixtures/arch/olmo2.gguf", DType::BF16);
+  const std::string eo =
+      test::error_of([&] { make_session(olmo, ExecPath::Cuda, test::backend_options(64, 2)); });
+  EXPECT_NE(eo.find("the CUDA backend does not run olmo2 models yet"), std::string::npos) << eo;
+  Model phi = load_model(LOWRANK_SOURCE_DIR "/tests/fixtures/arch/phi3.gguf", DType::BF16);
+  const std::string ep =
+      test::error_of([&] { make_session(phi, ExecPath::Cuda, test::backend_options(64, 2)); });
+  EXPECT_NE(ep.find("the CUDA backend does not run LongRoPE"), std::string::npos) << ep;
 }
 
 // Pivoted storage (compress --pivoted): each output row of the output factor

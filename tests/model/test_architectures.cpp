@@ -20,6 +20,7 @@
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "model/load.h"
+#include "model/scalar_ops.h"
 #include "model_test_util.h"
 #include "runtime/model.h"
 #include "runtime/session.h"
@@ -183,8 +184,9 @@ TEST_P(Arch, CompressedModelRunsOnTheFastPath) {
     SCOPED_TRACE(name);
     const Model m = load_model(t.file(name), DType::F32);
     ASSERT_TRUE(m.weights->layers[0].q.low_rank());
-    if (m.weights->cfg.qk_norm) {
-      EXPECT_EQ(m.weights->layers[0].q_norm.cols, m.weights->cfg.head_dim);
+    const Config& c = m.weights->cfg;
+    if (c.qk_norm) {  // dense, a head's (OLMo 2: all of q's)
+      EXPECT_EQ(m.weights->layers[0].q_norm.cols, c.qk_norm_full ? c.q_dim() : c.head_dim);
     }
     const BackendOptions bo = test::backend_options(128, 2);
     const std::vector<float> ref =
@@ -304,8 +306,56 @@ TEST(Architectures, TheGoldensSeeEachFeature) {
   }
 }
 
+// Phi-3's golden sees its RoPE: with every dim turning, with the short
+// factors (an original context past the session's), or without the
+// attention factor, it is far from llama.cpp's logits; the fused tensors
+// load as their parts.
+TEST(Architectures, Phi3GoldenSeesPartialRopeAndLongRope) {
+  const Golden g = golden("phi3");
+  const Model m = load_model(kDir + "phi3.gguf", DType::F32);
+  const Config& c = m.weights->cfg;
+  EXPECT_EQ(c.rotary_dims(), 24);
+  EXPECT_EQ(c.rope_orig_ctx, 32);
+  EXPECT_FLOAT_EQ(c.rope_mscale, 1.19f);
+  EXPECT_EQ(c.rope_factors_long.size(), 12u);
+  EXPECT_EQ(m.weights->layers[1].k.w.rows, c.kv_dim());
+  EXPECT_EQ(m.weights->layers[1].gate.w.rows, c.ffn_dim);
+  EXPECT_EQ(m.weights->layers[1].up.w.rows, c.ffn_dim);
+  EXPECT_TRUE(c.swa_layers.empty());  // llama.cpp 0.3.36 ignores Phi-3's window
+  // With a context of at most the original one, the short factors.
+  EXPECT_NE(scalar::rope_inv_freq(c, 0, 32), scalar::rope_inv_freq(c, 0, 33));
+  EXPECT_EQ(scalar::rope_inv_freq(c, 0, 33)[12], 0.0);  // pair 12 of 16 does not turn
+  EXPECT_LT(top1_error(kDir + "phi3.gguf", g), kTol);
+  const std::vector<std::pair<std::string, uint32_t>> edits = {
+      {"phi3.rope.dimension_count", 32}, {"phi3.rope.scaling.original_context_length", 1000}};
+  for (const auto& [edit_key, v] : edits) {
+    SCOPED_TRACE(edit_key);
+    test::TempDir t;
+    const std::string k = edit_key;
+    const uint32_t value = v;
+    const std::string path =
+        rewritten(t, "phi3", [&](const std::string& key, const gguf::Value& val, gguf::Writer& w) {
+          if (key == k) return w.set_u32(key, value);
+          w.set(key, val);
+        });
+    if (k == "phi3.rope.dimension_count") {  // the factors are sized for 24 dims
+      const std::string e = test::error_of([&] { load_model(path, DType::F32); });
+      EXPECT_NE(e.find("rotary dims / 2"), std::string::npos) << e;
+      continue;
+    }
+    EXPECT_GT(top1_error(path, g), 1e-2);
+  }
+  test::TempDir t;
+  const std::string no_factor =
+      rewritten(t, "phi3", [](const std::string& key, const gguf::Value& val, gguf::Writer& w) {
+        if (key != "phi3.rope.scaling.attn_factor") w.set(key, val);
+      });
+  EXPECT_GT(top1_error(no_factor, g), 1e-2);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, Arch,
-                         ::testing::Values("llama", "qwen3", "gemma3", "smollm3", "granite"),
+                         ::testing::Values("llama", "qwen3", "gemma3", "smollm3", "granite", "phi3",
+                                           "olmo2"),
                          [](const auto& info) { return info.param; });
 
 // Qwen3 as a HuggingFace directory (config.json, safetensors with HF names;
@@ -360,7 +410,7 @@ TEST(Architectures, AnUnsupportedOneIsNamedWithTheSupportedList) {
       });
   const std::string e = test::error_of([&] { load_model(mamba, std::nullopt); });
   EXPECT_NE(e.find("unsupported architecture 'mamba' (supported: llama, mistral, smollm, qwen2, "
-                   "qwen3, gemma3, smollm3, granite)"),
+                   "qwen3, gemma3, smollm3, granite, phi3, olmo2)"),
             std::string::npos)
       << e;
 }

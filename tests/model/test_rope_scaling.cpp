@@ -144,7 +144,7 @@ TEST(RopeScaling, MalformedFactorsAreRefusedByName) {
   const std::vector<float> four(4, 2.f), negative = {1, 1, 1, 1, 1, 1, 1, -2};
   EXPECT_NE(test::error_of([&] { load_model(rewrite(t, "short.gguf", &four), std::nullopt); })
                 .find("tensor 'rope_freqs.weight' (RoPE frequency factors) is F32 of shape 4, "
-                      "expected F32 of shape [8] (head_dim / 2)"),
+                      "expected F32 of shape [8] (rotary dims / 2)"),
             std::string::npos);
   EXPECT_NE(test::error_of([&] {
               load_model(rewrite(t, "neg.gguf", &negative), std::nullopt);

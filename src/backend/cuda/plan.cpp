@@ -10,11 +10,16 @@ Plan plan_forward(const Weights& w, const ExecOptions& e) {
   const Config& c = w.cfg;
   if (c.post_norms || c.ffn_act != Activation::Silu || !c.swa_layers.empty() ||
       !c.no_rope_layers.empty() || c.embed_scale != 1.f || c.attn_scale > 0 ||
-      c.residual_scale != 1.f || c.logit_scale != 1.f)
+      c.residual_scale != 1.f || c.logit_scale != 1.f || !c.pre_norms || c.qk_norm_full)
     fail(
         "the CUDA backend does not run {} models yet (the embedding scale, post norms, GeGLU, "
-        "sliding-window layers, layers without RoPE and Granite's multipliers run on the CPU "
-        "only); use --device cpu",
+        "sliding-window layers, layers without RoPE, Granite's multipliers and OLMo 2's blocks "
+        "run on the CPU only); use --device cpu",
+        c.arch);
+  if (!c.rope_factors_long.empty() || c.rope_mscale != 1.f)
+    fail(
+        "the CUDA backend does not run LongRoPE ({} model: its long factors and attention "
+        "factor run on the CPU only); use --device cpu",
         c.arch);
   if (w.cfg.head_dim != 64 && w.cfg.head_dim != 128)
     fail("the CUDA backend runs head_dim 64 or 128 (the model has {})", w.cfg.head_dim);

@@ -76,7 +76,7 @@ class ReferenceBackend final : public Backend {
     if (weights_->wtype != DType::F32 || weights_->as_stored)
       fail("the reference backend needs F32 weights (loaded as {})", weights_->as_stored ? "stored types" : dtype_name(weights_->wtype));
     const Config& c = weights_->cfg;
-    inv_freq_ = scalar::rope_inv_freq(c);
+    inv_freq_ = scalar::rope_inv_freq(c, 0, ctx);
     inv_freq_swa_ = scalar::rope_inv_freq(c, 1);
     size_t per_layer = size_t(ctx) * size_t(c.kv_dim());
     k_cache_.assign(per_layer * size_t(c.n_layers), 0.f);
@@ -118,13 +118,25 @@ class ReferenceBackend final : public Backend {
     return &v_cache_[(size_t(layer) * ctx_ + size_t(pos)) * c.kv_dim()];
   }
 
-  // Each head of a [n, heads * head_dim] rms-normalized by `norm` (q/k norms).
+  // Each head of a [n, heads * head_dim] rms-normalized by `norm` (q/k
+  // norms), or all of it at once (OLMo 2's, whose norm spans every head).
   void head_norms(float* a, int64_t n_heads, const Matrix& norm) const {
     const Config& c = weights_->cfg;
-    for (int64_t h = 0; h < n_heads; ++h) {  // (rms_norm may write over its input)
-      float* x = a + h * c.head_dim;
-      scalar::rms_norm(x, norm.f32(), x, c.head_dim, c.rms_eps);
-    }
+    const int64_t width = c.qk_norm_full ? n_heads * c.head_dim : c.head_dim;
+    for (int64_t i = 0; i < n_heads * c.head_dim;
+         i += width)  // (rms_norm may write over its input)
+      scalar::rms_norm(a + i, norm.f32(), a + i, width, c.rms_eps);
+  }
+
+  // h = rms_norm(x) * norm per token, or x itself for a block without a pre-norm (OLMo 2).
+  void pre_norm(const float* x, const Matrix& norm, float* h, int n) const {
+    const Config& c = weights_->cfg;
+    for (int t = 0; t < n; ++t)
+      if (c.pre_norms)
+        scalar::rms_norm(x + size_t(t) * c.dim, norm.f32(), h + size_t(t) * c.dim, c.dim,
+                         c.rms_eps);
+      else
+        std::copy_n(x + size_t(t) * c.dim, c.dim, h + size_t(t) * c.dim);
   }
 
   // out = rms_norm(out) * norm, in place, per token (post_norms)
@@ -143,8 +155,7 @@ class ReferenceBackend final : public Backend {
     const Layer& L = weights_->layers[size_t(l)];
     std::vector<float> h(size_t(n) * c.dim), q(size_t(n) * c.q_dim()), k(size_t(n) * c.kv_dim()),
         v(size_t(n) * c.kv_dim()), att(size_t(n) * c.q_dim()), out(size_t(n) * c.dim);
-    for (int t = 0; t < n; ++t)
-      scalar::rms_norm(x + size_t(t) * c.dim, L.attn_norm.f32(), &h[size_t(t) * c.dim], c.dim, c.rms_eps);
+    pre_norm(x, L.attn_norm, h.data(), n);
     linear(L.q, h.data(), q.data(), n);
     linear(L.k, h.data(), k.data(), n);
     linear(L.v, h.data(), v.data(), n);
@@ -155,9 +166,10 @@ class ReferenceBackend final : public Backend {
         head_norms(&k[size_t(t) * c.kv_dim()], c.n_kv_heads, L.k_norm);
       }
       const std::vector<double>& inv = c.windowed(l) ? inv_freq_swa_ : inv_freq_;
+      const double ms = c.windowed(l) ? 1.0 : scalar::rope_mscale(c);
       const bool roped = c.no_rope_layers.empty() || !c.no_rope_layers[size_t(l)];  // SmolLM3
-      if (roped) scalar::rope(&q[size_t(t) * c.q_dim()], c.n_heads, c.head_dim, pos, inv);
-      if (roped) scalar::rope(&k[size_t(t) * c.kv_dim()], c.n_kv_heads, c.head_dim, pos, inv);
+      if (roped) scalar::rope(&q[size_t(t) * c.q_dim()], c.n_heads, c.head_dim, pos, inv, ms);
+      if (roped) scalar::rope(&k[size_t(t) * c.kv_dim()], c.n_kv_heads, c.head_dim, pos, inv, ms);
       std::copy_n(&k[size_t(t) * c.kv_dim()], c.kv_dim(), k_at(l, pos));
       std::copy_n(&v[size_t(t) * c.kv_dim()], c.kv_dim(), v_at(l, pos));
     }
@@ -185,8 +197,7 @@ class ReferenceBackend final : public Backend {
     const Layer& L = weights_->layers[size_t(l)];
     std::vector<float> h(size_t(n) * c.dim), g(size_t(n) * c.ffn_dim), u(size_t(n) * c.ffn_dim),
         out(size_t(n) * c.dim);
-    for (int t = 0; t < n; ++t)
-      scalar::rms_norm(x + size_t(t) * c.dim, L.ffn_norm.f32(), &h[size_t(t) * c.dim], c.dim, c.rms_eps);
+    pre_norm(x, L.ffn_norm, h.data(), n);
     linear(L.gate, h.data(), g.data(), n);
     linear(L.up, h.data(), u.data(), n);
     scalar::gated(c.ffn_act, g.data(), u.data(), int64_t(g.size()));

@@ -25,7 +25,7 @@ class ScalarPlan final : public Backend {
       : Backend(w, opt.ctx),
         decode_(derive(*w, {target}, opt.exec)),
         prefill_(derive(*w, {target}, prefill_options(opt.exec))),
-        inv_freq_{scalar::rope_inv_freq(w->cfg, 0), scalar::rope_inv_freq(w->cfg, 1),
+        inv_freq_{scalar::rope_inv_freq(w->cfg, 0, opt.ctx), scalar::rope_inv_freq(w->cfg, 1),
                   scalar::rope_inv_freq(w->cfg, 2)} {
     const Config& c = w->cfg;
     const size_t L = size_t(c.n_layers), T = size_t(ctx_), kv = size_t(c.kv_dim());
@@ -73,7 +73,7 @@ class ScalarPlan final : public Backend {
     scalar::rms_norm(head, norm.f32(), head, norm.cols, cfg().rms_eps);  // may alias
   }
   void rope(float* x, int heads, int pos, uint8_t set) const {
-    scalar::rope(x, heads, cfg().head_dim, pos, inv_freq_[set]);
+    scalar::rope(x, heads, cfg().head_dim, pos, inv_freq_[set], scalar::rope_mscale(cfg(), set));
   }
 
   void run(const Step& s, const int32_t* tokens, int n) {
@@ -87,7 +87,10 @@ class ScalarPlan final : public Backend {
           for (int64_t i = 0; i < c.dim; ++i) row(Buf::X, t)[i] *= s.scale;
           break;
         case Op::RmsNorm:
-          scalar::rms_norm(row(s.a, t), s.norm->f32(), row(s.b, t), s.width, c.rms_eps);
+          if (s.norm)
+            scalar::rms_norm(row(s.a, t), s.norm->f32(), row(s.b, t), s.width, c.rms_eps);
+          else  // no pre-norm (OLMo 2): h = x
+            std::copy_n(row(s.a, t), s.width, row(s.b, t));
           break;
         case Op::Linear:
           for (const Job& j : s.jobs) product(s, j, t, pos);

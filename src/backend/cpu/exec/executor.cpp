@@ -255,7 +255,10 @@ Executor::Fn Executor::rms_norm(const Step& s) {
   return [this, &s](int tid, int nth) {
     const Span sp = split(count(s), tid, nth);
     for (int64_t t = first(s) + sp.begin; t < first(s) + sp.end; ++t)
-      cpu::rms_norm(row(s.a, int(t)), s.norm->f32(), row(s.b, int(t)), s.width, s_.c.rms_eps);
+      if (s.norm)
+        cpu::rms_norm(row(s.a, int(t)), s.norm->f32(), row(s.b, int(t)), s.width, s_.c.rms_eps);
+      else  // no pre-norm (OLMo 2): h = x
+        std::copy_n(row(s.a, int(t)), s.width, row(s.b, int(t)));
   };
 }
 

@@ -7,14 +7,17 @@
 namespace lr::cpu {
 
 RopeTable::RopeTable(const Config& c, int ctx, int set) : half(c.head_dim / 2) {
-  const std::vector<double> inv = scalar::rope_inv_freq(c, set);
+  const std::vector<double> inv = scalar::rope_inv_freq(c, set, ctx);
+  const double mscale = scalar::rope_mscale(c, set);
   cos.resize(size_t(ctx) * size_t(half));
   sin.resize(size_t(ctx) * size_t(half));
   for (int p = 0; p < ctx; ++p)
     for (int i = 0; i < half; ++i) {
       const double a = double(p) * inv[size_t(i)];
-      cos[size_t(p) * half + i] = float(std::cos(a));
-      sin[size_t(p) * half + i] = float(std::sin(a));
+      const double m =
+          inv[size_t(i)] == 0 ? 1.0 : mscale;  // pairs that do not turn stay as they are
+      cos[size_t(p) * half + i] = float(std::cos(a) * m);
+      sin[size_t(p) * half + i] = float(std::sin(a) * m);
     }
 }
 

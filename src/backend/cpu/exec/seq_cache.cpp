@@ -186,7 +186,7 @@ class StreamSeq final : public SeqCache {
         for (int h = 0; h < c.n_kv_heads; ++h)
           bases.push_back(calibrated_basis(w, l, h, opt.keys.svdq));
     return kv::StreamCache(opt.keys, c.n_layers, c.n_kv_heads, c.head_dim, opt.ctx,
-                           scalar::rope_inv_freq(c), bases);
+                           scalar::rope_inv_freq(c, 0, opt.ctx), bases);
   }
   int hd_;
   bool batched_;
