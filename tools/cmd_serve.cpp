@@ -36,6 +36,7 @@ struct ServeOptions {
   int grace_s = 10;
   int max_body_kib = 8192;
   std::string alias;
+  std::string pooling = "mean";  // /v1/embeddings
   std::string api_keys;  // KEY[,KEY]
   std::string host = "127.0.0.1";
   int port = 8080;
@@ -103,6 +104,9 @@ int serve(const ServeOptions& o) {
   eo.decode_chunk = o.decode_chunk;
   eo.shutdown_grace = std::chrono::seconds(o.grace_s);
   s->engine = std::make_unique<Engine>(make_slots(s->model, path, bo, o.slots, o.step_tokens), tok, eo);
+  s->pooling = parse_pooling(o.pooling);
+  s->embed_ctx = bo.ctx;
+  s->embed_threads = std::max(1, bo.cpu.n_threads);
   http.ready(s);
   const std::string where = describe(path, bo);
   std::fprintf(
@@ -188,6 +192,10 @@ Runner add_serve_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--alias", o->alias, "model id in the API (default: the file name)");
+  sub->add_option("--pooling", o->pooling,
+                  "/v1/embeddings: the hidden states after the output norm pooled by their mean "
+                  "or the last token's, at unit length")
+      ->check(CLI::IsMember({"mean", "last"}));
   sub->add_option("--chat-template", o->chat_template,
                   "a Jinja chat template file to use instead of the model's own");
   sub->add_option("--grace", o->grace_s,

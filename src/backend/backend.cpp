@@ -47,6 +47,14 @@ BatchBackend::BatchBackend(std::shared_ptr<const Weights> w, int slots, int ctx,
   n_past_.assign(size_t(slots), 0);
 }
 
+bool BatchBackend::copy_prefix(int from, int to, int n) {
+  LR_ASSERT(from >= 0 && from < slots() && to >= 0 && to < slots() && from != to);
+  LR_ASSERT(n >= 0 && n <= n_past_[size_t(from)] && can_rewind(from, n) == n);
+  if (!do_copy_prefix(from, to, n)) return false;
+  n_past_[size_t(to)] = n;
+  return true;
+}
+
 void BatchBackend::rewind(int slot, int n) {
   if (slot < 0 || slot >= slots()) fail("slot {} does not exist (the batch has {})", slot, slots());
   if (n < 0 || n > n_past_[size_t(slot)])

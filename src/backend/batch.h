@@ -78,6 +78,11 @@ class BatchBackend {
     LR_ASSERT(slot >= 0 && slot < slots() && n >= 0 && n <= n_past_[size_t(slot)]);
     return can_rewind(slot, n);
   }
+  // Slot `to` takes the first n positions of slot `from`'s cache (n <=
+  // n_past(from), rewindable there), as if it had evaluated them: a prompt
+  // evaluated once for several answers (n > 1). False where the batch's
+  // cache kind cannot copy (then `to` is unchanged).
+  bool copy_prefix(int from, int to, int n);
   const Weights& weights() const { return *weights_; }
 
  protected:
@@ -86,6 +91,7 @@ class BatchBackend {
   // Called by rewind() before the slot's count changes.
   virtual void on_rewind(int /*slot*/, int /*n*/) {}
   virtual int can_rewind(int /*slot*/, int n) const { return n; }
+  virtual bool do_copy_prefix(int /*from*/, int /*to*/, int /*n*/) { return false; }
 
   std::shared_ptr<const Weights> weights_;
   int ctx_, max_step_tokens_;

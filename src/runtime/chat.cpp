@@ -37,6 +37,7 @@ ChatTemplate::ChatTemplate() : ChatTemplate(kChatML, "", "") {
 
 ChatTemplate::ChatTemplate(const std::string& source, std::string bos_token, std::string eos_token)
     : t_(std::make_shared<const jinja::Template>(source)),
+      source_(source),
       bos_(std::move(bos_token)),
       eos_(std::move(eos_token)) {
   for (const char* e : kEndOfTurn)
@@ -98,8 +99,16 @@ std::set<int32_t> end_of_sequence(const Tokenizer& tok) {
 
 PromptTokens chat_prompt(const Tokenizer& tok, const ChatTemplate& t,
                          const std::vector<ChatMessage>& messages) {
+  nlohmann::ordered_json m = nlohmann::ordered_json::array();
+  for (const ChatMessage& c : messages) m.push_back({{"role", c.role}, {"content", c.content}});
+  return chat_prompt(tok, t, m, nullptr);
+}
+
+PromptTokens chat_prompt(const Tokenizer& tok, const ChatTemplate& t,
+                         const nlohmann::ordered_json& messages,
+                         const nlohmann::ordered_json& tools) {
   PromptTokens p{{}, end_of_sequence(tok)};
-  const std::string text = t.render(messages, true);
+  const std::string text = t.apply(messages, tools, true);
   for (const std::string& name : t.end_tokens())
     if (auto id = tok.find(name)) p.stop.insert(*id);
   // A template that writes BOS itself must not get a second one.

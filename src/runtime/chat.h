@@ -48,9 +48,12 @@ class ChatTemplate {
   // The texts of the tokens that end a turn here: those of the known
   // end-of-turn tokens that the template writes.
   const std::vector<std::string>& end_tokens() const { return end_tokens_; }
+  // The Jinja source (what tells a model's tool-call syntax).
+  const std::string& source() const { return source_; }
 
  private:
   std::shared_ptr<const jinja::Template> t_;
+  std::string source_;
   std::string bos_, eos_;
   bool fallback_ = false;
   std::vector<std::string> end_tokens_;
@@ -66,6 +69,10 @@ struct PromptTokens {
 // it, special tokens parsed; stop: end of sequence and the turn's end tokens.
 PromptTokens chat_prompt(const Tokenizer& tok, const ChatTemplate& t,
                          const std::vector<ChatMessage>& messages);
+// The same for messages in OpenAI's form and tool definitions (null: none).
+PromptTokens chat_prompt(const Tokenizer& tok, const ChatTemplate& t,
+                         const nlohmann::ordered_json& messages,
+                         const nlohmann::ordered_json& tools);
 // Plain text continued as it is (BOS as the tokenizer wants; special tokens as text).
 PromptTokens text_prompt(const Tokenizer& tok, const std::string& text);
 

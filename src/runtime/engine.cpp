@@ -61,6 +61,12 @@ Engine::~Engine() {
 }
 
 std::shared_ptr<Request> Engine::submit(std::vector<int32_t> prompt, const GenParams& p) {
+  return submit(std::move(prompt), p, 1).front();
+}
+
+std::vector<std::shared_ptr<Request>> Engine::submit(std::vector<int32_t> prompt,
+                                                     const GenParams& p, int n) {
+  if (n < 1) fail("n must be at least 1 (got {})", n);
   if (prompt.empty()) fail("the prompt is empty");
   if (int64_t(prompt.size()) >= ctx())
     fail(
@@ -72,20 +78,41 @@ std::shared_ptr<Request> Engine::submit(std::vector<int32_t> prompt, const GenPa
       fail("token id {} is out of range for a vocabulary of {}", id, tok_.n_vocab());
   if (p.max_tokens < 1) fail("max_tokens must be at least 1 (got {})", p.max_tokens);
   Sampler check(p.sampling);  // throws on bad sampling parameters, here rather than in the loop
-  auto r = std::make_shared<Request>();
-  r->prompt_ = std::move(prompt);
-  r->params_ = p;
-  r->arrived_ = Clock::now();
+  std::vector<std::shared_ptr<Request>> rs;
+  for (int i = 0; i < n; ++i) {
+    auto r = std::make_shared<Request>();
+    r->prompt_ = prompt;
+    r->params_ = p;
+    r->params_.sampling.seed = p.sampling.seed + uint64_t(i);
+    if (i > 0) r->leader_ = rs.front();
+    r->arrived_ = Clock::now();
+    rs.push_back(std::move(r));
+  }
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (stopping_ || int(queue_.size()) >= opt_.queue) {
+    if (stopping_ || int(queue_.size()) + n > opt_.queue) {
       metrics_.add_rejected();
       throw Busy(stopping_ ? "the server is shutting down" : "the request queue is full");
     }
-    queue_.push_back(r);
+    queue_.insert(queue_.end(), rs.begin(), rs.end());
   }
   cv_.notify_all();
-  return r;
+  return rs;
+}
+
+int Engine::leader_slot(const Request& r) const {
+  const std::shared_ptr<Request> lead = r.leader_.lock();
+  if (!lead) return -1;
+  for (size_t s = 0; s < slots_.size(); ++s)
+    if (slots_[s].req == lead) return slots_[s].prefilling() ? -2 : int(s);
+  return std::find(queue_.begin(), queue_.end(), lead) != queue_.end() ? -2 : -1;
+}
+
+size_t Engine::copy_from_leader(const Request& r, int to, size_t keep) {
+  const int from = leader_slot(r);
+  const int n = int(r.prompt_.size()) - 1;  // the last prompt token runs, for its logits
+  if (from < 0 || size_t(n) <= keep || batch_->rewindable(from, n) != n) return 0;
+  return batch_->copy_prefix(from, to, n) ? size_t(n) : 0;
 }
 
 void Engine::shutdown() {
@@ -149,6 +176,8 @@ void Engine::admit() {
         gone->post("", nullptr, Finish::Cancelled, {int(gone->prompt_.size()), 0, 0});
       }
       if (queue_.empty()) break;
+      // An answer of n > 1 waits until its leader's prompt is cached.
+      if (leader_slot(*queue_.front()) == -2) break;
       // The free slot whose cache shares the longest prefix; else the least recently used.
       int best = -1;
       size_t best_common = 0;
@@ -172,15 +201,20 @@ void Engine::admit() {
       Slot& sl = slots_[size_t(best)];
       // At least the prompt's last token runs, for its logits.
       // (a sliding-window ring may hold too little to keep it: then nothing is kept)
-      const size_t keep =
+      size_t keep =
           size_t(batch_->rewindable(best, int(std::min(best_common, r->prompt_.size() - 1))));
       batch_->rewind(best, int(keep));
       sl.cached.resize(keep);
+      if (size_t copied = copy_from_leader(*r, best, keep)) {  // n > 1: the leader's prompt
+        keep = copied;
+        sl.cached.assign(r->prompt_.begin(), r->prompt_.begin() + long(keep));
+      }
       sl.req = r;
       sl.fed = keep;
       sl.reused = int(keep);
       sl.next = -1;
-      sl.seq.emplace(tok_, r->prompt_, r->params_);
+      if (r->params_.grammar && !mask_) mask_ = token_mask(tok_);
+      sl.seq.emplace(tok_, r->prompt_, r->params_, mask_.get());
       r->admitted_ = Clock::now();
       metrics_.add_prompt(int(r->prompt_.size()), int(keep));
     }
@@ -210,9 +244,10 @@ void Engine::run_step() {
   }
   update_gauges();
   if (chunks.empty()) return;
+  const auto t0 = Clock::now();
   batch_->step(chunks, logits_.data());
   ++steps_;
-  metrics_.add_step(batch_->last_step().tokens);
+  metrics_.add_step(batch_->last_step().tokens, seconds(Clock::now() - t0));
   for (const auto& c : chunks) {
     Slot& sl = slots_[size_t(c.slot)];
     sl.cached.insert(sl.cached.end(), c.tokens, c.tokens + c.n);
@@ -239,6 +274,7 @@ void Engine::advance(int s, const float* logits) {
   // The next step would feed the token: it needs a position in the cache.
   const bool room = int(sl.cached.size()) < ctx();
   Sequence::Step o = sl.seq->next(logits, batch_->weights().cfg.vocab, room);
+  if (o.mask_s > 0) metrics_.add_mask(1, o.mask_s);
   const auto now = Clock::now();
   const bool first = sl.seq->generated().size() == 1;
   metrics_.add_token(seconds(now - (first ? r.arrived_ : r.last_token_)), first);

@@ -79,6 +79,9 @@ class Request {
   // The engine's side.
   std::vector<int32_t> prompt_;
   GenParams params_;
+  // n > 1: the first of the request's answers; this one waits until the
+  // leader's prompt is cached, then takes a copy of it (Engine::submit).
+  std::weak_ptr<Request> leader_;
   std::chrono::steady_clock::time_point arrived_, admitted_, first_token_, last_token_;
 };
 
@@ -106,6 +109,12 @@ class Engine {
     using std::runtime_error::runtime_error;
   };
   std::shared_ptr<Request> submit(std::vector<int32_t> prompt, const GenParams& p);
+  // n answers to one prompt (OpenAI's n): answer i samples with seed + i.
+  // The prompt is evaluated once: the others copy the first one's cache
+  // into their slots when the batch can (the CPU batch's dense cache), else
+  // each evaluates what its slot does not hold.
+  std::vector<std::shared_ptr<Request>> submit(std::vector<int32_t> prompt, const GenParams& p,
+                                               int n);
 
   // Stops accepting, lets running and queued requests finish within the
   // grace period, cancels the rest and joins the engine thread.
@@ -137,6 +146,11 @@ class Engine {
 
   void loop();
   void admit();
+  // Slot of r's leader once its prompt is cached; -1: none (it ended, or n = 1);
+  // -2: the leader is still queued or prefilling (r waits). Under mu_.
+  int leader_slot(const Request& r) const;
+  // Prompt positions slot `to` copies from its leader's slot (0: none). Under mu_.
+  size_t copy_from_leader(const Request& r, int to, size_t keep);
   void run_step();
   // After slot s's logits: sample, stop or go on.
   void advance(int s, const float* logits);
@@ -152,6 +166,7 @@ class Engine {
   std::vector<Slot> slots_;
   std::vector<float> logits_;
   uint64_t steps_ = 0;
+  std::unique_ptr<grammar::TokenMask> mask_;  // the vocabulary's, built for the first grammar
 
   mutable std::mutex mu_;  // queue_, stopping_
   std::condition_variable cv_;

@@ -36,9 +36,10 @@ void Metrics::set_gauges(int running, int waiting, int slots, double kv_usage) {
   s_.kv_usage = kv_usage;
 }
 
-void Metrics::add_step(int tokens) {
+void Metrics::add_step(int tokens, double seconds) {
   std::lock_guard<std::mutex> l(mu_);
   ++s_.steps;
+  s_.step_seconds += seconds;
   s_.step_tokens += uint64_t(tokens);
   s_.step_sizes.observe(double(tokens));
 }
@@ -47,6 +48,12 @@ void Metrics::add_prompt(int tokens, int cached) {
   std::lock_guard<std::mutex> l(mu_);
   s_.prompt_tokens += uint64_t(tokens);
   s_.cached_prompt_tokens += uint64_t(cached);
+}
+
+void Metrics::add_mask(uint64_t masks, double seconds) {
+  std::lock_guard<std::mutex> l(mu_);
+  s_.masks += masks;
+  s_.mask_seconds += seconds;
 }
 
 void Metrics::add_token(double since_last_s, bool first) {

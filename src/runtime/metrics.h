@@ -28,6 +28,9 @@ class Metrics {
     double kv_usage = 0;  // cached tokens of busy slots / (slots * ctx)
     uint64_t prompt_tokens = 0, generated_tokens = 0, cached_prompt_tokens = 0;
     uint64_t steps = 0, step_tokens = 0;
+    double step_seconds = 0;                   // in the batch's forward steps
+    uint64_t masks = 0;                        // grammar masks computed (one per constrained token)
+    double mask_seconds = 0;                   // computing them
     std::map<std::string, uint64_t> finished;  // by finish reason
     uint64_t rejected = 0;                     // refused: queue full or stopping
     Histogram ttft, itl, e2e;
@@ -36,7 +39,8 @@ class Metrics {
   Metrics();
 
   void set_gauges(int running, int waiting, int slots, double kv_usage);
-  void add_step(int tokens);
+  void add_step(int tokens, double seconds = 0);
+  void add_mask(uint64_t masks, double seconds);
   void add_prompt(int tokens, int cached);
   void add_token(double since_last_s, bool first);  // the first: time to first token
   void add_finished(const std::string& reason, double e2e_s);

@@ -1,6 +1,9 @@
 #include "runtime/sequence.h"
 
 #include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
 
 namespace lr {
 
@@ -20,14 +23,54 @@ size_t held_back(const std::string& text, const std::vector<std::string>& stop) 
 
 }  // namespace
 
-Sequence::Sequence(const Tokenizer& tok, const std::vector<int32_t>& prompt, const GenParams& p)
-    : p_(p), sampler_(p.sampling), decoder_(tok), history_(prompt), n_prompt_(prompt.size()) {
+std::unique_ptr<grammar::TokenMask> token_mask(const Tokenizer& tok) {
+  std::vector<std::string> bytes(size_t(tok.n_vocab()));
+  for (int32_t id = 0; id < tok.n_vocab(); ++id) bytes[size_t(id)] = tok.token_piece(id);
+  return std::make_unique<grammar::TokenMask>(std::move(bytes), std::vector<int32_t>{});
+}
+
+Sequence::Sequence(const Tokenizer& tok, const std::vector<int32_t>& prompt, const GenParams& p,
+                   const grammar::TokenMask* mask)
+    : p_(p),
+      sampler_(p.sampling),
+      decoder_(tok),
+      history_(prompt),
+      n_prompt_(prompt.size()),
+      tok_(tok),
+      mask_(mask) {
   p_.stop.erase(std::remove(p_.stop.begin(), p_.stop.end(), std::string()), p_.stop.end());
+  if (p.grammar) {
+    LR_ASSERT(mask && int64_t(mask->vocab_size()) == tok.n_vocab());
+    matcher_.emplace(p.grammar);
+  }
+}
+
+bool Sequence::mask(int vocab) {
+  mask_->fill(*matcher_, allowed_);
+  const bool end = matcher_->can_end();
+  for (int32_t id : p_.stop_tokens)
+    if (id >= 0 && id < vocab) allowed_[size_t(id)] = end;
+  return std::any_of(allowed_.begin(), allowed_.end(), [](uint8_t a) { return a != 0; });
 }
 
 Sequence::Step Sequence::next(const float* logits, int vocab, bool room) {
   Step out;
-  out.id = sampler_.sample(logits, vocab, history_, n_prompt_);
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool masked = matcher_ && mask(vocab);
+  if (matcher_)
+    out.mask_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (matcher_ && !masked) {  // the sentence is complete (and no stop token may end it)
+    text_ += decoder_.flush();
+    out.text = release(true);
+    out.finish = Finish::Stop;
+    return out;
+  }
+  out.id =
+      sampler_.sample(logits, vocab, history_, n_prompt_, matcher_ ? allowed_.data() : nullptr);
+  if (matcher_ && !p_.stop_tokens.count(out.id)) {
+    const bool ok = matcher_->accept_bytes(tok_.token_piece(out.id));
+    LR_ASSERT(ok);  // the mask allowed it
+  }
   history_.push_back(out.id);
   generated_.push_back(out.id);
   if (p_.top_logprobs >= 0) {

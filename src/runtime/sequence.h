@@ -7,11 +7,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+#include "grammar/token_mask.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -40,7 +44,16 @@ struct GenParams {
   std::set<int32_t> stop_tokens;  // tokens that end the answer (end of turn, end of sequence)
   int top_logprobs =
       -1;  // -1: no log-probabilities; 0..20: each token's, with this many alternatives
+  // The answer is a sentence of this grammar (a JSON schema's, a tool
+  // call's, a raw GBNF): each step masks the tokens that cannot continue it,
+  // after the logits (so a batch stays invariant); a stop token only where
+  // the sentence may end. Null: free text.
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
+
+// The tokens' bytes as a grammar sees them (control tokens: none), in a trie: built once per
+// vocabulary.
+std::unique_ptr<grammar::TokenMask> token_mask(const Tokenizer& tok);
 
 struct TokenOut {
   int32_t id = 0;
@@ -50,14 +63,17 @@ struct TokenOut {
 
 class Sequence {
  public:
-  // Throws lr::Error on bad sampling parameters.
-  Sequence(const Tokenizer& tok, const std::vector<int32_t>& prompt, const GenParams& p);
+  // Throws lr::Error on bad sampling parameters. mask: the vocabulary's
+  // (token_mask), needed when p.grammar is set.
+  Sequence(const Tokenizer& tok, const std::vector<int32_t>& prompt, const GenParams& p,
+           const grammar::TokenMask* mask = nullptr);
 
   struct Step {
     int32_t id = -1;                // the sampled token (fed back unless finished)
     std::string text;               // text that may go out now
     std::optional<TokenOut> token;  // with log-probabilities, when asked for
     Finish finish = Finish::None;   // Stop or Length: the answer ends here
+    double mask_s = 0;              // seconds the grammar's mask took (0: none)
   };
   // Samples the next token from logits [vocab]. `room`: the context has a
   // position for feeding it back (else the answer ends with Length).
@@ -71,12 +87,18 @@ class Sequence {
  private:
   // Text from sent_ on that may go out (final: all of it).
   std::string release(bool final);
+  // The grammar's mask for this step into allowed_; false when no token may follow.
+  bool mask(int vocab);
 
   GenParams p_;
   Sampler sampler_;
   StreamDecoder decoder_;
   std::vector<int32_t> history_;  // prompt, then the generated tokens
   size_t n_prompt_;
+  const Tokenizer& tok_;
+  const grammar::TokenMask* mask_ = nullptr;
+  std::optional<grammar::Matcher> matcher_;  // p_.grammar's state
+  std::vector<uint8_t> allowed_;
   std::vector<int32_t> generated_;
   std::string text_;
   size_t sent_ = 0;  // bytes of text_ released

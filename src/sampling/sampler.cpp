@@ -44,7 +44,7 @@ Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) {
 }
 
 int32_t Sampler::sample(const float* logits, int n, const std::vector<int32_t>& history,
-                        size_t n_prompt) {
+                        size_t n_prompt, const uint8_t* allowed) {
   LR_ASSERT(n_prompt <= history.size());
   cand_.resize(size_t(n));
   for (int i = 0; i < n; ++i) cand_[size_t(i)] = {logits[i], i};
@@ -67,6 +67,16 @@ int32_t Sampler::sample(const float* logits, int n, const std::vector<int32_t>& 
     for (auto [id, k] : count)
       if (id >= 0 && id < n)
         cand_[size_t(id)].first -= p_.presence_penalty + p_.frequency_penalty * float(k);
+  }
+
+  for (auto [id, bias] : p_.logit_bias)
+    if (id >= 0 && id < n) cand_[size_t(id)].first += bias;
+  if (allowed) {  // the masked tokens leave the candidates (their order stays the logits')
+    size_t k = 0;
+    for (size_t i = 0; i < cand_.size(); ++i)
+      if (allowed[cand_[i].second]) cand_[k++] = cand_[i];
+    LR_ASSERT(k > 0);
+    cand_.resize(k);
   }
 
   auto by_logit = [](const auto& a, const auto& b) {

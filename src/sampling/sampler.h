@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace lr {
@@ -20,6 +21,9 @@ struct SamplerParams {
   float presence_penalty = 0.f;
   float frequency_penalty = 0.f;
   uint64_t seed = 0;
+  // OpenAI's logit_bias: added to a token's logit before sampling (-100 bans it, 100 all but forces
+  // it).
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 // A token and its log-probability under softmax(logits).
@@ -42,8 +46,10 @@ class Sampler {
   // first n_prompt the prompt's. The repetition penalty looks at the last
   // repeat_last_n of them, prompt included (llama.cpp, vLLM); the presence
   // and frequency penalties at the generated ones. logits are not modified.
+  // allowed (optional, [n]): tokens with 0 cannot be drawn (a grammar's
+  // mask); at least one must be allowed.
   int32_t sample(const float* logits, int n, const std::vector<int32_t>& history,
-                 size_t n_prompt = 0);
+                 size_t n_prompt = 0, const uint8_t* allowed = nullptr);
 
  private:
   SamplerParams p_;

@@ -3,15 +3,21 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <map>
+#include <optional>
 #include <random>
 
 #include "core/error.h"
+#include "server/embeddings_api.h"
 #include "server/metrics.h"
 #include "server/openai.h"
+#include "server/output_format.h"
+#include "server/tool_calls.h"
 
 namespace lr::server {
 
@@ -70,6 +76,7 @@ const std::vector<std::pair<std::string, std::string>> kRoutes = {{"/v1/chat/com
                                                                   {"/tokenize", "POST"},
                                                                   {"/detokenize", "POST"},
                                                                   {"/apply-template", "POST"},
+                                                                  {"/v1/embeddings", "POST"},
                                                                   {"/metrics", "GET"}};
 
 }  // namespace
@@ -97,6 +104,7 @@ struct HttpServer::Impl {
 
   void routes();
   void completion(Api api, const httplib::Request& req, httplib::Response& res);
+  void embeddings(const httplib::Request& req, httplib::Response& res);
 };
 
 void HttpServer::Impl::routes() {
@@ -128,6 +136,7 @@ void HttpServer::Impl::routes() {
            guarded([this](const auto& q, auto& r) { completion(Api::Chat, q, r); }));
   svr.Post("/v1/completions",
            guarded([this](const auto& q, auto& r) { completion(Api::Completions, q, r); }));
+  svr.Post("/v1/embeddings", guarded([this](const auto& q, auto& r) { embeddings(q, r); }));
   svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     std::lock_guard<std::mutex> l(mu);
     if (!served) return send_error(res, ApiError(503, "Loading model", "", "model_loading"));
@@ -219,13 +228,126 @@ void HttpServer::Impl::routes() {
   });
 }
 
+// The requests of one response (its n answers) and what they have said.
+struct Answers {
+  std::vector<std::shared_ptr<Request>> reqs;
+  Completion c;
+  std::vector<char> done, first;  // per answer: ended; its first chunk not sent yet
+
+  void start(Api api, std::string id, std::string model) {
+    c.api = api;
+    c.id = std::move(id);
+    c.model = std::move(model);
+    c.created = int64_t(std::time(nullptr));
+    c.choices.resize(reqs.size());
+    done.assign(reqs.size(), false);
+    first.assign(reqs.size(), true);
+  }
+  bool all_done() const {
+    return std::all_of(done.begin(), done.end(), [](char d) { return d; });
+  }
+  // The request has tools: each answer's text is parsed for calls in `format`.
+  void with_tools(tools::ToolFormat format) {
+    format_ = format;
+    for (size_t i = 0; i < reqs.size(); ++i) parsers_.emplace_back(format, ids_);  // after start()
+  }
+  // Non-streamed: each answer's text split into its content and calls.
+  void parse_calls() {
+    if (!format_) return;
+    for (Choice& ch : c.choices) {
+      tools::ParsedOutput o = tools::parse_tool_calls(*format_, ch.text, ids_);
+      ch.text = std::move(o.content);
+      ch.calls = std::move(o.calls);
+      ch.tools = true;
+    }
+  }
+  // Streamed: what answer i's new text adds (through its call parser, when there are tools).
+  Choice delta(int i, const std::string& text, bool done) {
+    Choice d;
+    if (!format_) {
+      d.text = text;
+      return d;
+    }
+    tools::ToolStreamParser& p = parsers_[size_t(i)];
+    d.events = p.feed(text);
+    if (done) {
+      std::vector<tools::ToolEvent> rest = p.finish();
+      d.events.insert(d.events.end(), rest.begin(), rest.end());
+    }
+    std::vector<tools::ToolEvent> calls;
+    for (tools::ToolEvent& e : d.events) {
+      if (e.kind == tools::ToolEvent::Kind::Content)
+        d.text += e.text;
+      else
+        calls.push_back(std::move(e));
+    }
+    d.events = std::move(calls);
+    d.tools = true;
+    if (done) d.calls = p.result().calls;
+    return d;
+  }
+  // Takes what is new of each answer still running (waiting up to 50 ms on
+  // the first of them) into f(index, news), and sums the usage.
+  template <class F>
+  void poll(F&& f) {
+    bool waited = false;
+    Usage sum;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      if (!done[i]) {
+        Request::News n = reqs[i]->take(waited ? 0ms : 50ms);
+        waited = true;
+        done[i] = n.done;
+        if (n.done || !n.text.empty() || !n.tokens.empty())
+          last_[i] = n.usage;  // (a timeout: none)
+        f(int(i), n);
+      }
+      if (i == 0)
+        sum = last_[0];
+      else
+        sum.completion_tokens += last_[i].completion_tokens;
+    }
+    c.usage = sum;
+  }
+
+ private:
+  std::map<size_t, Usage> last_;
+  std::optional<tools::ToolFormat> format_;
+  tools::IdSource ids_{std::random_device{}()};
+  std::vector<tools::ToolStreamParser> parsers_;
+};
+
+void HttpServer::Impl::embeddings(const httplib::Request& req, httplib::Response& res) {
+  auto s = get();
+  const EmbeddingRequest er = parse_embedding_request(req.body);
+  const Tokenizer& tok = *s->model.tokenizer;
+  std::vector<std::vector<int32_t>> inputs = er.ids;
+  for (const std::string& t : er.texts) inputs.push_back(text_prompt(tok, t).ids);
+  int tokens = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    tokens += int(inputs[i].size());
+    if (int(inputs[i].size()) > s->embed_ctx)
+      throw ApiError(400,
+                     fmt::format("input {} has {} tokens; embeddings take at most {}", i,
+                                 inputs[i].size(), s->embed_ctx),
+                     "input", "context_length_exceeded");
+  }
+  std::vector<std::vector<float>> out;
+  {
+    std::lock_guard<std::mutex> l(s->embed_mu);
+    if (!s->embedder)
+      s->embedder = std::make_unique<Embedder>(s->model.weights, s->embed_ctx, s->embed_threads);
+    for (const auto& ids : inputs) out.push_back(s->embedder->embed(ids, s->pooling));
+  }
+  res.set_content(dump_json(embedding_body(out, er.base64, s->name, tokens)), kJson);
+}
+
 void HttpServer::Impl::completion(Api api, const httplib::Request& req, httplib::Response& res) {
   auto s = get();
   CompletionRequest cr = parse_completion_request(api, req.body);
   const Tokenizer& tok = *s->model.tokenizer;
   PromptTokens p;
   if (api == Api::Chat)
-    p = chat_prompt(tok, s->chat, cr.messages);
+    p = chat_prompt(tok, s->chat, cr.messages, cr.tools.active() ? cr.tools.tools : nullptr);
   else if (!cr.prompt_ids.empty())
     p = {cr.prompt_ids, {tok.eos_id()}};
   else
@@ -247,25 +369,35 @@ void HttpServer::Impl::completion(Api api, const httplib::Request& req, httplib:
         "max_tokens", "context_length_exceeded");
   if (!cr.ignore_eos) cr.gen.stop_tokens = p.stop;
   cr.gen.stop_tokens.erase(-1);
-  std::shared_ptr<Request> r;
+  for (auto [id, bias] : cr.gen.sampling.logit_bias)
+    if (id >= tok.n_vocab())
+      throw ApiError(
+          400, fmt::format("'logit_bias' names token {}; the vocabulary has {}", id, tok.n_vocab()),
+          "logit_bias");
+  const tools::ToolFormat format = tools::detect_tool_format(s->chat.source());
+  if (cr.tools.choice == ToolChoice::Required || cr.tools.choice == ToolChoice::Named) {
+    if (cr.gen.grammar)
+      throw ApiError(400, "'tool_choice' asks for a tool call; 'response_format' for another form",
+                     "tool_choice");
+    cr.gen.grammar = compile_grammar(tool_call_gbnf(format, cr.tools), "tools");
+  }
+  auto a = std::make_shared<Answers>();
   try {
-    r = s->engine->submit(p.ids, cr.gen);
+    a->reqs = s->engine->submit(p.ids, cr.gen, cr.n);
   } catch (const Engine::Busy& b) {
     res.set_header("Retry-After", "1");
     throw ApiError(503, fmt::format("the server is busy: {}", b.what()), "", "server_busy");
   }
-  auto c = std::make_shared<Completion>();
-  c->api = api;
-  c->id = random_id(api == Api::Chat ? "chatcmpl-" : "cmpl-");
-  c->model = s->name;
-  c->created = int64_t(std::time(nullptr));
+  a->start(api, random_id(api == Api::Chat ? "chatcmpl-" : "cmpl-"), s->name);
+  if (cr.tools.active()) a->with_tools(format);
   const auto start = Clock::now();
   const std::string what = req.method + " " + req.path;
-  // Ends the request when the response ends, however it ends; logs it.
-  auto released = [r, c, start, what](bool ok) {
-    r->cancel();
+  // Ends the requests when the response ends, however it ends; logs it.
+  auto released = [a, start, what](bool ok) {
+    for (auto& r : a->reqs) r->cancel();
+    const Usage& u = a->c.usage;
     std::fprintf(stderr, "%s %d prompt=%d generated=%d cached=%d %.0f ms%s\n", what.c_str(), 200,
-                 c->usage.prompt_tokens, c->usage.completion_tokens, c->usage.cached_tokens,
+                 u.prompt_tokens, u.completion_tokens, u.cached_tokens,
                  std::chrono::duration<double, std::milli>(Clock::now() - start).count(),
                  ok ? "" : " (client gone: cancelled)");
   };
@@ -273,55 +405,57 @@ void HttpServer::Impl::completion(Api api, const httplib::Request& req, httplib:
   if (!cr.stream) {
     res.set_chunked_content_provider(
         kJson,
-        [s, r, c, logprobs](size_t, httplib::DataSink& sink) {
-          for (;;) {
-            Request::News n = r->take(50ms);
-            c->text += n.text;
-            c->tokens.insert(c->tokens.end(), n.tokens.begin(), n.tokens.end());
-            c->usage = n.usage;
-            if (n.done) {
-              c->finish = n.finish;
-              const std::string body =
-                  dump_json(completion_body(*c, logprobs, Pieces(*s->model.tokenizer)));
-              if (!sink.write(body.data(), body.size())) return false;
-              sink.done();
-              return true;
-            }
+        [s, a, logprobs](size_t, httplib::DataSink& sink) {
+          while (!a->all_done()) {
+            a->poll([&](int i, Request::News& n) {
+              Choice& ch = a->c.choices[size_t(i)];
+              ch.text += n.text;
+              ch.tokens.insert(ch.tokens.end(), n.tokens.begin(), n.tokens.end());
+              if (n.done) ch.finish = n.finish;
+            });
             if (!sink.is_writable()) return false;  // the client went away
           }
+          a->parse_calls();
+          const std::string body =
+              dump_json(completion_body(a->c, logprobs, Pieces(*s->model.tokenizer)));
+          if (!sink.write(body.data(), body.size())) return false;
+          sink.done();
+          return true;
         },
         released);
     return;
   }
   const bool include_usage = cr.include_usage;
-  auto first = std::make_shared<bool>(true);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [s, r, c, logprobs, include_usage, first](size_t, httplib::DataSink& sink) {
+      [s, a, logprobs, include_usage](size_t, httplib::DataSink& sink) {
         auto send = [&](const json& j) {
           const std::string line = "data: " + dump_json(j) + "\n\n";
           return sink.write(line.data(), line.size());
         };
         const Pieces pieces(*s->model.tokenizer);
-        Request::News n = r->take(*first ? 0ms : 50ms);
-        if (!sink.is_writable()) return false;
-        Completion chunk = *c;
-        chunk.text = n.text;
-        chunk.tokens = n.tokens;
-        c->usage = n.usage;
-        if (*first || !n.text.empty() || !n.tokens.empty()) {
-          if (!send(chunk_body(chunk, *first, logprobs, pieces))) return false;
-          *first = false;
-        }
-        if (!n.done) return true;
-        if (n.finish == Finish::Cancelled) return false;
-        chunk.text.clear();
-        chunk.tokens.clear();
-        chunk.finish = n.finish;
-        chunk.usage = n.usage;
-        if (!send(chunk_body(chunk, false, logprobs, pieces))) return false;
-        if (include_usage && !send(usage_chunk(chunk))) return false;
+        bool ok = true, cancelled = false;
+        a->poll([&](int i, Request::News& n) {
+          Choice delta = a->delta(i, n.text, n.done);
+          delta.tokens = n.tokens;
+          char& first = a->first[size_t(i)];
+          if (ok &&
+              (first || !delta.text.empty() || !delta.tokens.empty() || !delta.events.empty())) {
+            ok = send(chunk_body(a->c, i, delta, first, logprobs, pieces));
+            first = false;
+          }
+          if (!n.done) return;
+          cancelled |= n.finish == Finish::Cancelled;
+          Choice end;
+          end.finish = n.finish;
+          end.tools = delta.tools;
+          end.calls = delta.calls;
+          if (ok && !cancelled) ok = send(chunk_body(a->c, i, end, false, logprobs, pieces));
+        });
+        if (!ok || cancelled || !sink.is_writable()) return false;
+        if (!a->all_done()) return true;
+        if (include_usage && !send(usage_chunk(a->c))) return false;
         const std::string done = "data: [DONE]\n\n";
         if (!sink.write(done.data(), done.size())) return false;
         sink.done();

@@ -14,8 +14,9 @@
 #include <vector>
 
 #include "runtime/chat.h"
-#include "runtime/model.h"
+#include "runtime/embed.h"
 #include "runtime/engine.h"
+#include "runtime/model.h"
 
 namespace lr::server {
 
@@ -34,6 +35,11 @@ struct Served {
   std::string name;  // the model id of /v1/models and responses
   ChatTemplate chat;
   std::unique_ptr<Engine> engine;
+  // /v1/embeddings: made at its first request (its own cache of embed_ctx positions).
+  Pooling pooling = Pooling::Mean;
+  int embed_ctx = 2048, embed_threads = 1;
+  std::mutex embed_mu;
+  std::unique_ptr<Embedder> embedder;
 };
 
 class HttpServer {

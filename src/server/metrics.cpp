@@ -13,7 +13,7 @@ std::string prometheus_text(const Metrics::Snapshot& s) {
     metric(name, "gauge", help);
     out += fmt::format("{} {}\n", name, v);
   };
-  auto counter = [&](const char* name, const char* help, uint64_t v) {
+  auto counter = [&](const char* name, const char* help, auto v) {  // a count, or seconds
     metric(name, "counter", help);
     out += fmt::format("{} {}\n", name, v);
   };
@@ -39,6 +39,10 @@ std::string prometheus_text(const Metrics::Snapshot& s) {
   counter("lowrank_generation_tokens_total", "Tokens generated.", s.generated_tokens);
   counter("lowrank_steps_total", "Batch steps run.", s.steps);
   counter("lowrank_step_tokens_total", "Tokens run in batch steps.", s.step_tokens);
+  counter("lowrank_step_seconds_total", "Time in the batch's forward steps.", s.step_seconds);
+  counter("lowrank_grammar_masks_total", "Grammar masks computed (one per constrained token).",
+          s.masks);
+  counter("lowrank_grammar_mask_seconds_total", "Time computing grammar masks.", s.mask_seconds);
   counter("lowrank_requests_rejected_total", "Requests refused (queue full or stopping).",
           s.rejected);
   metric("lowrank_requests_finished_total", "counter", "Requests finished, by reason.");

@@ -2,8 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+
+#include "server/output_format.h"
 
 namespace lr::server {
 
@@ -81,47 +85,6 @@ bool boolean(const json& j, const char* key, bool def) {
   return j[key].get<bool>();
 }
 
-// A message's content: a string, or an array of {"type": "text", "text": ...} parts.
-std::string content_text(const json& c, const std::string& param) {
-  if (c.is_string()) return c.get<std::string>();
-  if (c.is_array()) {
-    std::string out;
-    for (const json& part : c) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-          !part["text"].is_string())
-        bad(param,
-            fmt::format("'{}' parts must be {{\"type\": \"text\", \"text\": string}}", param));
-      out += part["text"].get<std::string>();
-    }
-    return out;
-  }
-  bad(param, fmt::format("'{}' must be a string or an array of text parts", param));
-}
-
-std::vector<ChatMessage> messages(const json& j) {
-  if (!j.contains("messages")) bad("messages", "'messages' is required");
-  const json& m = j["messages"];
-  if (!m.is_array()) bad("messages", "'messages' must be an array");
-  if (m.empty()) bad("messages", "'messages' must not be empty");
-  std::vector<ChatMessage> out;
-  for (size_t i = 0; i < m.size(); ++i) {
-    const std::string at = fmt::format("messages[{}]", i);
-    if (!m[i].is_object()) bad(at, fmt::format("'{}' must be an object", at));
-    if (!m[i].contains("role") || !m[i]["role"].is_string())
-      bad(at + ".role", fmt::format("'{}.role' must be a string", at));
-    std::string role = m[i]["role"].get<std::string>();
-    if (role == "developer") role = "system";  // OpenAI's newer name for it
-    if (role != "system" && role != "user" && role != "assistant")
-      bad(at + ".role",
-          fmt::format("'{}.role' is '{}'; expected system, developer, user or assistant", at,
-                      role));
-    if (!m[i].contains("content") || m[i]["content"].is_null())
-      bad(at + ".content", fmt::format("'{}.content' is required", at));
-    out.push_back({role, content_text(m[i]["content"], at + ".content")});
-  }
-  return out;
-}
-
 std::vector<std::string> stops(const json& j) {
   if (!j.contains("stop") || j["stop"].is_null()) return {};
   const json& s = j["stop"];
@@ -142,14 +105,37 @@ std::vector<std::string> stops(const json& j) {
   return out;
 }
 
+// OpenAI's logit_bias: {"<token id>": bias in [-100, 100]} (ids checked
+// against the vocabulary when the request is run).
+std::vector<std::pair<int32_t, float>> logit_bias(const json& j) {
+  std::vector<std::pair<int32_t, float>> out;
+  if (!j.contains("logit_bias") || j["logit_bias"].is_null()) return out;
+  const json& b = j["logit_bias"];
+  if (!b.is_object()) bad("logit_bias", "'logit_bias' must be an object of token id: bias");
+  if (b.size() > 1024) bad("logit_bias", "'logit_bias' takes at most 1024 tokens");
+  for (const auto& [key, v] : b.items()) {
+    int64_t id = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (ec != std::errc() || end != key.data() + key.size() || id < 0 || id > INT32_MAX)
+      bad("logit_bias", fmt::format("'logit_bias' key '{}' is not a token id", key));
+    if (!v.is_number() || !(v.get<double>() >= -100 && v.get<double>() <= 100))
+      bad("logit_bias",
+          fmt::format("'logit_bias' of token {} must be a number in [-100, 100]", key));
+    out.emplace_back(int32_t(id), v.get<float>());
+  }
+  return out;
+}
+
 }  // namespace
 
 CompletionRequest parse_completion_request(Api api, const std::string& body) {
   const json j = parse_json_body(body);
   CompletionRequest r;
   r.api = api;
+  const nlohmann::ordered_json oj = nlohmann::ordered_json::parse(body);  // in the client's order
   if (api == Api::Chat) {
-    r.messages = messages(j);
+    r.messages = template_messages(oj);
+    r.tools = parse_tools(oj);
   } else {
     if (!j.contains("prompt")) bad("prompt", "'prompt' is required");
     const json& p = j["prompt"];
@@ -168,7 +154,10 @@ CompletionRequest parse_completion_request(Api api, const std::string& body) {
       bad("prompt", "'prompt' must be a string or an array of token ids (one prompt per request)");
     }
   }
-  if (integer(j, "n", 1, 1, 1) != 1) bad("n", "'n' must be 1");
+  r.n = int(integer(j, "n", 1, kMaxChoices, 1));
+  r.gen.grammar = output_grammar(oj);
+  if (j.contains("user") && !j["user"].is_null() && !j["user"].is_string())
+    bad("user", "'user' must be a string");  // accepted, as OpenAI's: an end user's id
   SamplerParams& s = r.gen.sampling;
   // OpenAI's defaults: temperature 1, top_p 1; top_k and min_p (llama.cpp's and vLLM's extensions)
   // off.
@@ -181,6 +170,7 @@ CompletionRequest parse_completion_request(Api api, const std::string& body) {
   s.presence_penalty = float(number(j, "presence_penalty", -2, 2, 0));
   s.frequency_penalty = float(number(j, "frequency_penalty", -2, 2, 0));
   s.repeat_penalty = 1.f;
+  s.logit_bias = logit_bias(j);
   s.seed = uint64_t(integer(j, "seed", std::numeric_limits<int64_t>::min(),
                             std::numeric_limits<int64_t>::max(), 0));
   const char* max_key = j.contains("max_completion_tokens") && !j["max_completion_tokens"].is_null()
@@ -262,6 +252,35 @@ json legacy_logprobs(const std::vector<TokenOut>& tokens, const TokenText& tt) {
   return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
 }
 
+json tool_calls_json(const std::vector<tools::ToolCall>& calls) {
+  json out = json::array();
+  for (const tools::ToolCall& c : calls)
+    out.push_back({{"id", c.id},
+                   {"type", "function"},
+                   {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  return out;
+}
+
+// OpenAI's streamed calls: the first delta of a call has its index, id, type
+// and name (arguments ""), the later ones argument fragments under the index.
+json tool_deltas(const std::vector<tools::ToolEvent>& events) {
+  json out = json::array();
+  for (const tools::ToolEvent& e : events) {
+    if (e.kind == tools::ToolEvent::Kind::CallStart)
+      out.push_back({{"index", e.index},
+                     {"id", e.id},
+                     {"type", "function"},
+                     {"function", {{"name", e.name}, {"arguments", ""}}}});
+    else if (e.kind == tools::ToolEvent::Kind::Arguments && !out.empty() &&
+             out.back()["index"] == e.index)  // one entry per call and chunk
+      out.back()["function"]["arguments"] =
+          out.back()["function"]["arguments"].get<std::string>() + e.text;
+    else if (e.kind == tools::ToolEvent::Kind::Arguments)
+      out.push_back({{"index", e.index}, {"function", {{"arguments", e.text}}}});
+  }
+  return out;
+}
+
 json finish_json(Finish f) {
   return f == Finish::None ? json(nullptr) : json(finish_name(f));
 }
@@ -269,33 +288,47 @@ json finish_json(Finish f) {
 }  // namespace
 
 json completion_body(const Completion& c, bool logprobs, const TokenText& tt) {
-  json choice = {{"index", 0}, {"finish_reason", finish_json(c.finish)}, {"logprobs", nullptr}};
-  if (c.api == Api::Chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-    if (logprobs) choice["logprobs"] = chat_logprobs(c.tokens, tt);
-  } else {
-    choice["text"] = c.text;
-    if (logprobs) choice["logprobs"] = legacy_logprobs(c.tokens, tt);
+  json choices = json::array();
+  for (size_t i = 0; i < c.choices.size(); ++i) {
+    const Choice& ch = c.choices[i];
+    json choice = {{"index", i}, {"finish_reason", finish_json(ch.finish)}, {"logprobs", nullptr}};
+    if (c.api == Api::Chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", ch.text}};
+      if (!ch.calls.empty()) {
+        if (ch.text.empty()) choice["message"]["content"] = nullptr;
+        choice["message"]["tool_calls"] = tool_calls_json(ch.calls);
+        if (ch.finish == Finish::Stop) choice["finish_reason"] = "tool_calls";
+      }
+      if (logprobs) choice["logprobs"] = chat_logprobs(ch.tokens, tt);
+    } else {
+      choice["text"] = ch.text;
+      if (logprobs) choice["logprobs"] = legacy_logprobs(ch.tokens, tt);
+    }
+    choices.push_back(std::move(choice));
   }
   return {{"id", c.id},
           {"object", c.api == Api::Chat ? "chat.completion" : "text_completion"},
           {"created", c.created},
           {"model", c.model},
-          {"choices", json::array({choice})},
+          {"choices", choices},
           {"usage", usage_json(c.usage)}};
 }
 
-json chunk_body(const Completion& c, bool first, bool logprobs, const TokenText& tt) {
-  json choice = {{"index", 0}, {"finish_reason", finish_json(c.finish)}, {"logprobs", nullptr}};
+json chunk_body(const Completion& c, int index, const Choice& d, bool first, bool logprobs,
+                const TokenText& tt) {
+  json choice = {{"index", index}, {"finish_reason", finish_json(d.finish)}, {"logprobs", nullptr}};
   if (c.api == Api::Chat) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";
-    if (!c.text.empty() || (first && c.finish == Finish::None)) delta["content"] = c.text;
+    if (!d.text.empty() || (first && d.finish == Finish::None)) delta["content"] = d.text;
+    if (!d.events.empty()) delta["tool_calls"] = tool_deltas(d.events);
+    if (d.tools && !d.calls.empty() && d.finish == Finish::Stop)
+      choice["finish_reason"] = "tool_calls";
     choice["delta"] = delta;
-    if (logprobs && !c.tokens.empty()) choice["logprobs"] = chat_logprobs(c.tokens, tt);
+    if (logprobs && !d.tokens.empty()) choice["logprobs"] = chat_logprobs(d.tokens, tt);
   } else {
-    choice["text"] = c.text;
-    if (logprobs && !c.tokens.empty()) choice["logprobs"] = legacy_logprobs(c.tokens, tt);
+    choice["text"] = d.text;
+    if (logprobs && !d.tokens.empty()) choice["logprobs"] = legacy_logprobs(d.tokens, tt);
   }
   return {{"id", c.id},
           {"object", c.api == Api::Chat ? "chat.completion.chunk" : "text_completion"},

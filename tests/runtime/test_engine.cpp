@@ -181,6 +181,43 @@ TEST(Engine, PromptPrefixIsReused) {
   EXPECT_EQ(e->metrics().cached_prompt_tokens, 68u);
 }
 
+// n answers to one prompt: the prompt is evaluated once (the others copy
+// the first one's cache: all but its last token cached), greedy answers are
+// identical to one alone, bit for bit, and sampled ones draw with seed + i:
+// each the same as a lone request with that seed.
+TEST(Engine, NAnswersShareOnePromptEvaluation) {
+  Tiny tiny;
+  const auto p = prompt(41, 5);
+  Result alone;
+  {
+    auto e = tiny.engine(4);
+    alone = wait(*e->submit(p, greedy(12)));
+  }
+  auto e = tiny.engine(4);
+  std::vector<std::shared_ptr<Request>> three = e->submit(p, greedy(12), 3);
+  ASSERT_EQ(three.size(), 3u);
+  std::vector<Result> got;
+  for (auto& r : three) got.push_back(wait(*r));
+  for (const Result& r : got) expect_same(alone, r);
+  EXPECT_EQ(got[0].usage.cached_tokens, 0);
+  EXPECT_EQ(got[1].usage.cached_tokens, 40);
+  EXPECT_EQ(got[2].usage.cached_tokens, 40);
+  EXPECT_EQ(e->metrics().cached_prompt_tokens, 80u);
+
+  GenParams sampled = greedy(10);
+  sampled.sampling.temperature = 1.0f;
+  sampled.sampling.seed = 7;
+  auto e2 = tiny.engine(4);
+  std::vector<std::shared_ptr<Request>> two = e2->submit(p, sampled, 2);
+  const Result s0 = wait(*two[0]), s1 = wait(*two[1]);
+  sampled.sampling.seed = 8;
+  auto e3 = tiny.engine(2);
+  const Result lone8 = wait(*e3->submit(p, sampled));
+  expect_same(s1, lone8);
+  EXPECT_NE(s0.text, s1.text);
+  EXPECT_THROW(e->submit(p, greedy(4), 0), Error);
+}
+
 // The text ends before the first stop string, which never goes out, even in part.
 TEST(Engine, StopStringsEndTheText) {
   Tiny tiny;

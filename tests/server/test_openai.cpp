@@ -2,7 +2,9 @@
 // may take, and refusals naming the field.
 #include <gtest/gtest.h>
 
+#include "grammar/matcher.h"
 #include "server/openai.h"
+#include "server/output_format.h"
 
 namespace lr::server {
 namespace {
@@ -28,7 +30,7 @@ TEST(OpenAi, DefaultsAreOpenAis) {
   EXPECT_EQ(r.gen.top_logprobs, -1);
   EXPECT_FALSE(r.stream);
   ASSERT_EQ(r.messages.size(), 1u);
-  EXPECT_EQ(r.messages[0].role, "user");
+  EXPECT_EQ(r.messages[0]["role"], "user");
 }
 
 TEST(OpenAi, FieldsInTheirForms) {
@@ -38,8 +40,8 @@ TEST(OpenAi, FieldsInTheirForms) {
                        {"role": "user", "content": "hi"}],
           "max_completion_tokens": 7, "stop": "END", "seed": -3, "stream": true,
           "stream_options": {"include_usage": true}, "logprobs": true, "top_logprobs": 3, "temperature": 0})");
-  EXPECT_EQ(r.messages[0].role, "system");
-  EXPECT_EQ(r.messages[0].content, "be brief");
+  EXPECT_EQ(r.messages[0]["role"], "system");
+  EXPECT_EQ(r.messages[0]["content"], "be brief");
   EXPECT_EQ(r.gen.max_tokens, 7);
   EXPECT_EQ(r.gen.stop, std::vector<std::string>{"END"});
   EXPECT_EQ(r.gen.sampling.seed, uint64_t(-3));
@@ -66,7 +68,7 @@ TEST(OpenAi, RefusalsNameTheField) {
       {Api::Chat, "[]", "", "the request body must be a JSON object"},
       {Api::Chat, R"({"messages": []})", "messages", "'messages' must not be empty"},
       {Api::Chat, R"({"messages": [{"role": "bot", "content": "x"}]})", "messages[0].role",
-       "'messages[0].role' is 'bot'; expected system, developer, user or assistant"},
+       "'messages[0].role' is 'bot'; expected system, developer, user, assistant or tool"},
       {Api::Chat, R"({"messages": [{"role": "user", "content": "x"}], "top_p": 0})", "top_p",
        "'top_p' must be greater than 0"},
       {Api::Chat,
@@ -79,6 +81,32 @@ TEST(OpenAi, RefusalsNameTheField) {
        "'prompt' must be a string or an array of token ids (one prompt per request)"},
       {Api::Completions, R"({"prompt": "x", "logprobs": true})", "logprobs",
        "'logprobs' must be an integer"},
+      {Api::Chat, R"({"messages": [{"role": "user", "content": "x"}], "n": 17})", "n",
+       "'n' must be between 1 and 16 (got 17)"},
+      {Api::Chat, R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"a": 1}})",
+       "logit_bias", "'logit_bias' key 'a' is not a token id"},
+      {Api::Chat, R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": 101}})",
+       "logit_bias", "'logit_bias' of token 5 must be a number in [-100, 100]"},
+      {Api::Chat, R"({"messages": [{"role": "user", "content": "x"}], "user": 5})", "user",
+       "'user' must be a string"},
+      {Api::Chat,
+       R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "uniqueItems": true}}}})",
+       "response_format.json_schema.schema", "'response_format.json_schema.schema': "},
+      {Api::Chat,
+       R"({"messages": [{"role": "user", "content": "x"}], "grammar": "root ::= \"x\"", "response_format": {"type": "json_object"}})",
+       "response_format", "give one of 'response_format', 'json_schema' and 'grammar'"},
+      {Api::Chat, R"({"messages": [{"role": "tool", "content": "42"}]})",
+       "messages[0].tool_call_id", "'messages[0].tool_call_id' must be a string"},
+      {Api::Chat, R"({"messages": [{"role": "assistant", "tool_calls": [{"id": "c"}]}]})",
+       "messages[0].tool_calls[0]", "'messages[0].tool_calls[0]' must be"},
+      {Api::Chat,
+       R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {}}]})",
+       "tools[0].function.name", "'tools[0].function.name' must be a non-empty string"},
+      {Api::Chat, R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})",
+       "tool_choice", "'tool_choice' asks for a tool call, but 'tools' is empty"},
+      {Api::Chat,
+       R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}}})",
+       "tool_choice", "'tool_choice' names 'g', which is not in 'tools'"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.body);
@@ -87,6 +115,66 @@ TEST(OpenAi, RefusalsNameTheField) {
     EXPECT_EQ(e.param, c.param);
     EXPECT_EQ(std::string(e.what()).rfind(c.message, 0), 0u) << e.what();
     EXPECT_EQ(error_body(e)["error"]["type"], "invalid_request_error");
+  }
+}
+
+// The forms of the new fields: n, logit_bias, a schema's grammar, the
+// messages of a tool round trip as the template reads them (the call's
+// arguments as an object), and tools.
+TEST(OpenAi, StructuredOutputsToolsAndChoices) {
+  const auto r = parse_completion_request(Api::Chat, R"({"messages": [
+      {"role": "user", "content": "weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "21 C"}],
+    "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}],
+    "tool_choice": "auto", "parallel_tool_calls": false, "n": 3, "logit_bias": {"7": -100, "9": 2.5},
+    "response_format": {"type": "json_object"}})");
+  EXPECT_EQ(r.n, 3);
+  EXPECT_EQ(r.gen.sampling.logit_bias,
+            (std::vector<std::pair<int32_t, float>>{{7, -100.f}, {9, 2.5f}}));
+  ASSERT_TRUE(r.gen.grammar);
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_TRUE(r.messages[1]["content"].is_null());
+  EXPECT_EQ(r.messages[1]["tool_calls"][0]["function"]["arguments"]["city"], "Paris");
+  EXPECT_EQ(r.messages[2]["tool_call_id"], "call_1");
+  EXPECT_TRUE(r.tools.active());
+  EXPECT_FALSE(r.tools.parallel);
+  EXPECT_EQ(r.tools.tools[0]["function"]["name"], "get_weather");
+}
+
+// The grammar of a required call accepts the calls the parser reads back,
+// in each family's syntax, and nothing else.
+TEST(OpenAi, ToolCallGrammarPerFormat) {
+  const auto r =
+      parse_completion_request(Api::Chat, R"({"messages": [{"role": "user", "content": "x"}],
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+      "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": false}}}],
+    "tool_choice": "required"})");
+  struct Case {
+    tools::ToolFormat format;
+    const char* call;
+  };
+  const Case cases[] = {
+      {tools::ToolFormat::Hermes, R"(<tool_call>
+{"name": "f", "arguments": {"n": 4}}
+</tool_call>)"},
+      {tools::ToolFormat::Llama3, R"({"name": "f", "parameters": {"n": 4}})"},
+      {tools::ToolFormat::Mistral, R"([TOOL_CALLS][{"name": "f", "arguments": {"n": 4}}])"},
+      {tools::ToolFormat::Generic, R"({"tool_call": {"name": "f", "arguments": {"n": 4}}})"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.call);
+    grammar::Matcher m(compile_grammar(tool_call_gbnf(c.format, r.tools), "tools"));
+    EXPECT_TRUE(m.accept_bytes(c.call) && m.can_end());
+    tools::IdSource ids(1);
+    const tools::ParsedOutput o = tools::parse_tool_calls(c.format, c.call, ids);
+    ASSERT_EQ(o.calls.size(), 1u);
+    EXPECT_EQ(o.calls[0].name, "f");
+    EXPECT_EQ(o.calls[0].arguments, "{\"n\":4}");
+    grammar::Matcher wrong(compile_grammar(tool_call_gbnf(c.format, r.tools), "tools"));
+    EXPECT_FALSE(
+        wrong.accept_bytes(std::string(c.call).replace(std::string(c.call).find("4"), 1, "\"x\"")));
   }
 }
 

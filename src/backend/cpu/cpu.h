@@ -23,8 +23,11 @@ class LayerRunner {
   // the runner's cache (n <= opt.ctx), whatever earlier calls held.
   virtual void run(float* x, int n) = 0;
 };
+// panels: run on the packed panels the model's other backends share
+// (cpu_weights.h panels_for; embeddings beside a server), else on the rows as
+// stored (calibration's one-layer models).
 std::unique_ptr<LayerRunner> make_cpu_layer_runner(std::shared_ptr<const Weights> w,
-                                                   const BackendOptions& opt);
+                                                   const BackendOptions& opt, bool panels = false);
 
 // The fast CPU batch: opt.ctx positions per slot, opt.n_threads threads, the
 // fused per-token plan, opt.keys' cache kind per slot (opt.exec other than

@@ -59,6 +59,9 @@ class CpuBatch final : public BatchBackend {
 
  private:
   void on_rewind(int slot, int n) override { caches_[size_t(slot)]->truncate(n); }
+  bool do_copy_prefix(int from, int to, int n) override {
+    return caches_[size_t(to)]->copy_prefix(*caches_[size_t(from)], n);
+  }
   int can_rewind(int slot, int n) const override {
     return caches_[size_t(slot)]->rewindable(n_past_[size_t(slot)], n);
   }

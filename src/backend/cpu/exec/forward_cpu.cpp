@@ -86,10 +86,10 @@ class CpuBackend final : public Backend {
 
 class CpuLayerRunner final : public LayerRunner {
  public:
-  CpuLayerRunner(std::shared_ptr<const Weights> w, const BackendOptions& opt)
+  CpuLayerRunner(std::shared_ptr<const Weights> w, const BackendOptions& opt, bool panels)
       : w_(std::move(w)),
         ctx_(opt.ctx),
-        s_(*w_, opt, KvMode::Dense),
+        s_(*w_, opt, KvMode::Dense, true, panels ? cpu::panels_for(w_) : nullptr),
         ex_(s_, derive(*w_, {Target::Cpu}, prefill_options({})),
             std::min(cpu::kPrefillRows, opt.ctx), opt.cpu.observer) {}
 
@@ -114,8 +114,8 @@ class CpuLayerRunner final : public LayerRunner {
 }  // namespace
 
 std::unique_ptr<LayerRunner> make_cpu_layer_runner(std::shared_ptr<const Weights> w,
-                                                   const BackendOptions& opt) {
-  return std::make_unique<CpuLayerRunner>(std::move(w), opt);
+                                                   const BackendOptions& opt, bool panels) {
+  return std::make_unique<CpuLayerRunner>(std::move(w), opt, panels);
 }
 
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const Weights> w,

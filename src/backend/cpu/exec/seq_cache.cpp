@@ -38,6 +38,20 @@ class DenseSeq final : public SeqCache {
                    sum, acc);
   }
   int rewindable(int n_past, int n) const override { return c_.rewindable(n_past, n); }
+  bool copy_prefix(const SeqCache& from, int n) override {
+    const auto* o = dynamic_cast<const DenseSeq*>(&from);
+    if (!o) return false;
+    const kv::DenseLayout& lay = c_.layout();
+    for (int l = 0; l < int(lay.ring.size()); ++l) {
+      const int ring = lay.ring[size_t(l)];  // a ring holds the last `ring` positions
+      for (int h = 0; h < lay.n_kv_heads; ++h)
+        for (int p = ring ? std::max(0, n - ring) : 0; p < n; ++p) {
+          c_.put(false, l, h, p, 0, o->c_.key(l, h, p), hd_);
+          c_.put(true, l, h, p, 0, o->c_.value(l, h, p), hd_);
+        }
+    }
+    return true;
+  }
   uint64_t bytes() const override { return c_.bytes(); }
   kv::DenseCache* dense() override { return &c_; }
 

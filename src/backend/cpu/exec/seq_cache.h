@@ -51,6 +51,9 @@ class SeqCache {
   // and still hold what a query at m attends to (a sliding-window ring
   // overwrites old positions): n, or 0.
   virtual int rewindable(int /*n_past*/, int n) const { return n; }
+  // Takes positions [0, n) of `from` (a cache of the same kind and layout)
+  // in place of its own; false where the kind cannot (then nothing changed).
+  virtual bool copy_prefix(const SeqCache& /*from*/, int /*n*/) { return false; }
   // A batch's step has ended (rows kept for its attention are let go).
   virtual void end_step() {}
   // Bytes held for the whole context.
