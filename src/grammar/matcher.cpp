@@ -51,6 +51,24 @@ bool Matcher::can_end() const {
   return utf8_.remain == 0 && std::find(tops_.begin(), tops_.end(), 0u) != tops_.end();
 }
 
+std::string Matcher::state_key() const {
+  std::vector<std::vector<uint32_t>> stacks;
+  for (uint32_t s : tops_) {
+    std::vector<uint32_t>& v = stacks.emplace_back();
+    for (uint32_t id = s; id != 0; id = pool_[id].parent) v.push_back(pool_[id].elem);
+  }
+  std::sort(stacks.begin(), stacks.end());
+  std::string key;
+  auto put = [&](uint32_t x) { key.append(reinterpret_cast<const char*>(&x), sizeof x); };
+  put(utf8_.value);
+  put(uint32_t(utf8_.remain) << 8 | utf8_.len);
+  for (const auto& v : stacks) {
+    put(uint32_t(v.size()));
+    for (uint32_t e : v) put(e);
+  }
+  return key;
+}
+
 bool Matcher::dead() const {
   return std::all_of(tops_.begin(), tops_.end(), [](uint32_t s) { return s == 0; });
 }

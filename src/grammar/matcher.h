@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -30,6 +31,10 @@ class Matcher {
   // grammar's language is empty).
   bool dead() const;
   size_t stack_count() const { return tops_.size(); }
+  // The state as bytes: equal keys, equal futures (and equal masks). The
+  // stacks as their positions from the top down, sorted, and a partial
+  // UTF-8 character.
+  std::string state_key() const;
   const Grammar& grammar() const { return *grammar_; }
 
  private:

@@ -46,7 +46,14 @@ Sequence::Sequence(const Tokenizer& tok, const std::vector<int32_t>& prompt, con
 }
 
 bool Sequence::mask(int vocab) {
-  mask_->fill(*matcher_, allowed_);
+  std::string key = matcher_->state_key();
+  if (auto it = mask_cache_.find(key); it != mask_cache_.end()) {
+    allowed_ = it->second;
+  } else {
+    mask_->fill(*matcher_, allowed_);
+    if (mask_cache_.size() >= kMaskCache) mask_cache_.clear();
+    mask_cache_.emplace(std::move(key), allowed_);
+  }
   const bool end = matcher_->can_end();
   for (int32_t id : p_.stop_tokens)
     if (id >= 0 && id < vocab) allowed_[size_t(id)] = end;

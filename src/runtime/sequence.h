@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "grammar/grammar.h"
@@ -99,6 +100,10 @@ class Sequence {
   const grammar::TokenMask* mask_ = nullptr;
   std::optional<grammar::Matcher> matcher_;  // p_.grammar's state
   std::vector<uint8_t> allowed_;
+  // Masks of states met before (a JSON string's inside recurs at every
+  // character): Matcher::state_key -> the trie walk's answer; at most kMaskCache.
+  std::unordered_map<std::string, std::vector<uint8_t>> mask_cache_;
+  static constexpr size_t kMaskCache = 32;
   std::vector<int32_t> generated_;
   std::string text_;
   size_t sent_ = 0;  // bytes of text_ released

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 
 #include "core/error.h"
@@ -65,6 +66,8 @@ TEST(TokenMask, TrieWalkEqualsBruteForce) {
   for (const char* schema : schemas) {
     SCOPED_TRACE(schema);
     auto g = Grammar::parse_shared(schema_to_gbnf(std::string_view(schema)));
+    std::map<std::string, std::vector<uint8_t>>
+        by_state;  // Matcher::state_key: equal keys, equal masks
     for (int walk = 0; walk < 20; ++walk) {
       Matcher m(g);
       for (int step = 0; step < 40; ++step) {
@@ -79,6 +82,8 @@ TEST(TokenMask, TrieWalkEqualsBruteForce) {
           slow[id] = copy.accept_bytes(vocab[id]);
         }
         ASSERT_EQ(fast, slow) << "walk " << walk << " step " << step;
+        const auto [at, fresh] = by_state.emplace(m.state_key(), fast);
+        ASSERT_EQ(at->second, fast) << "a state key shared by two masks";
         std::vector<size_t> ok;
         for (size_t id = 1; id < vocab.size(); ++id)
           if (fast[id] && int32_t(id) != end) ok.push_back(id);

@@ -265,7 +265,7 @@ ERRORS = [
     ({"messages": CHAT, "max_tokens": 0}, 400, "max_tokens"),
     ({"messages": CHAT, "max_tokens": 1.5}, 400, "max_tokens"),
     ({"messages": CHAT, "max_tokens": 100000}, 400, "max_tokens"),
-    ({"messages": CHAT, "n": 2}, 400, "n"),
+    ({"messages": CHAT, "n": 17}, 400, "n"),
     ({"messages": CHAT, "stream": "yes"}, 400, "stream"),
     ({"messages": CHAT, "stop": [1]}, 400, "stop"),
     ({"messages": CHAT, "top_logprobs": 3}, 400, "top_logprobs"),
