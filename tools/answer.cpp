@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include "core/error.h"
+#include "grammar/json_schema.h"
 
 namespace lr::cli {
 
@@ -43,6 +46,37 @@ void print_answer_stats(FILE* f, const std::string& where, const Answer& a) {
                a.finish == Finish::Stop        ? " (stopped)"
                : a.finish == Finish::Cancelled ? " (interrupted)"
                                                : "");
+}
+
+void ConstraintOptions::add_to(CLI::App& sub) {
+  auto* g = sub.add_option("--grammar", grammar, "the answer is a sentence of this GBNF grammar");
+  auto* f = sub.add_option("--grammar-file", grammar_file, "--grammar from a file");
+  auto* j = sub.add_option(
+      "-j,--json-schema", json_schema,
+      "the answer is JSON valid under this schema (docs/server.md lists the keywords)");
+  g->excludes(f)->excludes(j);
+  f->excludes(j);
+}
+
+std::shared_ptr<const grammar::Grammar> ConstraintOptions::compile() const {
+  std::string gbnf = grammar, flag = "--grammar";
+  if (!grammar_file.empty()) {
+    std::ifstream in(grammar_file, std::ios::binary);
+    if (!in) fail("--grammar-file {}: cannot open the file", grammar_file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    gbnf = ss.str();
+    flag = "--grammar-file";
+  }
+  try {
+    if (!json_schema.empty()) {
+      flag = "--json-schema";
+      gbnf = grammar::schema_to_gbnf(std::string_view(json_schema));
+    }
+    return gbnf.empty() ? nullptr : grammar::Grammar::parse_shared(gbnf);
+  } catch (const Error& e) {
+    fail("{}: {}", flag, e.what());
+  }
 }
 
 void add_sampling_options(CLI::App& sub, SamplerParams& p) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "grammar/grammar.h"
 #include "runtime/engine.h"
 
 namespace lr::cli {
@@ -31,5 +32,14 @@ void print_answer_stats(FILE* f, const std::string& where, const Answer& a);
 void add_sampling_options(CLI::App& sub, SamplerParams& p);
 // The seed: --seed when given, else a random one.
 void seed_unless_given(const CLI::App& sub, SamplerParams& p);
+
+// --grammar GBNF, --grammar-file FILE, --json-schema SCHEMA (llama.cpp's CLI
+// flags): the answer is a sentence of the grammar (runtime/sequence.h).
+struct ConstraintOptions {
+  std::string grammar, grammar_file, json_schema;
+  void add_to(CLI::App& sub);
+  // The grammar asked for, or null; throws lr::Error naming the flag and the problem.
+  std::shared_ptr<const grammar::Grammar> compile() const;
+};
 
 }  // namespace lr::cli

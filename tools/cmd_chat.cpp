@@ -33,6 +33,7 @@ struct ChatOptions {
   int n_predict = 1024;  // tokens per answer at most
   bool stats = false;
   SamplerParams sampling;
+  ConstraintOptions constraint;  // every answer a sentence of it
 };
 
 // Ctrl-C sets g_interrupt; a read it interrupts fails (no SA_RESTART).
@@ -67,6 +68,7 @@ int chat(const ChatOptions& o) {
   GenParams g;
   g.sampling = o.sampling;
   g.max_tokens = o.n_predict;
+  g.grammar = o.constraint.compile();
 
   const bool tty = isatty(STDIN_FILENO);
   std::fprintf(stderr,
@@ -123,6 +125,7 @@ Runner add_chat_command(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 20));
   sub->add_flag("--stats", o->stats, "after each answer, its token counts and speeds (stderr)");
   add_sampling_options(*sub, o->sampling);
+  o->constraint.add_to(*sub);
   return [o, sub] {
     seed_unless_given(*sub, o->sampling);
     return chat(*o);

@@ -27,6 +27,7 @@ struct RunOptions {
   std::string system;
   std::string chat_template;  // --chat-template FILE
   SamplerParams sampling;
+  ConstraintOptions constraint;
 };
 
 int run(const RunOptions& o) {
@@ -41,6 +42,7 @@ int run(const RunOptions& o) {
   if (prompt.empty()) fail("no prompt: give one with -p TEXT or -f FILE");
   if (o.raw && o.chat) fail("--raw and --chat exclude each other");
   if (o.raw && !o.system.empty()) fail("--system needs the chat template (drop --raw)");
+  const std::shared_ptr<const grammar::Grammar> grammar = o.constraint.compile();
 
   Model m = load_model(o.model.model_path(), o.model.weight_type());
   const Tokenizer& tok = *m.tokenizer;
@@ -70,6 +72,7 @@ int run(const RunOptions& o) {
   g.sampling = o.sampling;
   g.max_tokens = o.n_predict;
   g.stop_tokens = p.stop;
+  g.grammar = grammar;
   if (!chat) {
     std::fputs(prompt.c_str(), stdout);
     std::fflush(stdout);
@@ -96,6 +99,7 @@ Runner add_run_command(CLI::App& app) {
   sub->add_option("--chat-template", o->chat_template,
                   "a Jinja chat template file to use instead of the model's own");
   add_sampling_options(*sub, o->sampling);
+  o->constraint.add_to(*sub);
   return [o, sub] {
     seed_unless_given(*sub, o->sampling);
     return run(*o);

@@ -341,6 +341,70 @@ void HttpServer::Impl::embeddings(const httplib::Request& req, httplib::Response
   res.set_content(dump_json(embedding_body(out, er.base64, s->name, tokens)), kJson);
 }
 
+namespace {
+
+// The body of a response sent whole, once every answer has ended.
+httplib::ContentProviderWithoutLength whole_answers(std::shared_ptr<Served> s,
+                                                    std::shared_ptr<Answers> a, bool logprobs) {
+  return [s, a, logprobs](size_t, httplib::DataSink& sink) {
+    while (!a->all_done()) {
+      a->poll([&](int i, Request::News& n) {
+        Choice& ch = a->c.choices[size_t(i)];
+        ch.text += n.text;
+        ch.tokens.insert(ch.tokens.end(), n.tokens.begin(), n.tokens.end());
+        if (n.done) ch.finish = n.finish;
+      });
+      if (!sink.is_writable()) return false;  // the client went away
+    }
+    a->parse_calls();
+    const std::string body =
+        dump_json(completion_body(a->c, logprobs, Pieces(*s->model.tokenizer)));
+    if (!sink.write(body.data(), body.size())) return false;
+    sink.done();
+    return true;
+  };
+}
+
+// Server-sent events: each answer's deltas as they come, its finish, the
+// usage when asked for, [DONE].
+httplib::ContentProviderWithoutLength streamed_answers(std::shared_ptr<Served> s,
+                                                       std::shared_ptr<Answers> a, bool logprobs,
+                                                       bool include_usage) {
+  return [s, a, logprobs, include_usage](size_t, httplib::DataSink& sink) {
+    auto send = [&](const json& j) {
+      const std::string line = "data: " + dump_json(j) + "\n\n";
+      return sink.write(line.data(), line.size());
+    };
+    const Pieces pieces(*s->model.tokenizer);
+    bool ok = true, cancelled = false;
+    a->poll([&](int i, Request::News& n) {
+      Choice delta = a->delta(i, n.text, n.done);
+      delta.tokens = n.tokens;
+      char& first = a->first[size_t(i)];
+      if (ok && (first || !delta.text.empty() || !delta.tokens.empty() || !delta.events.empty())) {
+        ok = send(chunk_body(a->c, i, delta, first, logprobs, pieces));
+        first = false;
+      }
+      if (!n.done) return;
+      cancelled |= n.finish == Finish::Cancelled;
+      Choice end;
+      end.finish = n.finish;
+      end.tools = delta.tools;
+      end.calls = delta.calls;
+      if (ok && !cancelled) ok = send(chunk_body(a->c, i, end, false, logprobs, pieces));
+    });
+    if (!ok || cancelled || !sink.is_writable()) return false;
+    if (!a->all_done()) return true;
+    if (include_usage && !send(usage_chunk(a->c))) return false;
+    const std::string done = "data: [DONE]\n\n";
+    if (!sink.write(done.data(), done.size())) return false;
+    sink.done();
+    return true;
+  };
+}
+
+}  // namespace
+
 void HttpServer::Impl::completion(Api api, const httplib::Request& req, httplib::Response& res) {
   auto s = get();
   CompletionRequest cr = parse_completion_request(api, req.body);
@@ -401,67 +465,13 @@ void HttpServer::Impl::completion(Api api, const httplib::Request& req, httplib:
                  std::chrono::duration<double, std::milli>(Clock::now() - start).count(),
                  ok ? "" : " (client gone: cancelled)");
   };
-  const bool logprobs = cr.logprobs;
   if (!cr.stream) {
-    res.set_chunked_content_provider(
-        kJson,
-        [s, a, logprobs](size_t, httplib::DataSink& sink) {
-          while (!a->all_done()) {
-            a->poll([&](int i, Request::News& n) {
-              Choice& ch = a->c.choices[size_t(i)];
-              ch.text += n.text;
-              ch.tokens.insert(ch.tokens.end(), n.tokens.begin(), n.tokens.end());
-              if (n.done) ch.finish = n.finish;
-            });
-            if (!sink.is_writable()) return false;  // the client went away
-          }
-          a->parse_calls();
-          const std::string body =
-              dump_json(completion_body(a->c, logprobs, Pieces(*s->model.tokenizer)));
-          if (!sink.write(body.data(), body.size())) return false;
-          sink.done();
-          return true;
-        },
-        released);
+    res.set_chunked_content_provider(kJson, whole_answers(s, a, cr.logprobs), released);
     return;
   }
-  const bool include_usage = cr.include_usage;
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [s, a, logprobs, include_usage](size_t, httplib::DataSink& sink) {
-        auto send = [&](const json& j) {
-          const std::string line = "data: " + dump_json(j) + "\n\n";
-          return sink.write(line.data(), line.size());
-        };
-        const Pieces pieces(*s->model.tokenizer);
-        bool ok = true, cancelled = false;
-        a->poll([&](int i, Request::News& n) {
-          Choice delta = a->delta(i, n.text, n.done);
-          delta.tokens = n.tokens;
-          char& first = a->first[size_t(i)];
-          if (ok &&
-              (first || !delta.text.empty() || !delta.tokens.empty() || !delta.events.empty())) {
-            ok = send(chunk_body(a->c, i, delta, first, logprobs, pieces));
-            first = false;
-          }
-          if (!n.done) return;
-          cancelled |= n.finish == Finish::Cancelled;
-          Choice end;
-          end.finish = n.finish;
-          end.tools = delta.tools;
-          end.calls = delta.calls;
-          if (ok && !cancelled) ok = send(chunk_body(a->c, i, end, false, logprobs, pieces));
-        });
-        if (!ok || cancelled || !sink.is_writable()) return false;
-        if (!a->all_done()) return true;
-        if (include_usage && !send(usage_chunk(a->c))) return false;
-        const std::string done = "data: [DONE]\n\n";
-        if (!sink.write(done.data(), done.size())) return false;
-        sink.done();
-        return true;
-      },
-      released);
+  res.set_chunked_content_provider("text/event-stream",
+                                   streamed_answers(s, a, cr.logprobs, cr.include_usage), released);
 }
 
 HttpServer::HttpServer(const HttpOptions& o) : impl_(std::make_unique<Impl>()) {

@@ -9,6 +9,7 @@
 #include "../error_of.h"
 #include "../model/model_test_util.h"
 #include "backend/cpu/cpu.h"
+#include "grammar/matcher.h"
 #include "runtime/engine.h"
 #include "runtime/model.h"
 #include "runtime/session.h"
@@ -216,6 +217,45 @@ TEST(Engine, NAnswersShareOnePromptEvaluation) {
   expect_same(s1, lone8);
   EXPECT_NE(s0.text, s1.text);
   EXPECT_THROW(e->submit(p, greedy(4), 0), Error);
+}
+
+// A request constrained by a grammar: its answer is a sentence of it, the
+// mask comes after the logits, so its tokens are the same alone and among
+// others (free and constrained, greedy and sampled), bit for bit; cut by
+// max_tokens it finishes with Length.
+TEST(Engine, AGrammarConstrainsTheAnswerAndKeepsTheBatchInvariant) {
+  Tiny tiny;
+  auto g = grammar::Grammar::parse_shared(
+      R"(root ::= "{\"n\": " [1-9] [0-9]{0,2} ", \"w\": \"" [a-z]{2,6} "\"}")");
+  GenParams p = greedy(40);
+  p.grammar = g;
+  p.sampling.temperature = 0.7f;
+  p.sampling.seed = 11;
+  const auto pr = prompt(23, 9);
+  Result alone;
+  {
+    auto e = tiny.engine(4);
+    alone = wait(*e->submit(pr, p));
+  }
+  grammar::Matcher m(g);
+  EXPECT_TRUE(m.accept_bytes(alone.text) && m.can_end()) << alone.text;
+  EXPECT_EQ(alone.finish, Finish::Stop);
+  auto e = tiny.engine(4);
+  std::vector<std::shared_ptr<Request>> others;
+  for (int i = 0; i < 5; ++i) {
+    GenParams o = greedy(6 + i);
+    o.sampling.temperature = i % 2 ? 0.9f : 0.f;
+    if (i == 3) o.grammar = g;
+    others.push_back(e->submit(prompt(9 + 7 * i, 50 + uint32_t(i)), o));
+    if (i == 1) others.push_back(e->submit(pr, p));
+  }
+  expect_same(alone, wait(*others[2]));
+  for (auto& r : others) wait(*r);
+  GenParams cut = p;
+  cut.max_tokens = 3;
+  const Result c = wait(*e->submit(pr, cut));
+  EXPECT_EQ(c.finish, Finish::Length);
+  EXPECT_EQ(c.text, alone.text.substr(0, c.text.size()));
 }
 
 // The text ends before the first stop string, which never goes out, even in part.
