@@ -80,11 +80,20 @@ std::string ChatTemplate::apply(const nlohmann::ordered_json& messages,
   return t_->render(ctx);
 }
 
-std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
-                                 bool add_generation_prompt) const {
+namespace {
+
+// Messages in OpenAI's form, as templates read them.
+nlohmann::ordered_json messages_json(const std::vector<ChatMessage>& messages) {
   nlohmann::ordered_json m = nlohmann::ordered_json::array();
   for (const ChatMessage& c : messages) m.push_back({{"role", c.role}, {"content", c.content}});
-  return apply(m, nullptr, add_generation_prompt);
+  return m;
+}
+
+}  // namespace
+
+std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
+                                 bool add_generation_prompt) const {
+  return apply(messages_json(messages), nullptr, add_generation_prompt);
 }
 
 namespace {
@@ -99,9 +108,7 @@ std::set<int32_t> end_of_sequence(const Tokenizer& tok) {
 
 PromptTokens chat_prompt(const Tokenizer& tok, const ChatTemplate& t,
                          const std::vector<ChatMessage>& messages) {
-  nlohmann::ordered_json m = nlohmann::ordered_json::array();
-  for (const ChatMessage& c : messages) m.push_back({{"role", c.role}, {"content", c.content}});
-  return chat_prompt(tok, t, m, nullptr);
+  return chat_prompt(tok, t, messages_json(messages), nullptr);
 }
 
 PromptTokens chat_prompt(const Tokenizer& tok, const ChatTemplate& t,

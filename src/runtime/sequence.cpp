@@ -62,10 +62,12 @@ bool Sequence::mask(int vocab) {
 
 Sequence::Step Sequence::next(const float* logits, int vocab, bool room) {
   Step out;
-  const auto t0 = std::chrono::steady_clock::now();
-  const bool masked = matcher_ && mask(vocab);
-  if (matcher_)
+  bool masked = false;
+  if (matcher_) {  // (free text reads no clock)
+    const auto t0 = std::chrono::steady_clock::now();
+    masked = mask(vocab);
     out.mask_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   if (matcher_ && !masked) {  // the sentence is complete (and no stop token may end it)
     text_ += decoder_.flush();
     out.text = release(true);

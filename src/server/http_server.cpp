@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
-#include <map>
 #include <optional>
 #include <random>
 
@@ -242,6 +241,7 @@ struct Answers {
     c.choices.resize(reqs.size());
     done.assign(reqs.size(), false);
     first.assign(reqs.size(), true);
+    last_.assign(reqs.size(), Usage{});
   }
   bool all_done() const {
     return std::all_of(done.begin(), done.end(), [](char d) { return d; });
@@ -310,7 +310,7 @@ struct Answers {
   }
 
  private:
-  std::map<size_t, Usage> last_;
+  std::vector<Usage> last_;  // each answer's latest usage
   std::optional<tools::ToolFormat> format_;
   tools::IdSource ids_{std::random_device{}()};
   std::vector<tools::ToolStreamParser> parsers_;
