@@ -25,10 +25,13 @@ using AllLogits = std::vector<std::vector<std::vector<float>>>;  // [sequence][p
 
 // Every sequence through `b`: each step takes, from every unfinished
 // sequence (together) or from one at a time, its next generated token or a
-// prompt chunk of 1..most tokens (a random size). Returns the logits after
-// every position that ended a chunk (empty elsewhere); checks n_past.
+// prompt chunk of 1..most tokens (a random size); verify > 1: its next
+// 1..verify generated tokens in one chunk with every token's logits (as
+// speculative decoding verifies drafted tokens). Returns the logits after
+// every position that ended a chunk or had its logits (empty elsewhere);
+// checks n_past.
 inline AllLogits run_batch(BatchBackend& b, const std::vector<Seq>& seqs, bool together, int most,
-                           uint64_t seed) {
+                           uint64_t seed, int verify = 1) {
   const int vocab = b.weights().cfg.vocab, S = int(seqs.size());
   std::mt19937 rng(static_cast<uint32_t>(seed));
   std::vector<int> done(size_t(S), 0);
@@ -41,7 +44,9 @@ inline AllLogits run_batch(BatchBackend& b, const std::vector<Seq>& seqs, bool t
       const Seq& q = seqs[size_t(i)];
       const int at = done[size_t(i)], left = int(q.tokens.size()) - at;
       if (left > 0 && at >= q.prompt)
-        gen.push_back({i, q.tokens.data() + at, 1, true, /*generated=*/true});
+        gen.push_back({i, q.tokens.data() + at,
+                       verify > 1 ? std::min(left, 1 + int(rng() % uint32_t(verify))) : 1, true,
+                       /*generated=*/true, /*every_logits=*/verify > 1});
       else if (left > 0)
         prompt.push_back({i, q.tokens.data() + at,
                           std::min(q.prompt - at, 1 + int(rng() % uint32_t(most))), true});
@@ -52,14 +57,17 @@ inline AllLogits run_batch(BatchBackend& b, const std::vector<Seq>& seqs, bool t
       if (together || ++cur == S) break;
       continue;
     }
-    std::vector<float> logits(gen.size() * size_t(vocab));
+    size_t rows = 0;
+    for (const BatchBackend::Chunk& c : gen) rows += c.every_logits ? size_t(c.n) : 1;
+    std::vector<float> logits(rows * size_t(vocab));
     b.step(gen, logits.data());
-    for (size_t c = 0; c < gen.size(); ++c) {
-      const int i = gen[c].slot;
-      done[size_t(i)] += gen[c].n;
+    const float* row = logits.data();
+    for (const BatchBackend::Chunk& c : gen) {
+      const int i = c.slot;
+      for (int t = c.every_logits ? 0 : c.n - 1; t < c.n; ++t, row += vocab)
+        out[size_t(i)][size_t(done[size_t(i)] + t)].assign(row, row + vocab);
+      done[size_t(i)] += c.n;
       EXPECT_EQ(b.n_past(i), done[size_t(i)]);
-      out[size_t(i)][size_t(done[size_t(i)] - 1)].assign(&logits[c * size_t(vocab)],
-                                                         &logits[(c + 1) * size_t(vocab)]);
     }
   }
   return out;

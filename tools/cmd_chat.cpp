@@ -28,6 +28,7 @@ extern "C" void on_sigint(int) {
 
 struct ChatOptions {
   ModelOptions model;
+  DraftOptions draft;
   std::string system;
   std::string chat_template;  // --chat-template FILE
   int n_predict = 1024;  // tokens per answer at most
@@ -64,7 +65,9 @@ int chat(const ChatOptions& o) {
     std::fprintf(stderr, "lowrank chat: the model has no chat template; using ChatML\n");
   const ExecPath path = o.model.path();
   const BackendOptions bo = o.model.backend_options();
-  Engine engine(make_slots(m, path, bo, 1, 512), tok, EngineOptions{});
+  EngineOptions eo;
+  eo.draft_max = o.draft.draft_max();
+  Engine engine(make_slots(m, path, bo, 1, 512, eo.draft_max > 0), tok, eo);
   GenParams g;
   g.sampling = o.sampling;
   g.max_tokens = o.n_predict;
@@ -117,6 +120,7 @@ Runner add_chat_command(CLI::App& app) {
   CLI::App* sub =
       app.add_subcommand("chat", "an interactive conversation in the terminal (/clear, /exit)");
   o->model.add_to(*sub, 4096);
+  o->draft.add_to(*sub);
   sub->add_option("--system", o->system, "system message of the conversation");
   sub->add_option("--chat-template", o->chat_template,
                   "a Jinja chat template file to use instead of the model's own");

@@ -112,7 +112,7 @@ int run(const InspectOptions& o) {
       std::printf(
           " (its sliding-window layers keep rings of 2 x %d positions; a cache of the whole "
           "context in every layer: %.1f MiB)",
-          *std::max_element(kv.ring.begin(), kv.ring.end()), double(kv.full_bytes()) / (1 << 20));
+          kv.max_ring(), double(kv.full_bytes()) / (1 << 20));
     std::printf("\n");
     if (calib > 0)
       std::printf("key calibration (calibrate-kv, for --svdq-basis calibrated): %s%s, %.2f MiB\n",

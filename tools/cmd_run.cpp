@@ -19,6 +19,7 @@ constexpr int kStepTokens = 512;  // prompt tokens per step: the CPU session's p
 
 struct RunOptions {
   ModelOptions model;
+  DraftOptions draft;
   std::string prompt;
   std::string prompt_file;
   int n_predict = 128;
@@ -67,7 +68,9 @@ int run(const RunOptions& o) {
   const PromptTokens p = chat ? chat_prompt(tok, t, msgs) : text_prompt(tok, prompt);
   const ExecPath path = o.model.path();
   const BackendOptions bo = o.model.backend_options();
-  Engine engine(make_slots(m, path, bo, 1, kStepTokens), tok, EngineOptions{});
+  EngineOptions eo;
+  eo.draft_max = o.draft.draft_max();
+  Engine engine(make_slots(m, path, bo, 1, kStepTokens, eo.draft_max > 0), tok, eo);
   GenParams g;
   g.sampling = o.sampling;
   g.max_tokens = o.n_predict;
@@ -90,6 +93,7 @@ Runner add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* sub = app.add_subcommand("run", "generate text from a prompt");
   o->model.add_to(*sub, 2048);
+  o->draft.add_to(*sub);
   sub->add_option("-p,--prompt", o->prompt, "prompt text");
   sub->add_option("-f,--file", o->prompt_file, "read the prompt from a file");
   sub->add_option("-n,--n-predict", o->n_predict, "tokens to generate")->capture_default_str()->check(CLI::Range(1, 1 << 20));

@@ -28,6 +28,7 @@ namespace {
 
 struct ServeOptions {
   ModelOptions model;
+  DraftOptions draft;
   std::string chat_template;  // --chat-template FILE
   int slots = 4;
   int queue = 32;
@@ -54,6 +55,23 @@ std::vector<std::string> split_keys(const std::string& s) {
   return out;
 }
 #endif
+
+// A slot's KV cache: its bytes, and where the model has sliding-window
+// layers, their rings (beside a compressed key cache's full layers).
+void print_slot_cache(const Config& c, const BackendOptions& bo, int step_tokens, uint64_t bytes) {
+  if (bytes == 0) return;
+  std::fprintf(stderr, "lowrank serve: KV cache %.1f MiB a slot", double(bytes) / (1 << 20));
+  const kv::DenseLayout all = kv::DenseLayout::of(c, bo.ctx, step_tokens);
+  if (all.max_ring() > 0) {
+    const bool compressed = bo.keys.type != kv::KeyType::F32;
+    std::fprintf(stderr,
+                 ": the sliding-window layers keep f32 rings of 2 x %d positions%s (%.1f MiB a "
+                 "slot with the whole context in f32)",
+                 all.max_ring(), compressed ? ", the full layers the compressed keys" : "",
+                 double(all.full_bytes()) / (1 << 20));
+  }
+  std::fprintf(stderr, "\n");
+}
 
 int serve(const ServeOptions& o) {
 #ifndef LOWRANK_HAVE_HTTP
@@ -103,7 +121,11 @@ int serve(const ServeOptions& o) {
   eo.step_tokens = o.step_tokens;
   eo.decode_chunk = o.decode_chunk;
   eo.shutdown_grace = std::chrono::seconds(o.grace_s);
-  s->engine = std::make_unique<Engine>(make_slots(s->model, path, bo, o.slots, o.step_tokens), tok, eo);
+  eo.draft_max = o.draft.draft_max();
+  std::unique_ptr<BatchBackend> slots =
+      make_slots(s->model, path, bo, o.slots, o.step_tokens, eo.draft_max > 0);
+  const uint64_t slot_bytes = slots->cache_bytes(0);
+  s->engine = std::make_unique<Engine>(std::move(slots), tok, eo);
   s->pooling = parse_pooling(o.pooling);
   s->embed_ctx = bo.ctx;
   s->embed_threads = std::max(1, bo.cpu.n_threads);
@@ -113,13 +135,7 @@ int serve(const ServeOptions& o) {
       stderr,
       "lowrank serve: ready: %s, %d slots of %d tokens, %s, steps of up to %d tokens\n",
       s->name.c_str(), o.slots, bo.ctx, where.c_str(), o.step_tokens);
-  const kv::DenseLayout kv = kv::DenseLayout::of(s->model.weights->cfg, bo.ctx, o.step_tokens);
-  if (path == ExecPath::Fast && kv.bytes() < kv.full_bytes())
-    std::fprintf(stderr,
-                 "lowrank serve: KV cache %.1f MiB a slot: the sliding-window layers keep rings "
-                 "of 2 x %d positions (%.1f MiB a slot with the whole context)\n",
-                 double(kv.bytes()) / (1 << 20), *std::max_element(kv.ring.begin(), kv.ring.end()),
-                 double(kv.full_bytes()) / (1 << 20));
+  print_slot_cache(s->model.weights->cfg, bo, o.step_tokens, slot_bytes);
 
   int sig = 0;
   sigwait(&stop, &sig);
@@ -158,6 +174,7 @@ Runner add_serve_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "serve", "OpenAI-compatible HTTP server with continuous batching (docs/server.md)");
   o->model.add_to(*sub, 2048);
+  o->draft.add_to(*sub);
   sub->get_option("--ctx")->description("context of each slot in tokens (its KV cache capacity)");
   sub->add_option("--parallel", o->slots,
                   "slots: sequences advanced together (also -np, as llama-server spells it)")

@@ -39,6 +39,15 @@ struct ModelOptions {
   std::optional<DType> weight_type() const { return load_weight_type(path(), wtype); }
 };
 
+// --draft ngram, --draft-max N: speculative decoding with prompt-lookup
+// drafts (run, chat, serve; runtime/engine.h EngineOptions::draft_max).
+struct DraftOptions {
+  std::string kind = "none";
+  int max = 8;
+  void add_to(CLI::App& app);
+  int draft_max() const { return kind == "ngram" ? max : 0; }
+};
+
 // Prints what a compressed key cache holds (nothing for the f32 cache) to `f`.
 void print_key_cache(const Backend& b, FILE* f);
 

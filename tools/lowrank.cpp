@@ -24,6 +24,17 @@ void ModelOptions::add_to(CLI::App& app, int default_ctx) {
   keys.add_to(app, true);
 }
 
+void DraftOptions::add_to(CLI::App& app) {
+  app.add_option("--draft", kind,
+                 "speculative decoding: none, or ngram (drafts from the text's own repeats, prompt "
+                 "lookup; the output is plain decoding's, docs/server.md)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "ngram"}));
+  app.add_option("--draft-max", max, "tokens drafted per step at most (--draft ngram)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+}
+
 void ModelOptions::KeyCacheCli::add_to(CLI::App& app, bool with_type) {
   if (with_type)
     app.add_option("--cache-type-k", type, "key cache: f32 (the dense f32 K/V cache), f16, q8_0, q4_0, kivi2 or svdq (all but f32 keep values as f16; docs/kv-cache.md)")->capture_default_str()->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0", "kivi2", "svdq"}));

@@ -74,10 +74,12 @@ void BatchBackend::check_step(const std::vector<Chunk>& chunks) const {
   int64_t total = 0;
   bool prompt_seen = false;
   for (const Chunk& c : chunks) {
-    if (c.generated && (c.n != 1 || prompt_seen))
+    if (c.generated && prompt_seen)
+      fail("batch step: slot {}: a generated chunk comes before the prompt chunks", c.slot);
+    if (c.generated && c.n != 1 && !verifies())
       fail(
-          "batch step: slot {}: a generated chunk holds one token and comes before the prompt "
-          "chunks",
+          "batch step: slot {}: a generated chunk holds one token on this backend (drafted "
+          "tokens are verified on the CPU batch)",
           c.slot);
     prompt_seen |= !c.generated;
     if (c.slot < 0 || c.slot >= slots())
@@ -125,6 +127,7 @@ class SequenceBatch final : public BatchBackend {
  private:
   void on_rewind(int /*slot*/, int n) override { session_->rewind(n); }
   int can_rewind(int /*slot*/, int n) const override { return session_->rewindable(n); }
+  uint64_t cache_bytes(int /*slot*/) const override { return session_->cache_bytes(); }
 
   std::unique_ptr<Backend> session_;
   std::vector<float> scratch_;  // the logits of a chunk that asks for none

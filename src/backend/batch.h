@@ -40,13 +40,17 @@ class BatchBackend {
   // tokens[0, n) of slot `slot`, at its positions n_past(slot) ...; logits:
   // whether the step writes the logits of the chunk's last token;
   // generated: one token the model generated, fed back (computed as a
-  // decode step; such chunks come before the prompt chunks of a step).
+  // decode step; such chunks come before the prompt chunks of a step); a
+  // batch that verifies() also takes the generated token followed by
+  // drafted ones, each computed as a one-token decode step would compute it
+  // (speculative decoding's verification: every_logits gives each token's).
   struct Chunk {
     int slot = 0;
     const int32_t* tokens = nullptr;
     int n = 0;
     bool logits = true;
     bool generated = false;
+    bool every_logits = false;  // the logits of every token, [n, vocab] (overrides logits)
   };
   // What the last step did: its tokens and the thread pool's dispatches and barriers.
   struct StepStats {
@@ -56,12 +60,19 @@ class BatchBackend {
 
   virtual ~BatchBackend() = default;
   // Runs the chunks (distinct slots; at most max_step_tokens() tokens in
-  // all) and writes the logits of the chunks that ask for them, [those
-  // chunks, vocab] in the order given. Throws lr::Error, before running
+  // all) and writes the logits the chunks ask for, [rows, vocab] in the
+  // order given (a chunk's last token, or every token of an every_logits
+  // chunk). Throws lr::Error, before running
   // anything, on a bad slot, a repeated slot, an empty chunk, a token id
   // outside the vocabulary, a slot's context overflow, too many tokens, or a
   // generated chunk of more than one token or after a prompt chunk.
   virtual void step(const std::vector<Chunk>& chunks, float* logits) = 0;
+  // Whether a generated chunk may hold more than one token (the CPU batch).
+  virtual bool verifies() const { return false; }
+  // Whether a rewound slot holds the bits of one that never held the
+  // dropped positions (not KIVI and SVDq key caches: a block rewound into
+  // keeps its positions as their reconstruction).
+  virtual bool rewinds_exactly() const { return true; }
   virtual StepStats last_step() const = 0;
 
   int slots() const { return int(n_past_.size()); }
@@ -84,6 +95,8 @@ class BatchBackend {
   // cache kind cannot copy (then `to` is unchanged).
   bool copy_prefix(int from, int to, int n);
   const Weights& weights() const { return *weights_; }
+  // Bytes one slot's KV cache holds for its whole context (0: not known).
+  virtual uint64_t cache_bytes(int /*slot*/) const { return 0; }
 
  protected:
   BatchBackend(std::shared_ptr<const Weights> w, int slots, int ctx, int max_step_tokens);

@@ -89,6 +89,20 @@ std::vector<QuantizeReport> quantize_model(const std::string& in_path,
     for (int l = 0; l < c.n_layers; ++l)
       targets[fmt::format(fmt::runtime(s.gguf), l)] = {l, s.slot};
   }
+  // A file's fused q, k and v (Phi-3's attn_qkv, model/fused_tensors.h):
+  // its rows are quantized as the parts' would be, so all three or none.
+  // (A fused ffn_up holds gate and up under ffn_up's name: both, or up alone.)
+  const int n_qkv = int(std::count_if(opt.kinds.begin(), opt.kinds.end(), [](const std::string& k) {
+    return k == "attn_q" || k == "attn_k" || k == "attn_v";
+  }));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string qkv = fmt::format("blk.{}.attn_qkv.weight", l);
+    if (!m.file->find_tensor(qkv) || n_qkv == 0) continue;
+    if (n_qkv != 3)
+      fail("{}: {} holds q, k and v fused: quantize attn_q, attn_k and attn_v together", in_path,
+           qkv);
+    targets[qkv] = {l, Slot::Q};
+  }
 
   std::vector<QuantizeReport> reports;
   for (const QuantizeJob& job : jobs) {

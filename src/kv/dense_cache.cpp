@@ -4,7 +4,7 @@
 
 namespace lr::kv {
 
-DenseLayout DenseLayout::of(const Config& c, int ctx, int rows) {
+DenseLayout DenseLayout::of(const Config& c, int ctx, int rows, bool windowed_only) {
   DenseLayout d;
   d.n_kv_heads = c.n_kv_heads;
   d.head_dim = c.head_dim;
@@ -13,7 +13,10 @@ DenseLayout DenseLayout::of(const Config& c, int ctx, int rows) {
   d.ring.assign(size_t(c.n_layers), 0);
   const int ring = c.swa_window + std::max(rows, 1) - 1;
   for (int l = 0; l < c.n_layers; ++l)
-    if (c.windowed(l) && 2 * int64_t(ring) < ctx) d.ring[size_t(l)] = ring;
+    if (!c.windowed(l))
+      d.ring[size_t(l)] = windowed_only ? kNotHeld : 0;
+    else if (2 * int64_t(ring) < ctx)
+      d.ring[size_t(l)] = ring;
   return d;
 }
 
@@ -39,10 +42,11 @@ DenseCache::DenseCache(DenseLayout layout) : layout_(std::move(layout)) {
 }
 
 void DenseCache::put(bool value, int l, int h, int p, int64_t off, const float* x, int64_t n) {
+  LR_ASSERT(layout_.held(l));
   std::vector<float>& to = value ? v_ : k_;
   const size_t s = slot(l, h, p) + size_t(off);
   std::copy_n(x, n, &to[s]);
-  if (const int r = layout_.ring[size_t(l)])  // the mirror, a ring further on
+  if (const int r = layout_.ring[size_t(l)]; r > 0)  // the mirror, a ring further on
     std::copy_n(x, n, &to[s + size_t(r) * size_t(layout_.head_dim)]);
 }
 
@@ -61,7 +65,7 @@ int DenseCache::rewindable(int n_past, int n) const {
     // A query at n attends to the held positions from n - window + 1 on; the
     // ring has overwritten every position up to n_past - 1 - ring.
     const int r = layout_.ring[l];
-    if (r && n > 0 && std::max(0, n - layout_.window + 1) <= n_past - 1 - r) return 0;
+    if (r > 0 && n > 0 && std::max(0, n - layout_.window + 1) <= n_past - 1 - r) return 0;
   }
   return n;
 }

@@ -9,7 +9,9 @@
 // its whole window), and keeps it twice over: position p at slots p % ring
 // and p % ring + ring. Any window is then one contiguous run of slots, read
 // in the order and with the bits a full cache gives. The ring is used where
-// it is smaller than the context (DenseLayout::of).
+// it is smaller than the context (DenseLayout::of). Beside a compressed key
+// cache (which holds the full layers) a dense cache holds the windowed
+// layers only: the full layers' ring is kNotHeld.
 #pragma once
 
 #include <algorithm>
@@ -22,12 +24,22 @@ namespace lr::kv {
 
 struct DenseLayout {
   int n_kv_heads = 0, head_dim = 0, ctx = 0, window = 0;
-  std::vector<int> ring;  // [n_layers] 0: the whole context; else the ring's positions
+  static constexpr int kNotHeld = -1;
+  std::vector<int> ring;  // [n_layers] 0: the whole context; kNotHeld; else the ring's positions
 
-  // The layout for config c, a context of ctx positions and calls of at most rows tokens.
-  static DenseLayout of(const Config& c, int ctx, int rows);
+  // The layout for config c, a context of ctx positions and calls of at most
+  // rows tokens; windowed_only: the full layers are not held.
+  static DenseLayout of(const Config& c, int ctx, int rows, bool windowed_only = false);
   // Slots of one KV head of layer l (a ring's are mirrored).
-  int64_t slots(int l) const { return ring[size_t(l)] ? 2 * int64_t(ring[size_t(l)]) : ctx; }
+  int64_t slots(int l) const {
+    const int r = ring[size_t(l)];
+    return r > 0 ? 2 * int64_t(r) : r == 0 ? ctx : 0;
+  }
+  bool held(int l) const { return ring[size_t(l)] != kNotHeld; }
+  // The largest ring (0: none).
+  int max_ring() const {
+    return ring.empty() ? 0 : std::max(0, *std::max_element(ring.begin(), ring.end()));
+  }
   // Bytes of the f32 keys and values.
   uint64_t bytes() const;
   // Bytes a cache of the whole context in every layer would take.
@@ -62,7 +74,7 @@ class DenseCache {
   size_t slot(int l, int h, int p) const {
     const int r = layout_.ring[size_t(l)];
     return base_[size_t(l)] + size_t(h) * size_t(layout_.slots(l)) * size_t(layout_.head_dim) +
-           size_t(r ? p % r : p) * size_t(layout_.head_dim);
+           size_t(r > 0 ? p % r : p) * size_t(layout_.head_dim);
   }
   DenseLayout layout_;
   std::vector<size_t> base_;  // [n_layers] first float of each layer

@@ -9,9 +9,17 @@ namespace lr::kv {
 
 StreamCache::StreamCache(const KeyCacheConfig& cfg, int n_layers, int n_kv_heads, int head_dim,
                          int ctx, const std::vector<double>& rope_freq,
-                         const std::vector<std::shared_ptr<const SvdqBasis>>& calibrated)
-    : n_kv_heads_(n_kv_heads), d_(head_dim), ctx_(ctx) {
-  const size_t streams = size_t(n_layers) * size_t(n_kv_heads);
+                         const std::vector<std::shared_ptr<const SvdqBasis>>& calibrated,
+                         const std::vector<uint8_t>& held)
+    : n_kv_heads_(n_kv_heads), d_(head_dim), ctx_(ctx), slot_(size_t(n_layers), -1) {
+  LR_ASSERT(held.empty() || held.size() == size_t(n_layers));
+  for (int l = 0; l < n_layers; ++l)
+    if (held.empty() || held[size_t(l)]) {
+      slot_[size_t(l)] = int(layers_.size());
+      layers_.push_back(l);
+    }
+  LR_ASSERT(!layers_.empty());
+  const size_t streams = layers_.size() * size_t(n_kv_heads);
   LR_ASSERT(calibrated.empty() || calibrated.size() == streams);
   ks_.reserve(streams);
   for (size_t i = 0; i < streams; ++i)
@@ -33,7 +41,8 @@ void StreamCache::end_call(ThreadPool& pool) {
   pool.parallel_for(int64_t(ks_.size()), [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const size_t at = size_t(i) * size_t(n) * size_t(d_);
-      append(int(i / n_kv_heads_), int(i % n_kv_heads_), stage_begin_, &sk_[at], &sv_[at], n, d_);
+      append(layers_[size_t(i / n_kv_heads_)], int(i % n_kv_heads_), stage_begin_, &sk_[at],
+             &sv_[at], n, d_);
     }
   });
   sk_.clear();

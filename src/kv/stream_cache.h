@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/error.h"
 #include "core/thread_pool.h"
 #include "kv/key_stream.h"
 
@@ -17,11 +18,14 @@ namespace lr::kv {
 
 class StreamCache {
  public:
-  // calibrated: per (layer, KV head), layer-major, the basis of a calibrated
-  // SVDq cache (empty otherwise). rope_freq: the model's RoPE (KeyStream).
+  // calibrated: per (held layer, KV head), layer-major, the basis of a
+  // calibrated SVDq cache (empty otherwise). rope_freq: the model's RoPE
+  // (KeyStream). held: [n_layers] 1 for each layer this cache holds (empty:
+  // all; another cache holds the rest, e.g. sliding-window rings).
   StreamCache(const KeyCacheConfig& cfg, int n_layers, int n_kv_heads, int head_dim, int ctx,
               const std::vector<double>& rope_freq,
-              const std::vector<std::shared_ptr<const SvdqBasis>>& calibrated);
+              const std::vector<std::shared_ptr<const SvdqBasis>>& calibrated,
+              const std::vector<uint8_t>& held = {});
 
   KeyStream& stream(int l, int h) { return ks_[index(l, h)]; }
   const KeyStream& stream(int l, int h) const { return ks_[index(l, h)]; }
@@ -58,12 +62,17 @@ class StreamCache {
   uint64_t bytes() const;
 
  private:
-  size_t index(int l, int h) const { return size_t(l) * size_t(n_kv_heads_) + size_t(h); }
+  size_t index(int l, int h) const {
+    LR_ASSERT(slot_[size_t(l)] >= 0);
+    return size_t(slot_[size_t(l)]) * size_t(n_kv_heads_) + size_t(h);
+  }
   int n_kv_heads_, d_, ctx_;
-  std::vector<KeyStream> ks_;  // [n_layers * n_kv_heads]
-  std::vector<uint16_t> v16_;  // [n_layers, n_kv_heads, ctx, head_dim] f16
+  std::vector<int> slot_;      // [n_layers] a held layer's place among the held, else -1
+  std::vector<int> layers_;    // the held layers
+  std::vector<KeyStream> ks_;  // [held layers * n_kv_heads]
+  std::vector<uint16_t> v16_;  // [held layers, n_kv_heads, ctx, head_dim] f16
   int stage_begin_ = 0, stage_n_ = 0;
-  std::vector<float> sk_, sv_;  // [n_layers, n_kv_heads, stage_n, head_dim]
+  std::vector<float> sk_, sv_;  // [held layers, n_kv_heads, stage_n, head_dim]
 };
 
 }  // namespace lr::kv

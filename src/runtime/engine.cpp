@@ -50,8 +50,15 @@ void Request::post(const std::string& text, const TokenOut* token, Finish finish
 Engine::Engine(std::unique_ptr<BatchBackend> batch, const Tokenizer& tok, const EngineOptions& o)
     : batch_(std::move(batch)), tok_(tok), opt_(o) {
   if (o.queue < 0) fail("--queue must be >= 0 (got {})", o.queue);
+  if (o.draft_max < 0) fail("--draft-max must be >= 0 (got {})", o.draft_max);
+  if (o.draft_max > 0 && !(batch_->verifies() && batch_->rewinds_exactly()))
+    fail(
+        "--draft-max: speculative decoding runs on the CPU's fast path with an f32, f16, q8_0 or "
+        "q4_0 key cache (it verifies drafts in decode steps and cuts rejected ones back exactly)");
   slots_.resize(size_t(batch_->slots()));
-  logits_.resize(size_t(batch_->slots()) * size_t(batch_->weights().cfg.vocab));
+  // A row per slot, and a speculating slot's drafted ones.
+  logits_.resize(size_t(batch_->slots()) * size_t(1 + o.draft_max) *
+                 size_t(batch_->weights().cfg.vocab));
   metrics_.set_gauges(0, 0, batch_->slots(), 0);
   thread_ = std::thread([this] { loop(); });
 }
@@ -221,16 +228,38 @@ void Engine::admit() {
   }
 }
 
+BatchBackend::Chunk Engine::decode_chunk(int s, int k) {
+  Slot& sl = slots_[size_t(s)];
+  // Room: the draft's positions follow next's, within the context.
+  k = std::min(k, ctx() - int(sl.cached.size()) - 1);
+  if (k <= 0) return {s, &sl.next, 1, true, /*generated=*/true};
+  sl.cached.push_back(sl.next);  // the history the draft continues
+  std::vector<int32_t> draft = ngram_draft(sl.cached, k, opt_.ngram);
+  sl.cached.pop_back();
+  if (draft.empty()) return {s, &sl.next, 1, true, /*generated=*/true};
+  sl.feed.assign(1, sl.next);
+  sl.feed.insert(sl.feed.end(), draft.begin(), draft.end());
+  return {s,
+          sl.feed.data(),
+          int(sl.feed.size()),
+          true,
+          /*generated=*/true,
+          /*every_logits=*/true};
+}
+
 void Engine::run_step() {
   std::vector<BatchBackend::Chunk> chunks;
-  std::vector<int> owner;  // slot of each chunk that asks for logits
-  int budget = batch_->max_step_tokens();
-  for (size_t s = 0; s < slots_.size() && budget > 0; ++s) {  // decoding slots: one token each
+  std::vector<std::pair<int, int>> owner;  // slot and logit rows of each chunk that asks for them
+  int budget = batch_->max_step_tokens(), decoding = 0;
+  for (const Slot& sl : slots_) decoding += sl.req && !sl.prefilling() ? 1 : 0;
+  // Drafts share what a step leaves after one token per decoding slot.
+  const int k = decoding > 0 ? std::min(opt_.draft_max, (budget - decoding) / decoding) : 0;
+  for (size_t s = 0; s < slots_.size() && budget > 0; ++s) {  // decoding slots: a token (+ draft)
     Slot& sl = slots_[s];
     if (!sl.req || sl.prefilling()) continue;
-    chunks.push_back({int(s), &sl.next, 1, true, /*generated=*/true});
-    owner.push_back(int(s));
-    --budget;
+    chunks.push_back(decode_chunk(int(s), std::min(k, budget - 1)));
+    owner.push_back({int(s), chunks.back().n});
+    budget -= chunks.back().n;
   }
   if (!chunks.empty()) budget = std::min(budget, opt_.decode_chunk);
   for (size_t s = 0; s < slots_.size() && budget > 0; ++s) {  // then prompt chunks
@@ -239,7 +268,7 @@ void Engine::run_step() {
     const int n = int(std::min<size_t>(size_t(budget), sl.req->prompt_.size() - sl.fed));
     const bool last = sl.fed + size_t(n) == sl.req->prompt_.size();
     chunks.push_back({int(s), sl.req->prompt_.data() + sl.fed, n, last});
-    if (last) owner.push_back(int(s));
+    if (last) owner.push_back({int(s), 1});
     budget -= n;
   }
   update_gauges();
@@ -250,12 +279,35 @@ void Engine::run_step() {
   metrics_.add_step(batch_->last_step().tokens, seconds(Clock::now() - t0));
   for (const auto& c : chunks) {
     Slot& sl = slots_[size_t(c.slot)];
+    if (c.every_logits) continue;  // verify() keeps what the answer takes
     sl.cached.insert(sl.cached.end(), c.tokens, c.tokens + c.n);
     if (sl.prefilling()) sl.fed += size_t(c.n);
   }
   const size_t vocab = size_t(batch_->weights().cfg.vocab);
-  for (size_t i = 0; i < owner.size(); ++i) advance(owner[i], &logits_[i * vocab]);
+  const float* row = logits_.data();
+  for (auto [s, rows] : owner) {
+    if (rows == 1)
+      advance(s, row);
+    else
+      verify(s, row, rows);
+    row += size_t(rows) * vocab;
+  }
   update_gauges();
+}
+
+void Engine::verify(int s, const float* logits, int rows) {
+  Slot& sl = slots_[size_t(s)];
+  const std::vector<int32_t> fed = sl.feed;
+  const size_t vocab = size_t(batch_->weights().cfg.vocab);
+  int taken = 0;  // drafted tokens the answer sampled itself
+  for (int i = 0; i < rows; ++i) {
+    sl.cached.push_back(fed[size_t(i)]);
+    advance(s, logits + size_t(i) * vocab);
+    if (!sl.req || i + 1 == rows || sl.next != fed[size_t(i) + 1]) break;
+    ++taken;
+  }
+  if (batch_->n_past(s) > int(sl.cached.size())) batch_->rewind(s, int(sl.cached.size()));
+  metrics_.add_draft(rows - 1, taken);
 }
 
 void Engine::update_gauges() {

@@ -35,6 +35,7 @@
 
 #include "backend/batch.h"
 #include "runtime/metrics.h"
+#include "runtime/ngram_draft.h"
 #include "runtime/sequence.h"
 #include "tokenizer/tokenizer.h"
 
@@ -92,6 +93,16 @@ struct EngineOptions {
   // slot's next token waits for the step, so its inter-token time is bounded
   // by this chunk's cost (prompts alone take step_tokens).
   int decode_chunk = 128;
+  // Speculative decoding with prompt-lookup drafts (runtime/ngram_draft.h):
+  // tokens drafted per slot and step at most (0: off). A slot feeds its
+  // sampled token and the draft in one chunk whose every token is computed
+  // as a one-token decode step computes it; the answer samples each row as
+  // plain decoding would and keeps the drafted tokens it sampled itself, so
+  // the output is plain decoding's, for every sampler. Drafts shrink to what
+  // a step has left after one token per decoding slot. Runs where the batch
+  // verifies and rewinds exactly (BatchBackend::verifies).
+  int draft_max = 0;
+  NgramDraft ngram;
   std::chrono::milliseconds shutdown_grace{10000};  // running requests may finish within this
 };
 
@@ -139,6 +150,7 @@ class Engine {
     size_t fed = 0;                // prompt tokens in the cache
     int reused = 0;                // of them, those the slot held from before
     int32_t next = -1;             // the sampled token the next step feeds (decoding)
+    std::vector<int32_t> feed;     // speculating: next and the draft
     std::optional<Sequence> seq;   // the answer of its request
     uint64_t last_used = 0;        // step of its last request's end (LRU among free slots)
     bool prefilling() const { return req && fed < req->prompt_.size(); }
@@ -152,8 +164,14 @@ class Engine {
   // Prompt positions slot `to` copies from its leader's slot (0: none). Under mu_.
   size_t copy_from_leader(const Request& r, int to, size_t keep);
   void run_step();
+  // The chunk decoding slot s feeds this step: its token, and a draft of at
+  // most k tokens when speculating.
+  BatchBackend::Chunk decode_chunk(int s, int k);
   // After slot s's logits: sample, stop or go on.
   void advance(int s, const float* logits);
+  // After the rows of slot s's verification chunk: sample row by row while
+  // the answer takes the drafted tokens, then cut the cache back to them.
+  void verify(int s, const float* logits, int rows);
   void finish(int s, Finish f, const std::string& error = "");
   void cancel_all_locked();
   Usage usage_of(const Request& r, const Slot& sl) const;

@@ -56,6 +56,12 @@ void Metrics::add_mask(uint64_t masks, double seconds) {
   s_.mask_seconds += seconds;
 }
 
+void Metrics::add_draft(int drafted, int taken) {
+  std::lock_guard<std::mutex> l(mu_);
+  s_.drafted += uint64_t(drafted);
+  s_.draft_taken += uint64_t(taken);
+}
+
 void Metrics::add_token(double since_last_s, bool first) {
   std::lock_guard<std::mutex> l(mu_);
   ++s_.generated_tokens;

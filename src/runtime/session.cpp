@@ -47,9 +47,10 @@ std::unique_ptr<Backend> make_session(const Model& m, ExecPath path, const Backe
 }
 
 std::unique_ptr<BatchBackend> make_slots(const Model& m, ExecPath path, const BackendOptions& opt,
-                                         int slots, int max_step_tokens) {
+                                         int slots, int max_step_tokens, bool verify) {
   if (slots < 1) fail("an engine needs at least one slot (got {})", slots);
-  if (slots == 1) return make_sequence_batch(make_session(m, path, opt), max_step_tokens);
+  if (slots == 1 && !(verify && path == ExecPath::Fast))
+    return make_sequence_batch(make_session(m, path, opt), max_step_tokens);
   switch (path) {
     case ExecPath::Reference:
       fail("the scalar reference runs one sequence: use one slot (-np 1) with --ref");

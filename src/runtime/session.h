@@ -35,8 +35,10 @@ std::unique_ptr<Backend> make_session(const Model& m, ExecPath path, const Backe
 //   --cache-type-k, the reference, the GPU's per-token graphs;
 // - several: the batch-invariant CPU batch (backend/batch.h; a cache of the
 //   --cache-type-k kind per slot) or CUDA batch (f16 caches); a key cache or
-//   rung it lacks is refused, naming it.
+//   rung it lacks is refused, naming it;
+// - verify (speculative decoding, Engine's draft_max): the CPU batch for one
+//   slot too on the fast path (drafts are verified as decode steps).
 std::unique_ptr<BatchBackend> make_slots(const Model& m, ExecPath path, const BackendOptions& opt,
-                                         int slots, int max_step_tokens);
+                                         int slots, int max_step_tokens, bool verify = false);
 
 }  // namespace lr

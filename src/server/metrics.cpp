@@ -43,6 +43,10 @@ std::string prometheus_text(const Metrics::Snapshot& s) {
   counter("lowrank_grammar_masks_total", "Grammar masks computed (one per constrained token).",
           s.masks);
   counter("lowrank_grammar_mask_seconds_total", "Time computing grammar masks.", s.mask_seconds);
+  counter("lowrank_draft_tokens_total", "Tokens drafted for speculative decoding (--draft-max).",
+          s.drafted);
+  counter("lowrank_draft_tokens_accepted_total",
+          "Drafted tokens the answers sampled themselves (accepted).", s.draft_taken);
   counter("lowrank_requests_rejected_total", "Requests refused (queue full or stopping).",
           s.rejected);
   metric("lowrank_requests_finished_total", "counter", "Requests finished, by reason.");

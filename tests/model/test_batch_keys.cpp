@@ -73,13 +73,13 @@ Model calibrated_model(const test::TempDir& t) {
 }
 
 AllLogits run_batched(const Model& m, const kv::KeyCacheConfig& keys, int threads, bool together,
-                      int most, uint64_t seed) {
+                      int most, uint64_t seed, int verify = 1) {
   BackendOptions o;
   o.ctx = 128;
   o.cpu.n_threads = threads;
   o.keys = keys;
   auto batch = make_cpu_batch_backend(m.weights, o, 3, 192);
-  return test::run_batch(*batch, seqs(), together, most, seed);
+  return test::run_batch(*batch, seqs(), together, most, seed, verify);
 }
 
 // Every position's logits, all sequences, in one vector.
@@ -118,6 +118,8 @@ TEST(BatchKeys, HowAPromptIsCutDoesNotChangeTheBits) {
       expect_same_bits(run_batched(m, k.keys, threads, true, 17, 2), want);
       expect_same_bits(run_batched(m, k.keys, threads, false, 7, 3), want);
       expect_same_bits(run_batched(m, k.keys, threads, true, 64, 4), want);
+      // Generated tokens verified up to 5 at a time, every token's logits.
+      expect_same_bits(run_batched(m, k.keys, threads, true, 17, 5, /*verify=*/5), want);
     }
   }
 }
@@ -167,6 +169,53 @@ TEST(BatchKeys, ARewoundSlotIsAFreshOne) {
       fresh->step({{0, &s.tokens[size_t(p)], 1, true, true}}, b.data());
       ASSERT_EQ(a, b) << "at position " << p;
     }
+  }
+}
+
+// Speculative decoding's rollback: a verification chunk of the generated
+// token and three wrong drafted ones, every token's logits, then the slot
+// rewound past the wrong ones and the right tokens verified: every row is
+// the bits of decoding one token a step. Every kind stored a token at a
+// time (f32, f16, q8_0, q4_0); KIVI and SVDq keep a rewound block's
+// positions as their reconstruction (above).
+TEST(BatchKeys, ARejectedDraftIsRolledBack) {
+  test::TempDir t;
+  const Model m = calibrated_model(t);
+  const Seq s = seqs()[0];  // a prompt of 50, 14 generated
+  const int vocab = m.weights->cfg.vocab;
+  std::vector<kv::KeyCacheConfig> kinds_ = {{}};
+  for (const Kind& k : kinds())
+    if (k.keys.type != kv::KeyType::Kivi2 && k.keys.type != kv::KeyType::Svdq)
+      kinds_.push_back(k.keys);
+  for (const kv::KeyCacheConfig& keys : kinds_) {
+    SCOPED_TRACE(kv::key_type_name(keys.type));
+    BackendOptions o;
+    o.ctx = 128;
+    o.keys = keys;
+    auto plain = make_cpu_batch_backend(m.weights, o, 1, 64);
+    auto spec = make_cpu_batch_backend(m.weights, o, 1, 64);
+    std::vector<float> want(static_cast<size_t>(vocab)), got(4 * static_cast<size_t>(vocab));
+    auto row = [&](int r) {
+      return std::vector<float>(&got[size_t(r * vocab)], &got[size_t((r + 1) * vocab)]);
+    };
+    plain->step({{0, s.tokens.data(), 50, true}}, want.data());
+    spec->step({{0, s.tokens.data(), 50, true}}, got.data());
+    ASSERT_EQ(row(0), want);
+    // Draft 3 wrong tokens after the generated token at 50.
+    std::vector<int32_t> chunk = {s.tokens[50], 7, 8, 9};
+    spec->step({{0, chunk.data(), 4, true, true, true}}, got.data());
+    plain->step({{0, &s.tokens[50], 1, true, true}}, want.data());
+    ASSERT_EQ(row(0), want);
+    spec->rewind(0, 51);
+    // Then drafts that are right: positions 51..53 in one chunk, 54..57 in the next.
+    for (auto [from, n] : {std::pair{51, 3}, {54, 4}}) {
+      spec->step({{0, &s.tokens[size_t(from)], n, true, true, true}}, got.data());
+      for (int i = 0; i < n; ++i) {
+        plain->step({{0, &s.tokens[size_t(from + i)], 1, true, true}}, want.data());
+        ASSERT_EQ(row(i), want) << "at position " << from + i;
+      }
+    }
+    EXPECT_EQ(spec->n_past(0), 58);
   }
 }
 

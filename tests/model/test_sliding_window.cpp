@@ -43,6 +43,10 @@ TEST(SlidingWindow, LayoutSizesTheRings) {
   // A ring no smaller than the context is not used.
   EXPECT_EQ(kv::DenseLayout::of(c, 1054, 512).ring, (std::vector<int>{0, 0, 0, 0}));
   EXPECT_EQ(kv::DenseLayout::of(c, 1055, 512).ring, (std::vector<int>{527, 0, 527, 0}));
+  // Beside a compressed key cache: the windowed layers only.
+  const kv::DenseLayout rings = kv::DenseLayout::of(c, 4096, 512, true);
+  EXPECT_EQ(rings.ring, (std::vector<int>{527, -1, 527, -1}));
+  EXPECT_EQ(rings.bytes(), 2ull * (1054 + 1054) * 32 * 4);
 }
 
 // A prompt of 1100 tokens (chunks of 512, 512, 76: the rings wrap) and 12
@@ -92,6 +96,41 @@ TEST(SlidingWindow, SessionRingsGiveTheReferenceLogits) {
   EXPECT_LT(worst / scale, 1e-5);
 }
 
+// A compressed key type (q8_0) keeps the windowed layers' rings in f32 and
+// compresses the full layers' keys (f16 values): 1100 prompt tokens and 12
+// decoded, near the reference forward's logits (q8_0 keys: within 1e-2 of
+// the logit scale), with the bytes of the rings plus the full layers' q8_0
+// keys (34 bytes a head_dim of 32) and f16 values.
+TEST(SlidingWindow, CompressedKeysKeepTheRings) {
+  const Model m = load_model(kGemma, DType::F32);
+  const int V = m.weights->cfg.vocab;
+  BackendOptions o = test::backend_options(4096, 2);
+  o.keys.type = kv::KeyType::Q8_0;
+  auto fast = make_session(m, ExecPath::Fast, o);
+  auto ref = make_session(m, ExecPath::Reference, test::backend_options(4096, 2));
+  const uint64_t rings = 2ull * 2 * 1054 * 32 * 4, full = 2ull * 4096 * (34 + 32 * 2);
+  EXPECT_EQ(fast->cache_bytes(), rings + full);
+  const std::vector<int32_t> toks = random_tokens(1112, V, 7);
+  std::vector<float> a(static_cast<size_t>(V)), b(static_cast<size_t>(V));
+  fast->forward(toks.data(), 1100, a.data(), false);
+  ref->forward(toks.data(), 1100, b.data(), false);
+  double worst = 0, scale = 0;
+  auto compare = [&] {
+    for (int v = 0; v < V; ++v) {
+      worst = std::max(worst, double(std::fabs(a[size_t(v)] - b[size_t(v)])));
+      scale = std::max(scale, double(std::fabs(b[size_t(v)])));
+    }
+  };
+  compare();
+  for (int i = 1100; i < 1112; ++i) {
+    fast->forward(&toks[size_t(i)], 1, a.data(), false);
+    ref->forward(&toks[size_t(i)], 1, b.data(), false);
+    compare();
+  }
+  EXPECT_LT(worst / scale, 1e-2) << worst << " of " << scale;
+  EXPECT_GT(worst / scale, 1e-6);  // the full layers' keys are q8_0
+}
+
 // Batch steps of at most 4 tokens: rings of 16 + 3 positions in a context
 // of 256. Three sequences (the prompt cut at 80, 40 and 10 tokens, then 16
 // generated), together: the bits of the batch that keeps every position.
@@ -110,6 +149,27 @@ TEST(SlidingWindow, BatchRingsKeepTheBits) {
   // to 77..92, one at 91 to 76..91.
   EXPECT_EQ(ringed->rewindable(0, 92), 92);
   EXPECT_EQ(ringed->rewindable(0, 91), 0);
+}
+
+// The same over every compressed key type: the windowed layers' rings
+// beside the full layers' compressed keys give the bits of the batch that
+// keeps every position.
+TEST(SlidingWindow, BatchRingsKeepTheBitsBesideCompressedKeys) {
+  const Model m = load_model(kGemma, DType::F32);
+  const std::vector<int32_t> all = random_tokens(96, m.weights->cfg.vocab, 3);
+  std::vector<test::Seq> seqs;
+  for (int prompt : {80, 40, 10}) seqs.push_back({all, prompt});
+  for (kv::KeyType kind :
+       {kv::KeyType::F16, kv::KeyType::Q8_0, kv::KeyType::Q4_0, kv::KeyType::Kivi2}) {
+    SCOPED_TRACE(kv::key_type_name(kind));
+    BackendOptions o = test::backend_options(256, 2);
+    o.keys.type = kind;
+    const test::AllLogits full =
+        test::run_batch(*make_cpu_batch_backend(m.weights, o, 3, 128), seqs, false, 1, 0);
+    auto ringed = make_cpu_batch_backend(m.weights, o, 3, 4);
+    test::expect_same_bits(test::run_batch(*ringed, seqs, true, 1, 0), full);
+    EXPECT_EQ(ringed->rewindable(0, 91), 0);
+  }
 }
 
 }  // namespace

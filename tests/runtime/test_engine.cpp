@@ -30,7 +30,7 @@ struct Tiny {
     m = load_model(test::write_tiny(t, s, "tiny.gguf"), std::nullopt);
   }
   std::unique_ptr<Engine> engine(int slots, int ctx = 128, int queue = 16, int step_tokens = 24,
-                                 int decode_chunk = 128) {
+                                 int decode_chunk = 128, int draft_max = 0) {
     BackendOptions o;
     o.ctx = ctx;
     o.cpu.n_threads = 2;
@@ -38,6 +38,7 @@ struct Tiny {
     e.queue = queue;
     e.step_tokens = step_tokens;
     e.decode_chunk = decode_chunk;
+    e.draft_max = draft_max;
     return std::make_unique<Engine>(make_cpu_batch_backend(m.weights, o, slots, step_tokens),
                                     *m.tokenizer, e);
   }
@@ -217,6 +218,49 @@ TEST(Engine, NAnswersShareOnePromptEvaluation) {
   expect_same(s1, lone8);
   EXPECT_NE(s0.text, s1.text);
   EXPECT_THROW(e->submit(p, greedy(4), 0), Error);
+}
+
+// Speculative decoding with prompt-lookup drafts: the answers are plain
+// decoding's, token for token and log-probability for log-probability,
+// greedy and sampled, alone and four at a time (steps of 24 tokens leave
+// each slot 5 drafted tokens), and drafts were taken.
+TEST(Engine, DraftedTokensGiveThePlainAnswers) {
+  Tiny tiny;
+  std::vector<int32_t> p;  // a text that repeats itself, so the n-grams recur
+  for (int i = 0; i < 4; ++i)
+    for (int32_t x : prompt(9, 3)) p.push_back(x);
+  std::vector<GenParams> params;
+  for (int i = 0; i < 4; ++i) {
+    GenParams g = greedy(40);
+    if (i % 2) g.sampling.temperature = 0.8f, g.sampling.seed = uint64_t(20 + i);
+    params.push_back(g);
+  }
+  std::vector<Result> plain;
+  for (const GenParams& g : params) plain.push_back(wait(*tiny.engine(1)->submit(p, g)));
+  for (int draft : {2, 8}) {
+    SCOPED_TRACE(draft);
+    auto alone = tiny.engine(1, 128, 16, 24, 128, draft);
+    for (size_t i = 0; i < params.size(); ++i)
+      expect_same(plain[i], wait(*alone->submit(p, params[i])));
+    EXPECT_GT(alone->metrics().drafted, 0u);
+    EXPECT_GT(alone->metrics().draft_taken, 0u);
+    auto four = tiny.engine(4, 128, 16, 24, 128, draft);
+    std::vector<std::shared_ptr<Request>> rs;
+    for (const GenParams& g : params) rs.push_back(four->submit(p, g));
+    for (size_t i = 0; i < rs.size(); ++i) expect_same(plain[i], wait(*rs[i]));
+  }
+  // A KIVI key cache cannot cut a rejected draft back exactly: refused.
+  BackendOptions o;
+  o.ctx = 128;
+  o.keys.type = kv::KeyType::Kivi2;
+  EngineOptions eo;
+  eo.draft_max = 4;
+  const std::string e = test::error_of(
+      [&] { Engine(make_cpu_batch_backend(tiny.m.weights, o, 2, 24), *tiny.m.tokenizer, eo); });
+  EXPECT_NE(e.find("--draft-max: speculative decoding runs on the CPU's fast path with an f32, "
+                   "f16, q8_0 or q4_0 key cache"),
+            std::string::npos)
+      << e;
 }
 
 // A request constrained by a grammar: its answer is a sentence of it, the

@@ -23,7 +23,8 @@ class CpuBatch final : public BatchBackend {
       : BatchBackend(std::move(w), slots, opt.ctx, max_step_tokens),
         s_(*weights_, checked(opt), KvMode::Dense, /*own_cache=*/false, cpu::panels_for(weights_)),
         exec_(s_, derive(*weights_, {Target::Cpu, opt.keys.type != kv::KeyType::F32}, opt.exec),
-              max_step_tokens, nullptr, false, cpu::Rows::AsDecode) {
+              max_step_tokens, nullptr, false, cpu::Rows::AsDecode),
+        keys_(opt.keys.type) {
     for (int i = 0; i < slots; ++i)
       caches_.push_back(
           cpu::make_seq_cache(*weights_, opt, KvMode::Dense, /*batched=*/true, max_step_tokens));
@@ -42,7 +43,10 @@ class CpuBatch final : public BatchBackend {
         pos_[size_t(n)] = n_past_[size_t(c.slot)] + t;
         rows_[size_t(n)] = caches_[size_t(c.slot)].get();
       }
-      if (c.logits) head_.push_back(n - 1);
+      if (c.every_logits)
+        for (int t = c.n; t > 0; --t) head_.push_back(n - t);
+      else if (c.logits)
+        head_.push_back(n - 1);
       generated += c.generated ? c.n : 0;
     }
     const uint64_t d0 = s_.pool.dispatches(), b0 = s_.pool.barriers();
@@ -56,12 +60,17 @@ class CpuBatch final : public BatchBackend {
   }
 
   StepStats last_step() const override { return last_; }
+  bool verifies() const override { return true; }
+  bool rewinds_exactly() const override {
+    return keys_ != kv::KeyType::Kivi2 && keys_ != kv::KeyType::Svdq;
+  }
 
  private:
   void on_rewind(int slot, int n) override { caches_[size_t(slot)]->truncate(n); }
   bool do_copy_prefix(int from, int to, int n) override {
     return caches_[size_t(to)]->copy_prefix(*caches_[size_t(from)], n);
   }
+  uint64_t cache_bytes(int slot) const override { return caches_.at(size_t(slot))->bytes(); }
   int can_rewind(int slot, int n) const override {
     return caches_[size_t(slot)]->rewindable(n_past_[size_t(slot)], n);
   }
@@ -73,6 +82,7 @@ class CpuBatch final : public BatchBackend {
 
   cpu::Session s_;
   cpu::Executor exec_;
+  kv::KeyType keys_;
   std::vector<std::unique_ptr<cpu::SeqCache>> caches_;  // [slots]
   std::vector<int32_t> tokens_;                         // [max_step_tokens]: the step's rows
   std::vector<int> pos_;

@@ -23,8 +23,8 @@ Span part_of(int64_t n, int chunk, int chunks) {
 
 class DenseSeq final : public SeqCache {
  public:
-  DenseSeq(const Config& c, int ctx, int rows)
-      : hd_(c.head_dim), c_(kv::DenseLayout::of(c, ctx, rows)) {}
+  DenseSeq(const Config& c, int ctx, int rows, bool windowed_only = false)
+      : hd_(c.head_dim), c_(kv::DenseLayout::of(c, ctx, rows, windowed_only)) {}
 
   void append(int l, int h, int pos, const float* k, const float* v, int n, int64_t stride,
               const float*, int64_t, int) override {
@@ -43,7 +43,8 @@ class DenseSeq final : public SeqCache {
     if (!o) return false;
     const kv::DenseLayout& lay = c_.layout();
     for (int l = 0; l < int(lay.ring.size()); ++l) {
-      const int ring = lay.ring[size_t(l)];  // a ring holds the last `ring` positions
+      if (!lay.held(l)) continue;
+      const int ring = std::max(0, lay.ring[size_t(l)]);  // a ring holds the last `ring` positions
       for (int h = 0; h < lay.n_kv_heads; ++h)
         for (int p = ring ? std::max(0, n - ring) : 0; p < n; ++p) {
           c_.put(false, l, h, p, 0, o->c_.key(l, h, p), hd_);
@@ -138,8 +139,10 @@ std::shared_ptr<const kv::SvdqBasis> calibrated_basis(const Weights& w, int l, i
 // decode step at its position would (KeyStream::view_at).
 class StreamSeq final : public SeqCache {
  public:
-  StreamSeq(const Weights& w, const BackendOptions& opt, bool batched)
-      : hd_(w.cfg.head_dim), batched_(batched), c_(make(w, opt)) {}
+  // held: the layers it holds (empty: all).
+  StreamSeq(const Weights& w, const BackendOptions& opt, bool batched,
+            const std::vector<uint8_t>& held = {})
+      : hd_(w.cfg.head_dim), batched_(batched), c_(make(w, opt, held)) {}
 
   void begin_call(int pos, int n) override { c_.begin_call(pos, n); }
   void end_call(ThreadPool& pool) override { c_.end_call(pool); }
@@ -160,7 +163,7 @@ class StreamSeq final : public SeqCache {
 
   void attend(int l, int h, int from, int p, const float* q, int g, int chunk, int chunks,
               float scale, float* m, float* sum, float* acc) const override {
-    LR_ASSERT(from == 0);     // make_seq_cache refuses windowed models
+    LR_ASSERT(from == 0);     // windowed layers are held by WindowedSeq's rings
     const int64_t n = p + 1;  // positions the query sees
     const kv::KeyStream& ks = c_.stream(l, h);
     if (!c_.staging()) {  // parts of whole blocks of the stored form
@@ -191,32 +194,77 @@ class StreamSeq final : public SeqCache {
   kv::KeyCacheStats key_stats() const override { return c_.stats(); }
 
  private:
-  static kv::StreamCache make(const Weights& w, const BackendOptions& opt) {
+  static kv::StreamCache make(const Weights& w, const BackendOptions& opt,
+                              const std::vector<uint8_t>& held) {
     const Config& c = w.cfg;
     opt.keys.validate(c.head_dim);
     std::vector<std::shared_ptr<const kv::SvdqBasis>> bases;
     if (opt.keys.type == kv::KeyType::Svdq && opt.keys.svdq.basis == kv::BasisSource::Calibrated)
       for (int l = 0; l < c.n_layers; ++l)
-        for (int h = 0; h < c.n_kv_heads; ++h)
+        for (int h = 0; h < c.n_kv_heads && (held.empty() || held[size_t(l)]); ++h)
           bases.push_back(calibrated_basis(w, l, h, opt.keys.svdq));
     return kv::StreamCache(opt.keys, c.n_layers, c.n_kv_heads, c.head_dim, opt.ctx,
-                           scalar::rope_inv_freq(c, 0, opt.ctx), bases);
+                           scalar::rope_inv_freq(c, 0, opt.ctx), bases, held);
   }
   int hd_;
   bool batched_;
   kv::StreamCache c_;
 };
 
+// A model with sliding-window layers under a compressed key type: the
+// windowed layers keep their dense f32 rings (a window of positions: fewer
+// bytes than the compressed whole context), the full layers the compressed
+// keys and f16 values.
+class WindowedSeq final : public SeqCache {
+ public:
+  WindowedSeq(const Weights& w, const BackendOptions& opt, bool batched, int rows)
+      : windowed_(w.cfg.swa_layers),
+        rings_(w.cfg, opt.ctx, rows, true),
+        keys_(w, opt, batched, full_layers(w.cfg)) {}
+
+  void begin_call(int pos, int n) override { keys_.begin_call(pos, n); }
+  void end_call(ThreadPool& pool) override { keys_.end_call(pool); }
+  bool appends_tokens() const override { return false; }
+  void append(int l, int h, int pos, const float* k, const float* v, int n, int64_t stride,
+              const float* q, int64_t q_stride, int g) override {
+    of(l).append(l, h, pos, k, v, n, stride, q, q_stride, g);
+  }
+  void attend(int l, int h, int from, int p, const float* q, int g, int chunk, int chunks,
+              float scale, float* m, float* sum, float* acc) const override {
+    of(l).attend(l, h, from, p, q, g, chunk, chunks, scale, m, sum, acc);
+  }
+  void truncate(int n) override { keys_.truncate(n); }
+  int rewindable(int n_past, int n) const override { return rings_.rewindable(n_past, n); }
+  void end_step() override { keys_.end_step(); }
+  uint64_t bytes() const override { return rings_.bytes() + keys_.bytes(); }
+  kv::KeyCacheStats key_stats() const override { return keys_.key_stats(); }
+
+ private:
+  static std::vector<uint8_t> full_layers(const Config& c) {
+    std::vector<uint8_t> held(size_t(c.n_layers));
+    for (int l = 0; l < c.n_layers; ++l) held[size_t(l)] = !c.windowed(l);
+    return held;
+  }
+  SeqCache& of(int l) { return windowed_[size_t(l)] ? static_cast<SeqCache&>(rings_) : keys_; }
+  const SeqCache& of(int l) const {
+    return windowed_[size_t(l)] ? static_cast<const SeqCache&>(rings_) : keys_;
+  }
+  std::vector<uint8_t> windowed_;  // [n_layers]
+  DenseSeq rings_;
+  StreamSeq keys_;
+};
+
 }  // namespace
 
 std::unique_ptr<SeqCache> make_seq_cache(const Weights& w, const BackendOptions& opt, KvMode kv,
                                          bool batched, int rows) {
-  if (opt.keys.type != kv::KeyType::F32 && !w.cfg.swa_layers.empty())
-    fail(
-        "--cache-type-k {}: compressed key caches do not run sliding-window layers yet ({} has "
-        "them); use --cache-type-k f32",
-        kv::key_type_name(opt.keys.type), w.cfg.arch);
-  if (opt.keys.type != kv::KeyType::F32) return std::make_unique<StreamSeq>(w, opt, batched);
+  const bool compressed = opt.keys.type != kv::KeyType::F32;
+  int windowed = 0;
+  for (int l = 0; l < w.cfg.n_layers; ++l) windowed += w.cfg.windowed(l) ? 1 : 0;
+  if (compressed && windowed == 0) return std::make_unique<StreamSeq>(w, opt, batched);
+  if (compressed && windowed < w.cfg.n_layers)
+    return std::make_unique<WindowedSeq>(w, opt, batched, rows);
+  // (every layer windowed: the rings are the whole cache, f32 whatever the key type)
   if (kv == KvMode::Legacy) return std::make_unique<LatentSeq>(w, opt.ctx);
   return std::make_unique<DenseSeq>(w.cfg, opt.ctx, rows);
 }
