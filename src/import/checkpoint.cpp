@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "model/load.h"
 
 namespace lr::ckpt {
 
@@ -115,12 +116,49 @@ std::string detect(const Checkpoint& c, std::string* why) {
 }
 
 Names names_of(const WeightSpec& spec, int l) {
+  return names_of_module(fmt::format(fmt::runtime(spec.hf), l));
+}
+
+Names names_of_module(const std::string& weight) {
   Names n;
-  n.hf = fmt::format(fmt::runtime(spec.hf), l);
+  n.hf = weight;
   n.M = n.hf.substr(0, n.hf.size() - 7);
   n.P = n.M.substr(0, n.M.rfind('.'));
   n.x = n.M.substr(n.P.size() + 1, n.M.size() - n.P.size() - 6);
   return n;
+}
+
+std::vector<std::pair<std::string, std::string>> factor_names(const std::string& fam,
+                                                              const Names& n, int l) {
+  const auto& [hf, M, P, x] = n;
+  if (fam == "svdllm")
+    return {{P + "." + x + "_v_proj.weight", P + "." + x + "_u_proj.weight"},
+            {M + ".v_proj.weight", M + ".u_proj.weight"}};
+  if (fam == "asvd") return {{M + ".BLinear.weight", M + ".ALinear.weight"}};
+  if (fam == "dobi") return {{M + ".ALinear.weight", M + ".BLinear.weight"}};
+  if (fam == "palu") return {};
+  return {{P + "." + x + "_basis.weight", M + ".weight"},
+          {fmt::format("model.{}_basis.{}.weight", x, l), M + ".weight"}};
+}
+
+std::optional<FactorPair> find_factor_pair(const Checkpoint& ck, const NamePairs& pairs,
+                                           int64_t out, int64_t in, const std::string& what,
+                                           std::string* note) {
+  for (const auto& [fa, fb] : pairs) {
+    auto ta = ck.find(fa), tb = ck.find(fb);
+    if (!ta || !tb) continue;
+    // Orientation by shape: first = [r, in] and second = [out, r], or the other way round.
+    auto [ar, ac] = rc(*ta);
+    auto [br, bc] = rc(*tb);
+    const bool as_named = ac == uint64_t(in) && br == uint64_t(out) && bc == ar && ar > 0;
+    const bool swapped = bc == uint64_t(in) && ar == uint64_t(out) && ac == br && br > 0;
+    if (!as_named && !swapped)
+      fail("{}: '{}' {} and '{}' {} are not the two factors of a [{}, {}] matrix ({})", ck.path, fa,
+           dims(*ta), fb, dims(*tb), out, in, what);
+    if (as_named && swapped) *note = "square factors: sides taken from the family's names";
+    return as_named ? FactorPair{*ta, *tb} : FactorPair{*tb, *ta};
+  }
+  return std::nullopt;
 }
 
 // An integer of config.json, or a message naming where it was.
@@ -148,6 +186,16 @@ TensorView f32_view(const std::vector<float>& x, int64_t rows, int64_t cols) {
                     reinterpret_cast<const uint8_t*>(x.data()),
                     x.size() * 4,
                     nullptr};
+}
+
+Matrix read_factor_u(const TensorView& t, const Config& c, Slot slot) {
+  const bool qk = slot == Slot::Q || slot == Slot::K;
+  return read_matrix(t, DType::F32, qk, c.head_dim, c.rotary_dims());
+}
+
+Matrix read_dense(const TensorView& t, const Config& c, Slot slot) {
+  const bool qk = slot == Slot::Q || slot == Slot::K;
+  return read_matrix(t, DType::F32, qk && !c.rope_neox, c.head_dim, c.rotary_dims());
 }
 
 }  // namespace lr::ckpt

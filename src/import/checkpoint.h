@@ -77,6 +77,26 @@ struct Names {
   std::string hf, M, P, x;
 };
 Names names_of(const WeightSpec& spec, int l);
+// A module's names from its weight's ("model.layers.3.self_attn.qkv_proj.weight").
+Names names_of_module(const std::string& weight);
+
+// Names of the two factors of module n, (first, second), in each naming the
+// family uses (empty: the family has its own reader, Palu).
+std::vector<std::pair<std::string, std::string>> factor_names(const std::string& fam,
+                                                              const Names& n, int l);
+
+// The first pair of `pairs` the checkpoint holds, as the two factors of an
+// [out, in] matrix told apart by shape: V [r, in] (applied first) and U
+// [out, r]. nullopt: the checkpoint holds none; shapes that are not such a
+// pair: an error naming both tensors and `what`. A square pair takes its
+// sides from the names, and says so in *note.
+struct FactorPair {
+  TensorView v, u;
+};
+using NamePairs = std::vector<std::pair<std::string, std::string>>;
+std::optional<FactorPair> find_factor_pair(const Checkpoint& ck, const NamePairs& pairs,
+                                           int64_t out, int64_t in, const std::string& what,
+                                           std::string* note);
 
 // An integer of config.json, or a message naming where it was.
 int64_t config_int(const std::string& path, const json& v, const std::string& where);
@@ -89,5 +109,14 @@ std::pair<uint64_t, uint64_t> rc(const TensorView& t);
 
 // A row-major f32 [rows, cols] buffer as a tensor view (for read_matrix).
 TensorView f32_view(const std::vector<float>& x, int64_t rows, int64_t cols);
+
+// A map of `slot` from the checkpoint (HuggingFace row order) as the
+// importer's f32 weights. A factor U: q/k rows into the runtime's interleaved
+// RoPE order (the loader reads factors as stored). A dense W: the same,
+// except for a NEOX-RoPE architecture (Qwen3, Gemma 3, Phi-3, OLMo 2), whose
+// GGUF keeps HuggingFace's order: save_gguf writes a dense W's rows as they
+// are and the loader reorders them.
+Matrix read_factor_u(const TensorView& t, const Config& c, Slot slot);
+Matrix read_dense(const TensorView& t, const Config& c, Slot slot);
 
 }  // namespace lr::ckpt

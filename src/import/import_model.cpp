@@ -13,6 +13,7 @@
 #include "format/safetensors.h"
 #include "format/torch_checkpoint.h"
 #include "import/checkpoint.h"
+#include "import/fused.h"
 #include "linalg/linalg.h"
 #include "model/config.h"
 #include "model/load.h"
@@ -32,18 +33,19 @@ using ckpt::rc;
 
 // GGUF-named non-linear tensors (embedding, norms, output head) for the
 // writer: from the checkpoint under their HuggingFace names, else from --base.
+// Gemma's norms, stored in HuggingFace as w for a scale of (1 + w), are
+// written as 1 + w (as llama.cpp's converter writes them and the loader reads).
 class ImportSource final : public TensorSource {
  public:
   ImportSource(const Checkpoint& ck, const TensorSource& base, const Config& c)
-      : ck_(ck), base_(base) {
+      : ck_(ck), base_(base), norm_offset_(hf_norm_offset(c)) {
     for (const WeightSpec& spec : kWeightTable) {
       if ((spec.is_linear() && spec.slot != Slot::Output) || !spec.present(c)) continue;
       const int n = spec.per_layer ? c.n_layers : 1;
       for (int l = 0; l < n; ++l) {
-        auto name = [&](const char* pat) {
-          return spec.per_layer ? fmt::format(fmt::runtime(pat), l) : std::string(pat);
-        };
-        hf_[name(spec.gguf)] = {name(spec.hf), slot_shape(c, spec.slot), spec.is_norm};
+        const std::string gguf_name =
+            spec.per_layer ? fmt::format(fmt::runtime(spec.gguf), l) : std::string(spec.gguf);
+        hf_[gguf_name] = {hf_tensor_name(spec, c, l), slot_shape(c, spec.slot), spec.is_norm};
       }
     }
   }
@@ -59,7 +61,13 @@ class ImportSource final : public TensorSource {
       if (!ok)
         fail("{}: tensor '{}' has shape {}, expected [{}, {}]", ck_.path, e.hf, dims(*t),
              e.shape.first, e.shape.second);
-      return t;
+      if (!e.norm || !norm_offset_) return t;
+      std::vector<float>& v = shifted_[name];
+      v.resize(size_t(e.shape.second));
+      dequantize(t->dtype, t->data, v.data(), int64_t(v.size()));
+      for (float& x : v) x += 1.f;
+      return TensorView{DType::F32, t->shape, reinterpret_cast<const uint8_t*>(v.data()),
+                        v.size() * 4, nullptr};
     }
     from_base_.insert(name);
     return base_.find(name);
@@ -75,8 +83,10 @@ class ImportSource final : public TensorSource {
   };
   const Checkpoint& ck_;
   const TensorSource& base_;
+  bool norm_offset_;
   std::map<std::string, Entry> hf_;
   mutable std::set<std::string> from_base_;
+  mutable std::map<std::string, std::vector<float>> shifted_;  // Gemma's norms, 1 + w
 };
 
 // Palu's k or v projection of layer l, when its factors are there: U is
@@ -141,8 +151,7 @@ bool import_palu(const Checkpoint& ck, const Config& c, const WeightSpec& spec, 
     r0 += uint64_t(m.rows);
     c0 += uint64_t(m.cols);
   }
-  lin.u =
-      read_matrix(f32_view(U, out_dim, int64_t(R)), DType::F32, spec.slot == Slot::K, c.head_dim);
+  lin.u = ckpt::read_factor_u(f32_view(U, out_dim, int64_t(R)), c, spec.slot);
   lin.v = read_matrix(*vt, DType::F32, false, c.head_dim);
   MatrixReport mr{fmt::format("blk.{}.{}", l, spec.kind), out_dim, in_dim, int64_t(R), false, ""};
   std::string rs;
@@ -183,10 +192,9 @@ bool import_dobi_remap(const Checkpoint& ck, const Config& c, const WeightSpec& 
                           ck.find_string(M + ".tuple_info.0"),
                           ck.find(M + ".tuple_info.1")};
   const dobi::Factors f = dobi::dequantize(what, t, out_dim, in_dim);
-  const bool permute = spec.slot == Slot::Q || spec.slot == Slot::K;
   MatrixReport mr{fmt::format("blk.{}.{}", l, spec.kind), out_dim, in_dim, f.k, false, ""};
   if ((out_dim + in_dim) * f.k < out_dim * in_dim) {
-    lin.u = read_matrix(f32_view(f.us, out_dim, f.k), DType::F32, permute, c.head_dim);
+    lin.u = ckpt::read_factor_u(f32_view(f.us, out_dim, f.k), c, spec.slot);
     lin.v = read_matrix(f32_view(f.vt, f.k, in_dim), DType::F32, false, c.head_dim);
     mr.note = "Dobi-SVD remapped: 8-bit codes dequantized";
   } else {
@@ -195,7 +203,7 @@ bool import_dobi_remap(const Checkpoint& ck, const Config& c, const WeightSpec& 
     std::copy(f.vt.begin(), f.vt.end(), vt.a.begin());
     const linalg::MatD prod = linalg::matmul(us, vt);
     const std::vector<float> w(prod.a.begin(), prod.a.end());
-    lin.w = read_matrix(f32_view(w, out_dim, in_dim), DType::F32, permute, c.head_dim);
+    lin.w = ckpt::read_dense(f32_view(w, out_dim, in_dim), c, spec.slot);
     mr.rank = 0;
     mr.note = fmt::format(
         "Dobi-SVD remapped rank {} is not smaller than the matrix: multiplied back to dense", f.k);
@@ -204,51 +212,22 @@ bool import_dobi_remap(const Checkpoint& ck, const Config& c, const WeightSpec& 
   return true;
 }
 
-// Names of the two factors of matrix `spec` of layer l, (first, second), in
-// each naming the family uses (empty: the family has its own reader).
-std::vector<std::pair<std::string, std::string>> factor_names(const std::string& fam,
-                                                              const WeightSpec& spec, int l) {
-  const auto [hf, M, P, x] = names_of(spec, l);
-  if (fam == "svdllm")
-    return {{P + "." + x + "_v_proj.weight", P + "." + x + "_u_proj.weight"},
-            {M + ".v_proj.weight", M + ".u_proj.weight"}};
-  if (fam == "asvd") return {{M + ".BLinear.weight", M + ".ALinear.weight"}};
-  if (fam == "dobi") return {{M + ".ALinear.weight", M + ".BLinear.weight"}};
-  if (fam == "palu") return {};
-  return {{P + "." + x + "_basis.weight", M + ".weight"},
-          {fmt::format("model.{}_basis.{}.weight", x, l), M + ".weight"}};
-}
-
 // The first pair of `pairs` the checkpoint holds, as lin's factors (a basis
 // read once for all the matrices that share its storage). False: none held.
 bool import_factors(const Checkpoint& ck, const Config& c, const WeightSpec& spec, int l,
                     const std::vector<std::pair<std::string, std::string>>& pairs,
                     std::map<const uint8_t*, Matrix>& bases, Linear& lin, MatrixReport& mr) {
   const auto [out_dim, in_dim] = slot_shape(c, spec.slot);
-  const bool permute = spec.slot == Slot::Q || spec.slot == Slot::K;
-  for (const auto& [fa, fb] : pairs) {
-    auto ta = ck.find(fa), tb = ck.find(fb);
-    if (!ta || !tb) continue;
-    // Orientation by shape: first = [r, in] and second = [out, r], or the other way round.
-    auto [ar, ac] = rc(*ta);
-    auto [br, bc] = rc(*tb);
-    const bool as_named = ac == uint64_t(in_dim) && br == uint64_t(out_dim) && bc == ar && ar > 0;
-    const bool swapped = bc == uint64_t(in_dim) && ar == uint64_t(out_dim) && ac == br && br > 0;
-    if (!as_named && !swapped)
-      fail("{}: '{}' {} and '{}' {} are not the two factors of a [{}, {}] matrix ({} of layer {})",
-           ck.path, fa, dims(*ta), fb, dims(*tb), out_dim, in_dim, spec.kind, l);
-    if (as_named && swapped) mr.note = "square factors: sides taken from the family's names";
-    const TensorView& A = as_named ? *ta : *tb;  // [r, in], applied first
-    const TensorView& B = as_named ? *tb : *ta;  // [out, r]
-    auto it = bases.find(A.data);
-    if (it == bases.end())
-      it = bases.emplace(A.data, read_matrix(A, DType::F32, false, c.head_dim)).first;
-    lin.v = it->second;
-    lin.u = read_matrix(B, DType::F32, permute, c.head_dim);
-    mr.rank = lin.v.rows;
-    return true;
-  }
-  return false;
+  const auto pair = ckpt::find_factor_pair(ck, pairs, out_dim, in_dim,
+                                           fmt::format("{} of layer {}", spec.kind, l), &mr.note);
+  if (!pair) return false;
+  auto it = bases.find(pair->v.data);
+  if (it == bases.end())
+    it = bases.emplace(pair->v.data, read_matrix(pair->v, DType::F32, false, c.head_dim)).first;
+  lin.v = it->second;
+  lin.u = ckpt::read_factor_u(pair->u, c, spec.slot);
+  mr.rank = lin.v.rows;
+  return true;
 }
 
 // The dense weight of a matrix the checkpoint did not factor; an error
@@ -270,7 +249,7 @@ void import_dense(const Checkpoint& ck, const Config& c, const std::string& fam,
   if (rc(*t) != std::pair{uint64_t(out_dim), uint64_t(in_dim)})
     fail("{}: dense tensor '{}' has shape {}, expected [{}, {}]", ck.path, hf, dims(*t), out_dim,
          in_dim);
-  lin.w = read_matrix(*t, DType::F32, spec.slot == Slot::Q || spec.slot == Slot::K, c.head_dim);
+  lin.w = ckpt::read_dense(*t, c, spec.slot);
 }
 
 // Every linear map of every layer from the checkpoint, as `fam` stores them.
@@ -280,13 +259,19 @@ void import_layers(const Checkpoint& ck, const std::string& fam, Weights& w, Imp
   for (int l = 0; l < c.n_layers; ++l)
     for (const WeightSpec& spec : kWeightTable) {
       if (!spec.is_linear() || !spec.per_layer) continue;
+      // Phi-3's fused qkv_proj and gate_up_proj: the group at its first part (import/fused.h).
+      if (const auto fm = ckpt::fused_module(ck, c, spec.slot, l)) {
+        if (fm->parts.front().slot == spec.slot)
+          ckpt::import_fused(ck, fam, *fm, l, w, rep.matrices);
+        continue;
+      }
       const std::string M = names_of(spec, l).M;
       Linear& lin = slot_linear(w, spec.slot, l);
       if (fam == "dobi" && import_dobi_remap(ck, c, spec, l, M, lin, rep)) continue;
       // Palu's k and v: V^T [sum r_g, in] and one U.g [group rows, r_g] per head group; the rest
       // dense.
       if (fam == "palu" && import_palu(ck, c, spec, l, M, lin, rep)) continue;
-      const auto pairs = factor_names(fam, spec, l);
+      const auto pairs = ckpt::factor_names(fam, names_of(spec, l), l);
       const auto [out_dim, in_dim] = slot_shape(c, spec.slot);
       MatrixReport mr{fmt::format("blk.{}.{}", l, spec.kind), out_dim, in_dim, 0, false, ""};
       if (!import_factors(ck, c, spec, l, pairs, bases, lin, mr))

@@ -17,6 +17,11 @@
 //   palu          k/v only: M.VT.weight [sum r_g, in] and M.U.<g>.weight
 //                 [group rows, r_g] per head group (block-diagonal U, stored
 //                 dense with its zeros); config.json head_wise_ranks checked
+// Architectures: the base GGUF's (llama, qwen3, gemma3, smollm3, granite,
+// phi3, olmo2). Non-linear tensors come from the checkpoint under the
+// model's HF names (Gemma 3's norms, stored as w for a scale of 1 + w, get
+// the 1), else from --base; Phi-3's fused qkv_proj / gate_up_proj pairs are
+// split by rows (import/fused.h).
 #pragma once
 
 #include <string>

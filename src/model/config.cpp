@@ -4,12 +4,9 @@
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "format/gguf.h"
-#include "model/scalar_ops.h"
 
 namespace lr {
 
@@ -142,9 +139,7 @@ void read_rope_factors(const gguf::File& f, const std::string& arch, Config& c) 
 void read_gemma3(const gguf::File& f, const std::string& arch, Config& c) {
   auto key = [&](const char* k) { return arch + "." + k; };
   const std::string& src = f.path();
-  c.embed_scale = std::sqrt(float(c.dim));
-  c.post_norms = true;
-  c.ffn_act = Activation::GeluTanh;
+  c.embed_scale = std::sqrt(float(c.dim));  // (post_norms, ffn_act: set_architecture)
   if (c.n_layers == 62) c.attn_scale = 1.f / std::sqrt(float(c.dim / c.n_heads));
   if (f.get_float(key("final_logit_softcapping"), 0.0) != 0.0)
     fail("{}: final logit softcapping ('{}') is not supported", src,
@@ -191,6 +186,29 @@ void read_granite(const gguf::File& f, const std::string& arch, Config& c) {
 
 }  // namespace
 
+void set_architecture(const std::string& source, const std::string& arch, Config& c) {
+  const Arch* traits = find_arch(arch);
+  if (!traits)
+    fail("{}: unsupported architecture '{}' (supported: {})", source, arch,
+         supported_architectures());
+  c.arch = arch;
+  c.rope_neox = traits->rope_neox;
+  c.qk_norm = traits->qk_norm;
+  if (traits->gemma) {
+    c.post_norms = true;
+    c.ffn_act = Activation::GeluTanh;
+  }
+  if (traits->olmo2) {
+    c.qk_norm_full = c.post_norms = true;
+    c.pre_norms = false;
+  }
+}
+
+int no_rope_interval(const std::string& arch) {
+  const Arch* traits = find_arch(arch);
+  return traits ? traits->no_rope_every : 0;
+}
+
 std::string supported_architectures() {
   std::string s;
   for (const Arch& a : kArchs) s += (s.empty() ? "" : ", ") + std::string(a.name);
@@ -200,14 +218,10 @@ std::string supported_architectures() {
 Config config_from_gguf(const gguf::File& f) {
   const std::string& src = f.path();
   std::string arch = f.get_string("general.architecture");
-  const Arch* traits = find_arch(arch);
-  if (!traits)
-    fail("{}: unsupported architecture '{}' (supported: {})", src, arch, supported_architectures());
-  auto key = [&](const char* k) { return arch + "." + k; };
   Config c;
-  c.arch = arch;
-  c.rope_neox = traits->rope_neox;
-  c.qk_norm = traits->qk_norm;
+  set_architecture(src, arch, c);
+  const Arch* traits = find_arch(arch);
+  auto key = [&](const char* k) { return arch + "." + k; };
   c.name = f.get_string("general.name", "");
   c.n_layers = positive_int(src, "block_count", f.get_int(key("block_count")));
   c.dim = positive_int(src, "embedding_length", f.get_int(key("embedding_length")));
@@ -235,115 +249,12 @@ Config config_from_gguf(const gguf::File& f) {
   c.vocab = positive_int(src, "vocab_size", f.get_int(key("vocab_size"), c.vocab));
   if (traits->gemma) read_gemma3(f, arch, c);
   if (traits->granite) read_granite(f, arch, c);
-  if (traits->olmo2) {
-    c.qk_norm_full = c.post_norms = true;
-    c.pre_norms = false;
-    if (f.get_int(key("attention.sliding_window"), 0) > 0)  // OLMo 3's windowed layers
-      fail("{}: {} with sliding-window layers (OLMo 3) is not supported", src, arch);
-  }
+  // OLMo 3's windowed layers
+  if (traits->olmo2 && f.get_int(key("attention.sliding_window"), 0) > 0)
+    fail("{}: {} with sliding-window layers (OLMo 3) is not supported", src, arch);
   for (int l = 0; traits->no_rope_every > 0 && l < c.n_layers; ++l)
     c.no_rope_layers.push_back((l + 1) % traits->no_rope_every == 0);
   c.validate(src);
-  return c;
-}
-
-namespace {
-
-// Llama 3.1's scaling (its config.json: rope_scaling {"rope_type": "llama3",
-// factor, low_freq_factor, high_freq_factor, original_max_position_embeddings}):
-// wavelengths shorter than L / high_freq_factor keep their frequency, those
-// longer than L / low_freq_factor are slowed by `factor`, and the band between
-// is interpolated; returned as each frequency's divisor.
-std::vector<float> llama3_rope_factors(const std::string& path, const Config& c,
-                                       const nlohmann::json& rs) {
-  auto num = [&](const char* k) {
-    if (!rs.contains(k) || !rs[k].is_number())
-      fail("{}: RoPE scaling type 'llama3' needs a number '{}'", path, k);
-    return rs[k].get<double>();
-  };
-  const double factor = num("factor"), lo = num("low_freq_factor"), hi = num("high_freq_factor"),
-               old_ctx = num("original_max_position_embeddings");
-  if (!(factor > 0 && lo > 0 && hi > lo && old_ctx > 0))
-    fail("{}: RoPE scaling 'llama3' needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
-         "original_max_position_embeddings > 0 (got {}, {}, {}, {})",
-         path, factor, lo, hi, old_ctx);
-  const std::vector<double> base = scalar::rope_inv_freq(c);  // c has no factors yet
-  std::vector<float> out(base.size());
-  for (size_t i = 0; i < base.size(); ++i) {
-    const double freq = base[i], wavelen = 2 * M_PI / freq;
-    double scaled = freq;
-    if (wavelen > old_ctx / lo) {
-      scaled = freq / factor;
-    } else if (wavelen >= old_ctx / hi) {
-      const double smooth = (old_ctx / wavelen - lo) / (hi - lo);
-      scaled = (1 - smooth) * freq / factor + smooth * freq;
-    }
-    out[i] = float(freq / scaled);
-  }
-  return out;
-}
-
-}  // namespace
-
-Config config_from_hf_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail("{}: cannot open", path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    fail("{}: invalid JSON: {}", path, e.what());
-  }
-  auto get_int = [&](const char* k) -> int64_t {
-    if (!j.contains(k) || !j[k].is_number_integer()) fail("{}: missing integer field '{}'", path, k);
-    return j[k].get<int64_t>();
-  };
-  std::string model_type = j.value("model_type", "");
-  if (model_type != "llama" && model_type != "mistral" && model_type != "qwen2" &&
-      model_type != "qwen3")
-    fail("{}: unsupported model_type '{}' (lowrank imports llama, mistral, qwen2 and qwen3)", path,
-         model_type);
-  Config c;
-  if (model_type == "qwen3") {  // its q/k norms; saved as a qwen3 GGUF (NEOX rows, save.cpp)
-    c.arch = "qwen3";
-    c.rope_neox = find_arch("qwen3")->rope_neox;
-    c.qk_norm = find_arch("qwen3")->qk_norm;
-  }
-  c.name = j.value("_name_or_path", "");
-  c.n_layers = positive_int(path, "num_hidden_layers", get_int("num_hidden_layers"));
-  c.dim = positive_int(path, "hidden_size", get_int("hidden_size"));
-  c.ffn_dim = positive_int(path, "intermediate_size", get_int("intermediate_size"));
-  c.n_heads = positive_int(path, "num_attention_heads", get_int("num_attention_heads"));
-  c.n_kv_heads = c.n_heads;
-  if (j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null())
-    c.n_kv_heads = positive_int(path, "num_key_value_heads", get_int("num_key_value_heads"));
-  if (c.dim % c.n_heads != 0)
-    fail("{}: hidden_size {} is not a multiple of num_attention_heads {}", path, c.dim,
-         c.n_heads);
-  c.head_dim = c.dim / c.n_heads;
-  if (j.contains("head_dim") && j["head_dim"].is_number_integer())
-    c.head_dim = positive_int(path, "head_dim", get_int("head_dim"));
-  c.vocab = positive_int(path, "vocab_size", get_int("vocab_size"));
-  c.ctx_train = int(j.value("max_position_embeddings", 2048));
-  c.rms_eps = j.value("rms_norm_eps", 1e-5f);
-  c.rope_theta = j.value("rope_theta", 10000.f);
-  c.tied_output = j.value("tie_word_embeddings", false);
-  // RoPE as transformers 5 writes it (rope_parameters, with the base), or as
-  // earlier versions did (rope_theta, rope_scaling).
-  const char* rope_key = j.contains("rope_parameters") ? "rope_parameters" : "rope_scaling";
-  if (j.contains(rope_key) && !j[rope_key].is_null()) {
-    const auto& rs = j[rope_key];
-    if (!rs.is_object()) fail("{}: '{}' is not an object", path, rope_key);
-    c.rope_theta = rs.value("rope_theta", c.rope_theta);
-    std::string type = rs.value("rope_type", rs.value("type", "default"));
-    if (type == "linear")
-      c.rope_linear_factor = rs.value("factor", 1.f);
-    else if (type == "llama3")
-      c.rope_freq_factors = llama3_rope_factors(path, c, rs);
-    else if (type != "default")
-      fail("{}: {} type '{}' is not supported (supported: linear, llama3)", path, rope_key, type);
-  }
-  c.validate(path);
   return c;
 }
 

@@ -94,6 +94,14 @@ struct Config {
 // The architectures lowrank runs, comma-separated for messages.
 std::string supported_architectures();
 
+// Sets c.arch and what comes with the architecture alone (rope_neox,
+// qk_norm; Gemma 3's post-norms and GeGLU; OLMo 2's norms); an architecture
+// lowrank does not run is an error naming `source` and the supported list.
+void set_architecture(const std::string& source, const std::string& arch, Config& c);
+// Every how many layers the architecture's GGUF has one without RoPE (layer
+// l has none when (l + 1) % n == 0: SmolLM3's 4, as llama.cpp fixes it); 0: none.
+int no_rope_interval(const std::string& arch);
+
 // Reads `<arch>.*` metadata for a supported architecture: llama, mistral,
 // smollm, qwen2 (q/k/v biases, NEOX RoPE), qwen3 (NEOX RoPE, q/k norms).
 // Tied output is decided by the caller from the presence of `output.weight`.
@@ -109,7 +117,13 @@ void config_to_gguf(const Config& c, gguf::Writer& w);
 // filler pieces "<fillN>". For synthetic and test models.
 void byte_vocab_to_gguf(int vocab, gguf::Writer& w);
 
-// Reads a HuggingFace config.json (LlamaForCausalLM and compatible).
+// Reads a HuggingFace config.json (model/config_hf.cpp): model_type llama,
+// mistral, qwen2, qwen3, gemma3_text (Gemma3ForCausalLM), smollm3, granite,
+// phi3 and olmo2, each key as llama.cpp's convert_hf_to_gguf.py maps it to
+// the metadata config_from_gguf reads. What lowrank does not run (Gemma's
+// final logit softcapping, a sliding window on SmolLM3 or OLMo 2, RoPE
+// scaling other than linear, llama3 and longrope, another FFN activation)
+// is an error naming the file and the field.
 Config config_from_hf_json(const std::string& path);
 
 }  // namespace lr

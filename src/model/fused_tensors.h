@@ -1,7 +1,8 @@
 // Tensors some files store fused, seen as the parts the weight table reads:
 // q, k and v as one attn_qkv (Phi-3), the FFN's gate and up as one ffn_up of
-// twice the FFN's rows (Phi-3: the gate's rows first). The parts are row
-// ranges of the fused tensor, so they are views of the file, not copies.
+// twice the FFN's rows (Phi-3: the gate's rows first); under HuggingFace
+// names, self_attn.qkv_proj and mlp.gate_up_proj. The parts are row ranges
+// of the fused tensor, so they are views of the file, not copies.
 #pragma once
 
 #include "format/tensor_source.h"
@@ -19,6 +20,7 @@ class SplitFused final : public TensorSource {
   }
 
  private:
+  std::optional<TensorView> find_hf(const std::string& name) const;
   const TensorSource& src_;
   const Config& c_;
 };

@@ -14,10 +14,10 @@ namespace lr {
 
 namespace {
 
-std::string tensor_name(const WeightSpec& spec, Naming naming, int layer) {
-  std::string pattern = naming == Naming::Gguf ? spec.gguf : spec.hf;
-  if (!spec.per_layer) return pattern;
-  return fmt::format(fmt::runtime(pattern), layer);
+std::string tensor_name(const WeightSpec& spec, const Config& c, Naming naming, int layer) {
+  if (naming == Naming::HuggingFace) return hf_tensor_name(spec, c, layer);
+  if (!spec.per_layer) return spec.gguf;
+  return fmt::format(fmt::runtime(spec.gguf), layer);
 }
 
 void fill_matrix(Matrix& m, const TensorView& t, bool permute_rope, int head_dim, int rot_dims) {
@@ -64,6 +64,19 @@ TensorView require_matrix(const TensorSource& src, const std::string& name, int6
 }
 
 }  // namespace
+
+std::string hf_tensor_name(const WeightSpec& spec, const Config& c, int layer) {
+  const char* pattern = spec.hf;
+  // Gemma 3: the FFN's norm is pre_feedforward_layernorm (post_attention_layernorm
+  // is the attention output's, as in OLMo 2).
+  if (spec.slot == Slot::FfnNorm && c.post_norms)
+    pattern = "model.layers.{}.pre_feedforward_layernorm.weight";
+  return spec.per_layer ? fmt::format(fmt::runtime(pattern), layer) : std::string(pattern);
+}
+
+bool hf_norm_offset(const Config& c) {
+  return c.arch == "gemma3";
+}
 
 // HuggingFace stores q/k rows per head as [two halves][head_dim/2] (rotate_half
 // RoPE); GGUF interleaves them as [head_dim/2][two]. Row i*2+j of a GGUF head is
@@ -154,7 +167,7 @@ std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& 
   w->as_stored = !wtype;
   w->layers.resize(size_t(cfg_in.n_layers));
   const WeightSpec& out_spec = weight_spec(Slot::Output);
-  w->cfg.tied_output = !src.find(tensor_name(out_spec, naming, 0)).has_value() &&
+  w->cfg.tied_output = !src.find(tensor_name(out_spec, cfg_in, naming, 0)).has_value() &&
                        !(naming == Naming::Gguf && src.find(lowrank_out_name(out_spec, 0)));
   const Config& cfg = w->cfg;
   std::map<std::string, Matrix> shared;  // shared bases by tensor name, loaded once
@@ -177,7 +190,7 @@ std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& 
   for_each_tensor(cfg, [&](const WeightSpec& spec, int layer) {
     const std::vector<int64_t>& groups = groups_of(spec);
     auto [rows, cols] = slot_shape(cfg, spec.slot);
-    std::string name = tensor_name(spec, naming, layer);
+    std::string name = tensor_name(spec, cfg, naming, layer);
     if (!spec.is_linear()) {
       std::optional<TensorView> t = src.find(name);
       if (!t) fail("{}: missing tensor '{}'", src.path(), name);
@@ -192,6 +205,8 @@ std::shared_ptr<Weights> load_weights(const Config& cfg_in, const TensorSource& 
               ? read_matrix(TensorView{t->dtype, {t->shape[0], 1}, t->data, t->nbytes, t->owner},
                             DType::F32, false, cfg.head_dim)
               : read_matrix(*t, wtype, false, cfg.head_dim);
+      if (spec.is_norm && naming == Naming::HuggingFace && hf_norm_offset(cfg))
+        for (int64_t i = 0; i < cols; ++i) m.f32_mut()[i] += 1.f;  // Gemma's (1 + w)
       // A head's norm in the order its q and k rows take (see below).
       if ((spec.slot == Slot::QNorm || spec.slot == Slot::KNorm) &&
           (naming == Naming::HuggingFace || cfg.rope_neox)) {

@@ -23,6 +23,15 @@ enum class Naming { Gguf, HuggingFace };
 std::shared_ptr<Weights> load_weights(const Config& cfg, const TensorSource& src, Naming naming,
                                       std::optional<DType> wtype);
 
+// The HuggingFace name of a table entry in a model of config c (the table's
+// `hf`, but Gemma 3's FFN norm: pre_feedforward_layernorm). Phi-3's fused
+// qkv_proj and gate_up_proj are found under the parts' names by SplitFused
+// (model/fused_tensors.h).
+std::string hf_tensor_name(const WeightSpec& spec, const Config& c, int layer);
+// Whether the model's HuggingFace norm weights are stored as w for a scale
+// of (1 + w) (Gemma 3): the loader adds 1, as llama.cpp's converter does.
+bool hf_norm_offset(const Config& c);
+
 // HuggingFace stores q/k rows per head as [two halves][head_dim/2] (rotate-half
 // RoPE); GGUF interleaves them. The HF row that GGUF row r comes from. With
 // partial RoPE only the first rot_dims of a head are so arranged (0: all).

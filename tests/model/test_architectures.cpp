@@ -290,8 +290,12 @@ TEST_P(Arch, QuantizedModelRunsOnTheFastPath) {
   const Model m = load_model(t.file("q.gguf"), std::nullopt);
   const Layer& L = m.weights->layers[0];
   EXPECT_EQ(L.q.w.dtype, DType::Q8_0);
-  if (m.weights->cfg.pre_norms) EXPECT_EQ(L.attn_norm.dtype, DType::F32);
-  if (m.weights->cfg.qk_norm) EXPECT_EQ(L.q_norm.dtype, DType::F32);
+  if (m.weights->cfg.pre_norms) {
+    EXPECT_EQ(L.attn_norm.dtype, DType::F32);
+  }
+  if (m.weights->cfg.qk_norm) {
+    EXPECT_EQ(L.q_norm.dtype, DType::F32);
+  }
   const BackendOptions bo = test::backend_options(128, 2);
   const std::vector<float> ref = prompt_logits(
       *make_session(load_model(t.file("q.gguf"), DType::F32), ExecPath::Reference, bo), g.tokens,
