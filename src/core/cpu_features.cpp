@@ -166,6 +166,19 @@ Amx amx_status() {
   return status;
 }
 
+bool cpu_lists_amx_int8() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((d >> 25) & 1u);
+}
+
+bool amx_allowed_by_env() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("LOWRANK_AMX");
+    return v && *v && std::string(v) != "0";
+  }();
+  return allowed;
+}
+
 const char* amx_status_name(Amx a) {
   switch (a) {
     case Amx::NotListed:
@@ -199,10 +212,19 @@ std::string cpu_kernel_path() {
     note(__builtin_cpu_supports("avx512vnni"), "avx512vnni");
   }
   note(__builtin_cpu_supports("avx512bf16"), "avx512bf16");
-  // AMX: probed in a child process (amx_status); no kernel uses it.
+  // AMX: probed in a child process (amx_status); where it runs and
+  // LOWRANK_AMX=1 asks for it, the block formats' prompts of 16 tokens and
+  // more take its tiles (kernels_amx.h; off by default until its tiles have
+  // run on an AMX host: tested here against a software model only).
   const Amx amx = amx_status();
-  if (amx != Amx::NotListed)
-    note(true, (std::string("amx (") + amx_status_name(amx) + ")").c_str());
+  const std::string amx_name = std::string("amx (") + amx_status_name(amx) + ")";
+  const bool amx_used = amx == Amx::Usable && isa == Isa::Avx512Vnni && cpu_lists_amx_int8();
+  if (amx_used && amx_allowed_by_env())
+    path += "; AMX-INT8 tiles for the block formats' prompts, " + amx_name;
+  else if (amx != Amx::NotListed)
+    note(true,
+         (amx_name + (amx_used ? ", its prompt kernels off (LOWRANK_AMX=1 turns them on)" : ""))
+             .c_str());
   return path + (unused.empty() ? "" : "; this CPU also has " + unused + ", which no kernel uses");
 }
 

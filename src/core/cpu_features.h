@@ -53,11 +53,20 @@ std::string cpu_kernel_path();
 // (AMX-TILE), the OS must grant the tile data state
 // (arch_prctl(ARCH_REQ_XCOMP_PERM)), and a forked child must run a tile
 // instruction (ldtilecfg, tilezero, tilerelease) without a fault. Some hosts
-// list AMX and fault on the first tile instruction. Probed once; no kernel
-// uses AMX yet, so this is what --version and bench report.
+// list AMX and fault on the first tile instruction. Probed once (the
+// permission request is the process's, for all its threads); --version and
+// bench report it. Where it is Usable, CPUID lists AMX-INT8 and the kernel
+// path is avx512vnni, the block formats' prompt kernels take its tiles
+// (backend/cpu/kernels/kernels_amx.h) when amx_allowed_by_env().
 enum class Amx { NotListed, NotGranted, Faults, Usable };
 Amx amx_status();
 const char* amx_status_name(Amx a);  // e.g. "listed by CPUID, the OS does not grant its tile state"
+// Whether CPUID lists AMX-INT8 (the tile products of bytes).
+bool cpu_lists_amx_int8();
+// True when the environment variable LOWRANK_AMX is set to anything but ""
+// or "0": the AMX prompt kernels are opt-in until they have run on an AMX
+// host (their tests ran against a software model of the tile unit); read once.
+bool amx_allowed_by_env();
 
 // The same check for given feature flags (used by require_cpu_features() and
 // by tests).

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels/block_input.h"
+#include "backend/cpu/kernels/kernels_amx.h"
 #include "backend/cpu/kernels/kernels_simd.h"
 #include "backend/cpu/kernels/panels.h"
 #include "core/cpu_features.h"
@@ -467,6 +468,12 @@ void matmul_panels(DType t, const uint8_t* P, const float* X, float* Y, int64_t 
   // 32 57/112, 64 107/155, 128 226/248, 256 456/439; 1.5B 32 203/273, 128
   // 661/704, 256 1392/1344.)
   const bool int8 = kernel_isa() == Isa::Avx512Vnni;
+  // Where AMX runs, prompts of 16 tokens and more take its tiles, with the
+  // same bits (kernels_amx.cpp); any that cannot fall through.
+  if (int8 && n >= kAmxMinTokens && amx_has_format(t) && amx_prompts_ready()) {
+    const std::vector<Acts>& in = quantize_block_inputs(X, cols, n, ldx, int(block_elems(t)));
+    if (matmul_panels_amx(t, P, in.data(), n, Y, ldy, cols, r0, r1)) return;
+  }
   if (int8 && n <= kPanelPromptTokens) return matvec_panels_n(t, P, X, ldx, Y, ldy, n, cols, r0, r1);
   // Else 1024 rows at a time back in the file's layout; on AVX-512 VNNI the
   // tokens are quantized once for all chunks.

@@ -129,7 +129,8 @@ void unpack_panels(DType t, const uint8_t* P, int64_t cols, int64_t r0, int64_t 
 // stay in memory): a chunk of rows at a time back in the file's layout, then
 // matmul_blocks, whose bits these are (the same arguments as it takes); on
 // AVX-512 VNNI up to kPanelPromptTokens tokens from the panels directly,
-// with the same bits.
+// with the same bits; where AMX runs, from kAmxMinTokens tokens on its tiles
+// (kernels_amx.h), the same bits again.
 constexpr int64_t kPanelPromptTokens = 128;
 void matmul_panels(DType t, const uint8_t* P, const float* X, float* Y, int64_t n, int64_t cols,
                    int64_t ldx, int64_t ldy, int64_t r0, int64_t r1, MatmulPath path);
