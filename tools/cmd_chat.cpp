@@ -66,7 +66,7 @@ int chat(const ChatOptions& o) {
   const ExecPath path = o.model.path();
   const BackendOptions bo = o.model.backend_options();
   EngineOptions eo;
-  eo.draft_max = o.draft.draft_max();
+  o.draft.configure(eo, m, o.model, 1, 512);
   Engine engine(make_slots(m, path, bo, 1, 512, eo.draft_max > 0), tok, eo);
   GenParams g;
   g.sampling = o.sampling;

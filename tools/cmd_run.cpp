@@ -69,7 +69,7 @@ int run(const RunOptions& o) {
   const ExecPath path = o.model.path();
   const BackendOptions bo = o.model.backend_options();
   EngineOptions eo;
-  eo.draft_max = o.draft.draft_max();
+  o.draft.configure(eo, m, o.model, 1, kStepTokens);
   Engine engine(make_slots(m, path, bo, 1, kStepTokens, eo.draft_max > 0), tok, eo);
   GenParams g;
   g.sampling = o.sampling;

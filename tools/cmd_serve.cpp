@@ -121,7 +121,7 @@ int serve(const ServeOptions& o) {
   eo.step_tokens = o.step_tokens;
   eo.decode_chunk = o.decode_chunk;
   eo.shutdown_grace = std::chrono::seconds(o.grace_s);
-  eo.draft_max = o.draft.draft_max();
+  o.draft.configure(eo, s->model, o.model, o.slots, o.step_tokens);
   std::unique_ptr<BatchBackend> slots =
       make_slots(s->model, path, bo, o.slots, o.step_tokens, eo.draft_max > 0);
   const uint64_t slot_bytes = slots->cache_bytes(0);

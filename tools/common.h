@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "runtime/engine.h"
 #include "runtime/model.h"
 #include "runtime/session.h"
 
@@ -41,11 +42,17 @@ struct ModelOptions {
 
 // --draft ngram, --draft-max N: speculative decoding with prompt-lookup
 // drafts (run, chat, serve; runtime/engine.h EngineOptions::draft_max).
+// --draft-model FILE: a smaller model of the same vocabulary drafts.
 struct DraftOptions {
   std::string kind = "none";
+  std::string model;
   int max = 8;
   void add_to(CLI::App& app);
-  int draft_max() const { return kind == "ngram" ? max : 0; }
+  int draft_max() const { return kind == "ngram" || !model.empty() ? max : 0; }
+  // The engine's draft options for `slots` slots of `target` (loads and
+  // checks --draft-model: its vocabulary must be the target's).
+  void configure(EngineOptions& eo, const Model& target, const ModelOptions& mo, int slots,
+                 int step_tokens) const;
 };
 
 // Prints what a compressed key cache holds (nothing for the f32 cache) to `f`.

@@ -30,9 +30,49 @@ void DraftOptions::add_to(CLI::App& app) {
                  "lookup; the output is plain decoding's, docs/server.md)")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "ngram"}));
+  app.add_option("--draft-model", model,
+                 "speculative decoding: a smaller GGUF model with the same vocabulary drafts (e.g. "
+                 "Qwen2.5-Coder-0.5B for the 1.5B)");
   app.add_option("--draft-max", max, "tokens drafted per step at most (--draft ngram)")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+}
+
+namespace {
+
+// A draft model and the drafter over its slots, kept together.
+class OwnedDrafter final : public Drafter {
+ public:
+  OwnedDrafter(Model m, std::unique_ptr<Drafter> d) : m_(std::move(m)), d_(std::move(d)) {}
+  void draft(const std::vector<Ask>& asks, std::vector<std::vector<int32_t>>& out) override {
+    d_->draft(asks, out);
+  }
+
+ private:
+  Model m_;
+  std::unique_ptr<Drafter> d_;
+};
+
+}  // namespace
+
+void DraftOptions::configure(EngineOptions& eo, const Model& target, const ModelOptions& mo,
+                             int slots, int step_tokens) const {
+  eo.draft_max = draft_max();
+  if (model.empty()) return;
+  if (kind == "ngram") fail("--draft ngram and --draft-model: choose one source of drafts");
+  Model d = load_model(model, mo.weight_type());
+  const Tokenizer &a = *target.tokenizer, &b = *d.tokenizer;
+  if (a.n_vocab() != b.n_vocab())
+    fail("--draft-model {}: its vocabulary has {} tokens, the model's ({}) {}", model, b.n_vocab(),
+         mo.model_path(), a.n_vocab());
+  for (int32_t id = 0; id < a.n_vocab(); ++id)
+    if (a.token_text(id) != b.token_text(id))
+      fail("--draft-model {}: token {} is '{}', in the model ({}) '{}': not the same vocabulary",
+           model, id, b.token_text(id), mo.model_path(), a.token_text(id));
+  std::unique_ptr<BatchBackend> slots_of_draft =
+      make_slots(d, mo.path(), mo.backend_options(), slots, step_tokens);
+  eo.drafter =
+      std::make_shared<OwnedDrafter>(std::move(d), model_drafter(std::move(slots_of_draft)));
 }
 
 void ModelOptions::KeyCacheCli::add_to(CLI::App& app, bool with_type) {

@@ -55,6 +55,7 @@ Engine::Engine(std::unique_ptr<BatchBackend> batch, const Tokenizer& tok, const 
     fail(
         "--draft-max: speculative decoding runs on the CPU's fast path with an f32, f16, q8_0 or "
         "q4_0 key cache (it verifies drafts in decode steps and cuts rejected ones back exactly)");
+  if (o.draft_max > 0) drafter_ = o.drafter ? o.drafter : ngram_drafter(o.ngram);
   slots_.resize(size_t(batch_->slots()));
   // A row per slot, and a speculating slot's drafted ones.
   logits_.resize(size_t(batch_->slots()) * size_t(1 + o.draft_max) *
@@ -228,37 +229,55 @@ void Engine::admit() {
   }
 }
 
-BatchBackend::Chunk Engine::decode_chunk(int s, int k) {
-  Slot& sl = slots_[size_t(s)];
-  // Room: the draft's positions follow next's, within the context.
-  k = std::min(k, ctx() - int(sl.cached.size()) - 1);
-  if (k <= 0) return {s, &sl.next, 1, true, /*generated=*/true};
-  sl.cached.push_back(sl.next);  // the history the draft continues
-  std::vector<int32_t> draft = ngram_draft(sl.cached, k, opt_.ngram);
-  sl.cached.pop_back();
-  if (draft.empty()) return {s, &sl.next, 1, true, /*generated=*/true};
-  sl.feed.assign(1, sl.next);
-  sl.feed.insert(sl.feed.end(), draft.begin(), draft.end());
-  return {s,
-          sl.feed.data(),
-          int(sl.feed.size()),
-          true,
-          /*generated=*/true,
-          /*every_logits=*/true};
+std::vector<std::vector<int32_t>> Engine::drafts(const std::vector<int>& decoding, int budget) {
+  std::vector<std::vector<int32_t>> out(slots_.size());
+  const int n = int(decoding.size());
+  // Drafts share what a step leaves after one token per decoding slot.
+  const int k = n > 0 ? std::min(opt_.draft_max, (budget - n) / n) : 0;
+  if (k <= 0) return out;
+  std::vector<Drafter::Ask> asks;
+  for (int s : decoding) {
+    const Slot& sl = slots_[size_t(s)];
+    // Room: the draft's positions follow next's, within the context.
+    const int ks = std::min(k, ctx() - int(sl.cached.size()) - 1);
+    if (ks <= 0) continue;
+    asks.push_back({s, sl.cached, ks});
+    asks.back().hist.push_back(sl.next);
+  }
+  std::vector<std::vector<int32_t>> got;
+  if (!asks.empty()) drafter_->draft(asks, got);
+  const int vocab = batch_->weights().cfg.vocab;
+  for (size_t i = 0; i < asks.size(); ++i) {
+    std::vector<int32_t>& d = out[size_t(asks[i].slot)];
+    d = std::move(got[i]);
+    if (int(d.size()) > asks[i].k) d.resize(size_t(asks[i].k));
+    // (a draft model's rows may be wider than the target's)
+    d.erase(std::find_if(d.begin(), d.end(), [&](int32_t t) { return t < 0 || t >= vocab; }),
+            d.end());
+  }
+  return out;
 }
 
 void Engine::run_step() {
   std::vector<BatchBackend::Chunk> chunks;
   std::vector<std::pair<int, int>> owner;  // slot and logit rows of each chunk that asks for them
-  int budget = batch_->max_step_tokens(), decoding = 0;
-  for (const Slot& sl : slots_) decoding += sl.req && !sl.prefilling() ? 1 : 0;
-  // Drafts share what a step leaves after one token per decoding slot.
-  const int k = decoding > 0 ? std::min(opt_.draft_max, (budget - decoding) / decoding) : 0;
-  for (size_t s = 0; s < slots_.size() && budget > 0; ++s) {  // decoding slots: a token (+ draft)
-    Slot& sl = slots_[s];
-    if (!sl.req || sl.prefilling()) continue;
-    chunks.push_back(decode_chunk(int(s), std::min(k, budget - 1)));
-    owner.push_back({int(s), chunks.back().n});
+  int budget = batch_->max_step_tokens();
+  std::vector<int> decoding;
+  for (size_t s = 0; s < slots_.size(); ++s)
+    if (slots_[s].req && !slots_[s].prefilling()) decoding.push_back(int(s));
+  std::vector<std::vector<int32_t>> draft;
+  if (drafter_) draft = drafts(decoding, budget);
+  for (int s : decoding) {  // decoding slots: a token, and its draft where speculating
+    Slot& sl = slots_[size_t(s)];
+    if (draft.empty() || draft[size_t(s)].empty()) {
+      chunks.push_back({s, &sl.next, 1, true, /*generated=*/true});
+    } else {
+      sl.feed.assign(1, sl.next);
+      sl.feed.insert(sl.feed.end(), draft[size_t(s)].begin(), draft[size_t(s)].end());
+      chunks.push_back({s, sl.feed.data(), int(sl.feed.size()), true, /*generated=*/true,
+                        /*every_logits=*/true});
+    }
+    owner.push_back({s, chunks.back().n});
     budget -= chunks.back().n;
   }
   if (!chunks.empty()) budget = std::min(budget, opt_.decode_chunk);

@@ -34,8 +34,8 @@
 #include <vector>
 
 #include "backend/batch.h"
+#include "runtime/drafter.h"
 #include "runtime/metrics.h"
-#include "runtime/ngram_draft.h"
 #include "runtime/sequence.h"
 #include "tokenizer/tokenizer.h"
 
@@ -93,8 +93,8 @@ struct EngineOptions {
   // slot's next token waits for the step, so its inter-token time is bounded
   // by this chunk's cost (prompts alone take step_tokens).
   int decode_chunk = 128;
-  // Speculative decoding with prompt-lookup drafts (runtime/ngram_draft.h):
-  // tokens drafted per slot and step at most (0: off). A slot feeds its
+  // Speculative decoding (runtime/drafter.h: prompt-lookup drafts, or a
+  // draft model's): tokens drafted per slot and step at most (0: off). A slot feeds its
   // sampled token and the draft in one chunk whose every token is computed
   // as a one-token decode step computes it; the answer samples each row as
   // plain decoding would and keeps the drafted tokens it sampled itself, so
@@ -102,7 +102,8 @@ struct EngineOptions {
   // a step has left after one token per decoding slot. Runs where the batch
   // verifies and rewinds exactly (BatchBackend::verifies).
   int draft_max = 0;
-  NgramDraft ngram;
+  NgramDraft ngram;                                 // the drafts' source: prompt lookup, or
+  std::shared_ptr<Drafter> drafter;                 // this one (a draft model, model_drafter)
   std::chrono::milliseconds shutdown_grace{10000};  // running requests may finish within this
 };
 
@@ -164,9 +165,9 @@ class Engine {
   // Prompt positions slot `to` copies from its leader's slot (0: none). Under mu_.
   size_t copy_from_leader(const Request& r, int to, size_t keep);
   void run_step();
-  // The chunk decoding slot s feeds this step: its token, and a draft of at
-  // most k tokens when speculating.
-  BatchBackend::Chunk decode_chunk(int s, int k);
+  // Per slot, the tokens the decoding slots draft this step (of the step's
+  // budget of tokens).
+  std::vector<std::vector<int32_t>> drafts(const std::vector<int>& decoding, int budget);
   // After slot s's logits: sample, stop or go on.
   void advance(int s, const float* logits);
   // After the rows of slot s's verification chunk: sample row by row while
@@ -184,6 +185,7 @@ class Engine {
   std::vector<Slot> slots_;
   std::vector<float> logits_;
   uint64_t steps_ = 0;
+  std::shared_ptr<Drafter> drafter_;          // speculating: the drafts' source
   std::unique_ptr<grammar::TokenMask> mask_;  // the vocabulary's, built for the first grammar
 
   mutable std::mutex mu_;  // queue_, stopping_

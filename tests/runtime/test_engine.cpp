@@ -249,6 +249,38 @@ TEST(Engine, DraftedTokensGiveThePlainAnswers) {
     for (const GenParams& g : params) rs.push_back(four->submit(p, g));
     for (size_t i = 0; i < rs.size(); ++i) expect_same(plain[i], wait(*rs[i]));
   }
+  // A draft model: the target itself (every greedy guess taken) and another
+  // random model of the same vocabulary (few taken), each on a batch of its
+  // own; the answers are still plain decoding's.
+  test::TinySpec other;
+  other.tokenizer = true;
+  other.wtype = DType::Q4_0;
+  other.ctx_train = 512;
+  other.seed = 99;
+  other.n_layers = 1;
+  const Model small = load_model(test::write_tiny(tiny.t, other, "small.gguf"), std::nullopt);
+  for (const Model* draft : {static_cast<const Model*>(&tiny.m), &small}) {
+    BackendOptions bo;
+    bo.ctx = 128;
+    bo.cpu.n_threads = 2;
+    EngineOptions eo;
+    eo.step_tokens = 24;
+    eo.draft_max = 4;
+    eo.drafter = model_drafter(make_cpu_batch_backend(draft->weights, bo, 4, 24));
+    Engine e(make_cpu_batch_backend(tiny.m.weights, bo, 4, 24), *tiny.m.tokenizer, eo);
+    std::vector<std::shared_ptr<Request>> rs;
+    for (const GenParams& g : params) rs.push_back(e.submit(p, g));
+    for (size_t i = 0; i < rs.size(); ++i) expect_same(plain[i], wait(*rs[i]));
+    EXPECT_GT(e.metrics().drafted, 0u);
+    if (draft != &tiny.m) continue;
+    // Greedy with itself as the draft: its guesses are its own tokens (the
+    // draft's prompt rows round otherwise than the target's decode rows, so
+    // not always).
+    Engine g(make_cpu_batch_backend(tiny.m.weights, bo, 4, 24), *tiny.m.tokenizer, eo);
+    expect_same(plain[0], wait(*g.submit(p, params[0])));
+    const auto m = g.metrics();
+    EXPECT_GE(m.draft_taken * 10, m.drafted * 9) << m.draft_taken << " of " << m.drafted;
+  }
   // A KIVI key cache cannot cut a rejected draft back exactly: refused.
   BackendOptions o;
   o.ctx = 128;
