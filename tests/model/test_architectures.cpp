@@ -13,6 +13,7 @@
 
 #include "../batch_runner.h"
 #include "../error_of.h"
+#include "arch_golden.h"
 #include "backend/batch.h"
 #include "backend/cpu/cpu.h"
 #include "backend/ref/ref.h"
@@ -36,45 +37,11 @@ const std::string kDir = LOWRANK_SOURCE_DIR "/tests/fixtures/arch/";
 // Gemma 3 2.5e-4.
 constexpr double kTol = 1e-3;
 
-struct Golden {
-  std::vector<int32_t> tokens, greedy;
-  std::vector<std::vector<int>> top5;
-  std::vector<std::vector<double>> top5_logits;
-  double scale = 1;
-};
-
+using Golden = test::ArchGolden;
 Golden golden(const std::string& arch) {
-  std::ifstream in(kDir + arch + ".json");
-  const nlohmann::json j = nlohmann::json::parse(in);
-  Golden g;
-  g.tokens = j["tokens"].get<std::vector<int32_t>>();
-  g.greedy = j["greedy"].get<std::vector<int32_t>>();
-  g.top5 = j["top5_ids"].get<std::vector<std::vector<int>>>();
-  g.top5_logits = j["top5_logits"].get<std::vector<std::vector<double>>>();
-  g.scale = j["logit_scale"].get<double>();
-  return g;
+  return test::arch_golden(arch);
 }
-
-// Logits [tokens, vocab] against llama.cpp's: the top-5 ids at every
-// position, and those logits within tol of the logit scale.
-void expect_llamacpp(const std::vector<float>& logits, int vocab, const Golden& g, double tol,
-                     const std::string& what) {
-  ASSERT_EQ(logits.size(), g.tokens.size() * size_t(vocab));
-  double worst = 0;
-  for (size_t p = 0; p < g.tokens.size(); ++p) {
-    const float* row = logits.data() + p * size_t(vocab);
-    std::vector<int> ids(static_cast<size_t>(vocab));
-    for (int v = 0; v < vocab; ++v) ids[size_t(v)] = v;
-    std::partial_sort(ids.begin(), ids.begin() + 5, ids.end(),
-                      [&](int a, int b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-    EXPECT_EQ(std::vector<int>(ids.begin(), ids.begin() + 5), g.top5[p]) << "position " << p;
-    for (size_t i = 0; i < 5; ++i)
-      worst = std::max(worst, std::abs(double(row[g.top5[p][i]]) - g.top5_logits[p][i]));
-  }
-  EXPECT_LT(worst / g.scale, tol);
-  fmt::print("  {:<34} top-5 logits within {:.1e} of the logit scale ({:.2f})\n", what,
-             worst / g.scale, g.scale);
-}
+using test::expect_llamacpp;
 
 std::vector<float> prompt_logits(Backend& b, const std::vector<int32_t>& toks, bool one_by_one) {
   const size_t V = size_t(b.weights().cfg.vocab);

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../error_of.h"
+#include "arch_golden.h"
 #include "backend/cpu/cpu.h"
 #include "format/gguf.h"
 #include "format/gguf_source.h"
@@ -32,36 +33,12 @@ const std::string kArch = LOWRANK_SOURCE_DIR "/tests/fixtures/arch/";
 const std::string kHf = LOWRANK_SOURCE_DIR "/tests/fixtures/hf_arch/";
 constexpr double kTol = 1e-3;  // as tests/model/test_architectures.cpp
 
-struct Golden {
-  std::vector<int32_t> tokens, greedy;
-  std::vector<std::vector<int>> top5;
-  std::vector<std::vector<double>> top5_logits;
-  double scale = 1;
-};
-
+using Golden = test::ArchGolden;
 Golden golden(const std::string& arch) {
-  std::ifstream in(kArch + arch + ".json");
-  const json j = json::parse(in);
-  return {j["tokens"].get<std::vector<int32_t>>(), j["greedy"].get<std::vector<int32_t>>(),
-          j["top5_ids"].get<std::vector<std::vector<int>>>(),
-          j["top5_logits"].get<std::vector<std::vector<double>>>(), j["logit_scale"].get<double>()};
+  return test::arch_golden(arch);
 }
-
-// Top-5 ids at every position are llama.cpp's, their logits within kTol of the scale.
 void expect_llamacpp(const std::vector<float>& logits, int vocab, const Golden& g) {
-  double worst = 0;
-  for (size_t p = 0; p < g.tokens.size(); ++p) {
-    const float* row = logits.data() + p * size_t(vocab);
-    std::vector<int> ids(size_t(vocab), 0);
-    for (int v = 0; v < vocab; ++v) ids[size_t(v)] = v;
-    std::partial_sort(ids.begin(), ids.begin() + 5, ids.end(),
-                      [&](int a, int b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-    EXPECT_EQ(std::vector<int>(ids.begin(), ids.begin() + 5), g.top5[p]) << "position " << p;
-    for (size_t i = 0; i < 5; ++i)
-      worst = std::max(worst, std::abs(double(row[g.top5[p][i]]) - g.top5_logits[p][i]));
-  }
-  EXPECT_LT(worst / g.scale, kTol);
-  fmt::print("  HF directory: top-5 logits within {:.1e} of the logit scale\n", worst / g.scale);
+  test::expect_llamacpp(logits, vocab, g, kTol, "HF directory");
 }
 
 void expect_same_config(const Config& h, const Config& g) {
