@@ -1,6 +1,7 @@
 // lowrank: command-line entry point. Subcommands live in cmd_*.cpp.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "common.h"
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "core/system_memory.h"
 #include "model/load.h"
 #include "openblas_core.h"
 
@@ -60,6 +62,14 @@ void DraftOptions::configure(EngineOptions& eo, const Model& target, const Model
   eo.draft_max = draft_max();
   if (model.empty()) return;
   if (kind == "ngram") fail("--draft ngram and --draft-model: choose one source of drafts");
+  // Refused before loading where the draft's file does not fit in what the
+  // host has left beside the target.
+  std::error_code ec;
+  const uint64_t bytes = uint64_t(std::filesystem::file_size(model, ec));
+  if (ec) fail("--draft-model {}: cannot read it ({})", model, ec.message());
+  if (const uint64_t avail = available_memory_bytes(); avail > 0 && bytes > avail)
+    fail("--draft-model {}: {:.1f} MiB does not fit in the {:.1f} MiB available beside the model",
+         model, double(bytes) / (1 << 20), double(avail) / (1 << 20));
   Model d = load_model(model, mo.weight_type());
   const Tokenizer &a = *target.tokenizer, &b = *d.tokenizer;
   if (a.n_vocab() != b.n_vocab())

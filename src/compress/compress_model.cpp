@@ -11,6 +11,7 @@
 #include "compress/pivot.h"
 #include "compress/sequential.h"
 #include "core/error.h"
+#include "core/system_memory.h"
 #include "format/gguf_source.h"
 #include "model/load.h"
 #include "model/save.h"
@@ -162,7 +163,7 @@ void Compressor::check_factor_memory() const {
     }
   });
   const uint64_t limit =
-      opt_.factor_memory > 0 ? opt_.factor_memory : compress::available_memory_bytes() / 100 * 45;
+      opt_.factor_memory > 0 ? opt_.factor_memory : available_memory_bytes() / 100 * 45;
   if (limit > 0 && factor_bytes > limit)
     fail(
         "compress: the {} outputs' factors take about {:.2f} GB until they are written, more than "

@@ -1,11 +1,10 @@
 #include "compress/layer_grams.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <fstream>
 
 #include "compress/calibration.h"
+#include "core/system_memory.h"
 
 namespace lr::compress {
 
@@ -13,20 +12,6 @@ namespace lr::compress {
 uint64_t gram_bytes_per_layer(const Config& c) {
   auto sq = [](int64_t n) { return uint64_t(n) * uint64_t(n) * sizeof(double); };
   return 2 * sq(c.dim) + sq(c.q_dim()) + sq(c.ffn_dim);
-}
-
-// MemAvailable from /proc/meminfo (free plus reclaimable memory), else the
-// free pages; 0 when neither can be read.
-uint64_t available_memory_bytes() {
-  std::ifstream in("/proc/meminfo");
-  for (std::string key; in >> key;) {
-    uint64_t kib = 0;
-    in >> kib;
-    if (key == "MemAvailable:") return kib * 1024;
-    in.ignore(1 << 10, '\n');
-  }
-  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
 }
 
 // Layers whose Grams one calibration pass collects: as many as the budget

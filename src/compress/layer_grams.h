@@ -49,10 +49,6 @@ class GramObserver final : public ActivationObserver {
 // Bytes of the Grams one layer's calibration keeps (four sites, double).
 uint64_t gram_bytes_per_layer(const Config& c);
 
-// MemAvailable from /proc/meminfo (free plus reclaimable memory), else the
-// free pages; 0 when neither can be read.
-uint64_t available_memory_bytes();
-
 // Layers whose Grams one calibration pass collects: as many as the budget
 // holds (opt.calib_memory, or half the available memory), at least one, and
 // whole basis-sharing groups.
