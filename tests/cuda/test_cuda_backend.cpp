@@ -2,9 +2,8 @@
 // every rung of the ablation, and its launch accounting against the host
 // plan. Needs a GPU: every test is skipped, saying why, when there is none;
 // a build over the CPU emulator (LOWRANK_CUDA_EMU) runs them without one.
-// Tolerance: logits agree within 1e-2 of the logits' scale (bf16 weights on
-// both sides; the GPU's f16 KV cache, its fast exp and its summation order
-// differ), 2e-3 in the emulator (the same kernels, one summation order).
+// Tolerance: cuda_test_util.h. The architectures beyond LLaMA and Qwen:
+// test_cuda_architectures.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +18,7 @@
 #include "compress/compress_model.h"
 #include "compress/synth_model.h"
 #include "core/error.h"
+#include "cuda_test_util.h"
 #include "model/load.h"
 #include "runtime/model.h"
 #include "runtime/session.h"
@@ -26,73 +26,17 @@
 namespace lr {
 namespace {
 
-#ifdef LOWRANK_CUDA_EMU
-constexpr double kTol = 2e-3;  // the emulator: no races, its exp as the GPU's less 2 ulp
-#else
-constexpr double kTol = 1e-2;
-#endif
-
-class Gpu : public ::testing::Test {
+class Gpu : public test::GpuTest {
  protected:
-  void SetUp() override {
-    bool ok = false;
-    const std::string info = cuda_device_info(&ok);
-    if (!ok) GTEST_SKIP() << "no GPU, CUDA tests skipped: " << info;
-  }
   std::string synth(double keep, const std::string& shape = "tiny") {
     return test::write_synth(t_, keep, shape);
   }
-  test::TempDir t_;
 };
 
-// max |a - b| / max |b|
-double scaled_err(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, s = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    d = std::max(d, double(std::abs(a[i] - b[i])));
-    s = std::max(s, double(std::abs(b[i])));
-  }
-  return d / std::max(s, 1e-30);
-}
+using test::scaled_err;
 
-int argmax(const float* x, int n) {
-  return int(std::max_element(x, x + n) - x);
-}
-
-// Prompt (all logits), then `gen` decode steps fed the CPU's greedy tokens.
 void compare(const Model& m, const ExecOptions& e, int prompt, int gen, const std::string& what) {
-  SCOPED_TRACE(what);
-  BackendOptions o;
-  o.ctx = prompt + gen + 1;
-  o.cpu.n_threads = 2;
-  o.exec = e;
-  auto cpu = make_session(m, ExecPath::Fast, o);
-  auto gpu = make_session(m, ExecPath::Cuda, o);
-  const int V = m.weights->cfg.vocab;
-  std::vector<int32_t> toks(static_cast<size_t>(prompt));
-  for (int i = 0; i < prompt; ++i) toks[size_t(i)] = 3 + (i * 7919) % (V - 3);
-  std::vector<float> a(size_t(prompt) * V), b(a.size());
-  cpu->forward(toks.data(), prompt, a.data(), true);
-  gpu->forward(toks.data(), prompt, b.data(), true);
-  const double prefill_err = scaled_err(b, a);
-  double decode_err = 0;
-  EXPECT_LT(prefill_err, kTol) << "prefill";
-  std::vector<float> la(a.end() - V, a.end()), lb(b.end() - V, b.end());
-  for (int s = 0; s < gen; ++s) {
-    int32_t next = argmax(la.data(), V);
-    // Greedy agrees wherever the CPU's top two are not within the tolerance.
-    std::vector<float> sorted = la;
-    std::nth_element(sorted.begin(), sorted.begin() + 1, sorted.end(), std::greater<float>());
-    if (sorted[0] - sorted[1] > 4 * kTol * std::abs(sorted[0])) {
-      EXPECT_EQ(argmax(lb.data(), V), next) << "step " << s;
-    }
-    cpu->forward(&next, 1, la.data(), false);
-    gpu->forward(&next, 1, lb.data(), false);
-    decode_err = std::max(decode_err, scaled_err(lb, la));
-    EXPECT_LT(scaled_err(lb, la), kTol) << "decode step " << s;
-  }
-  fmt::print("  {:<40} max scaled error: prefill {:.1e}, decode {:.1e}\n", what, prefill_err,
-             decode_err);
+  test::compare_with_cpu(m, e, prompt, gen, what);
 }
 
 TEST_F(Gpu, EveryRungMatchesTheCpu) {
@@ -117,35 +61,41 @@ TEST_F(Gpu, LongPrefillInBlocksAndTheDefaultModelShape) {
 // GEMVs, rope and append into attend, one graph per token) does the unfused
 // kernels' arithmetic: the same logits, bit for bit in the emulator (a GPU
 // compiler may contract differently across kernels: within 1e-5 there).
+// Also Gemma 3's (GELU folded into the down product's input, windows in the
+// merge, heads of 32: RoPE pairs across lanes) and Phi-3's (LongRoPE).
 TEST_F(Gpu, FusedDecodeIsTheUnfusedArithmetic) {
-  Model m = load_model(synth(0.5), DType::BF16);
-  ExecOptions slow;
-  slow.kv = KvMode::Dense;
-  slow.packed = false;
-  slow.fused = false;
-  slow.unit = ExecUnit::PerOp;
-  const ExecOptions fast;  // dense KV, packed, fused, per-token graph
-  ASSERT_TRUE(fast.fused && fast.packed && fast.unit == ExecUnit::PerToken);
-  BackendOptions o;
-  o.ctx = 300;
-  o.exec = slow;
-  auto a = make_session(m, ExecPath::Cuda, o);
-  o.exec = fast;
-  auto b = make_session(m, ExecPath::Cuda, o);
-  const int V = m.weights->cfg.vocab;
-  std::vector<int32_t> toks(static_cast<size_t>(270));  // decode crosses a split-K chunk
-  for (size_t i = 0; i < toks.size(); ++i) toks[i] = int32_t(3 + (i * 31) % size_t(V - 3));
-  std::vector<float> la(static_cast<size_t>(V)), lb(static_cast<size_t>(V));
-  a->forward(toks.data(), 250, la.data(), false);
-  b->forward(toks.data(), 250, lb.data(), false);
-  for (size_t i = 250; i < toks.size(); ++i) {
-    a->forward(&toks[i], 1, la.data(), false);
-    b->forward(&toks[i], 1, lb.data(), false);
+  const std::string arch = LOWRANK_SOURCE_DIR "/tests/fixtures/arch/";
+  for (const std::string& path : {synth(0.5), arch + "gemma3.gguf", arch + "phi3.gguf"}) {
+    SCOPED_TRACE(path);
+    Model m = load_model(path, DType::BF16);
+    ExecOptions slow;
+    slow.kv = KvMode::Dense;
+    slow.packed = false;
+    slow.fused = false;
+    slow.unit = ExecUnit::PerOp;
+    const ExecOptions fast;  // dense KV, packed, fused, per-token graph
+    ASSERT_TRUE(fast.fused && fast.packed && fast.unit == ExecUnit::PerToken);
+    BackendOptions o;
+    o.ctx = 300;
+    o.exec = slow;
+    auto a = make_session(m, ExecPath::Cuda, o);
+    o.exec = fast;
+    auto b = make_session(m, ExecPath::Cuda, o);
+    const int V = m.weights->cfg.vocab;
+    std::vector<int32_t> toks(static_cast<size_t>(290));  // decode crosses a split-K chunk
+    for (size_t i = 0; i < toks.size(); ++i) toks[i] = int32_t(3 + (i * 31) % size_t(V - 3));
+    std::vector<float> la(static_cast<size_t>(V)), lb(static_cast<size_t>(V));
+    a->forward(toks.data(), 250, la.data(), false);
+    b->forward(toks.data(), 250, lb.data(), false);
+    for (size_t i = 250; i < toks.size(); ++i) {
+      a->forward(&toks[i], 1, la.data(), false);
+      b->forward(&toks[i], 1, lb.data(), false);
 #ifdef LOWRANK_CUDA_EMU
-    ASSERT_EQ(la, lb) << "decode step at position " << i;
+      ASSERT_EQ(la, lb) << "decode step at position " << i;
 #else
-    ASSERT_LT(scaled_err(lb, la), 1e-5) << "decode step at position " << i;
+      ASSERT_LT(scaled_err(lb, la), 1e-5) << "decode step at position " << i;
 #endif
+    }
   }
 }
 
@@ -206,19 +156,6 @@ TEST_F(Gpu, HeadNormsAsInQwen3) {
   ASSERT_EQ(setenv("LOWRANK_CUDA_PREFILL", "own", 1), 0);
   compare(m, ExecOptions{}, 37, 2, "qwen3 q/k norms, own GEMM");
   unsetenv("LOWRANK_CUDA_PREFILL");
-  // What the CUDA backend does not run yet is refused by name.
-  Model g = load_model(LOWRANK_SOURCE_DIR "/tests/fixtures/arch/gemma3.gguf", DType::BF16);
-  const std::string e =
-      test::error_of([&] { make_session(g, ExecPath::Cuda, test::backend_options(64, 2)); });
-  EXPECT_NE(e.find("the CUDA backend does not run gemma3 models yet"), std::string::npos) << e;
-  Model olmo = load_model(LOWRANK_SOURCE_DIR "/tests/fixtures/arch/olmo2.gguf", DType::BF16);
-  const std::string eo =
-      test::error_of([&] { make_session(olmo, ExecPath::Cuda, test::backend_options(64, 2)); });
-  EXPECT_NE(eo.find("the CUDA backend does not run olmo2 models yet"), std::string::npos) << eo;
-  Model phi = load_model(LOWRANK_SOURCE_DIR "/tests/fixtures/arch/phi3.gguf", DType::BF16);
-  const std::string ep =
-      test::error_of([&] { make_session(phi, ExecPath::Cuda, test::backend_options(64, 2)); });
-  EXPECT_NE(ep.find("the CUDA backend does not run LongRoPE"), std::string::npos) << ep;
 }
 
 // Pivoted storage (compress --pivoted): each output row of the output factor

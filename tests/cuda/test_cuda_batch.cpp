@@ -154,6 +154,31 @@ TEST_F(GpuBatch, AgreesWithTheCpuBatch) {
   }
 }
 
+// Every architecture's configuration of the plan in a batch (the llama.cpp
+// fixtures, head_dim 32; a session context of 48: Phi-3's long factors,
+// prompts and generations past Gemma 3's window of 16): alone or together,
+// any chunking, the same bits; the CPU batch's logits within the tolerance.
+TEST_F(GpuBatch, ArchitecturesAreInvariantAndAgreeWithTheCpuBatch) {
+  for (const char* arch : {"gemma3", "smollm3", "granite", "olmo2", "phi3"}) {
+    SCOPED_TRACE(arch);
+    Model m = load_model(fmt::format("{}/tests/fixtures/arch/{}.gguf", LOWRANK_SOURCE_DIR, arch),
+                         DType::BF16);
+    const std::vector<Seq> seqs = sequences(m.weights->cfg.vocab, 5, 12);
+    auto alone = make_cuda_batch_backend(m.weights, options(), 5, 32);
+    const AllLogits a = test::run_batch(*alone, seqs, false, 32, 1);
+    auto together = make_cuda_batch_backend(m.weights, options(), 5, 32);
+    const AllLogits b = test::run_batch(*together, seqs, true, 5, 2);
+    int rows = 0;
+    compare(b, a, &rows, true);
+    EXPECT_GE(rows, 5 * 12 + 5);
+    auto cpu = make_cpu_batch_backend(m.weights, options(), 5, 32);
+    const double err = compare(b, test::run_batch(*cpu, seqs, true, 5, 2), &rows, false);
+    EXPECT_LT(err, kTol);
+    fmt::print("  {:<8} {} logit rows, max scaled error against the CPU batch {:.1e}\n", arch, rows,
+               err);
+  }
+}
+
 TEST_F(GpuBatch, DecodeStepsAreOneGraphLaunch) {
   Model m = load_model(test::write_synth(t_, 0.5), DType::BF16);
   auto b = make_cuda_batch_backend(m.weights, options(), 4, 16);

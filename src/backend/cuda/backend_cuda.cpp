@@ -1,5 +1,6 @@
 // The CUDA backend: the model's plan (model/plan.h, arranged for the GPU by
-// backend/cuda/plan.h) executed on one GPU, a kernel launch per step.
+// backend/cuda/plan.h) executed on one GPU, a kernel launch per step (each
+// step's launch, over the session's device memory: backend/cuda/steps.h).
 //
 // Weights are uploaded once per process (bf16, rows padded; every session of
 // the same Weights shares them). A session owns its f16 KV cache, activation
@@ -17,11 +18,7 @@
 // two bf16 parts, W hi + W lo, f32 accumulation and output), or on the own
 // tiled f32 kernel with LOWRANK_CUDA_PREFILL=own (and where cuBLAS cannot start).
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <iterator>
-#include <map>
-#include <mutex>
 
 #include "backend/backend.h"
 #include "backend/batch.h"
@@ -30,18 +27,14 @@
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/plan.h"
-#include "backend/cuda/prefill_blas.h"
-#include "core/dtype.h"
+#include "backend/cuda/steps.h"
 #include "core/error.h"
-#include "core/half.h"
-#include "model/scalar_ops.h"
 
 namespace lr {
 
 namespace cuda {
 namespace {
 
-constexpr int kMaxPrefill = 512;
 static_assert(kAttendChunk == kAttendKeys, "plan and kernels split attention alike");
 
 class CudaBackend final : public Backend {
@@ -167,76 +160,36 @@ class CudaBackend final : public Backend {
   const Plan& batch_plan() const { return prefill_; }
 
  private:
-  // The session's device buffers, stream and cuBLAS handle; release() frees
-  // whatever of them exists (also after a failure half way).
+  // The session's device memory, pinned host buffers and state; release()
+  // frees whatever of them exists (also after a failure half way).
   void allocate(const BackendOptions& opt) {
-    const auto& w = weights_;
     if (opt.keys.type != kv::KeyType::F32)
       fail("the CUDA backend keeps an f16 KV cache; --cache-type-k {} runs on the CPU only",
            kv::key_type_name(opt.keys.type));
-    const Config& c = w->cfg;
-    dw_ = device_weights(w);
-    CK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    int64_t max_cols = c.ffn_dim;
-    for (const Plan* p : {&plan_, &prefill_})
-      for (const Step& L : p->steps)
-        for (const Job& j : L.jobs) max_cols = std::max(max_cols, j.m->cols);
-    const int64_t max_latent = std::max(plan_.k_latent, plan_.v_latent);
-    CK(prepare_kernels(max_cols, max_latent));
-    blas_ = BlasPrefill::create(stream_, kMaxPrefill, max_cols);
-    const int64_t widths[] = {0,          c.dim,     c.dim,
-                              c.dim,      c.q_dim(), c.kv_dim(),
-                              c.kv_dim(), c.q_dim(), std::max(plan_.p_width, prefill_.p_width),
-                              c.ffn_dim,  c.ffn_dim, c.vocab};
-    for (int b = 1; b <= int(Buf::Logits); ++b) {
-      bufs_[b].stride = widths[b];
-      bufs_[b].p = device_alloc<float>(size_t(kMaxPrefill) * size_t(widths[b]));
-    }
-    const size_t L = size_t(c.n_layers), T = size_t(ctx_), kv = size_t(c.kv_dim());
-    if (exec_.kv == KvMode::Legacy) {
-      lk_ = device_alloc<__half>(L * T * size_t(plan_.k_latent));
-      lv_ = device_alloc<__half>(L * T * size_t(plan_.v_latent));
-      k_all_ = device_alloc<float>(T * kv);
-      v_all_ = device_alloc<float>(T * kv);
-    } else {
-      k_cache_ = device_alloc<__half>(size_t(cache_slots_) * L * T * kv);
-      v_cache_ = device_alloc<__half>(size_t(cache_slots_) * L * T * kv);
-    }
-    if (exec_.kv == KvMode::Static) scores_ = device_alloc<float>(size_t(c.n_heads) * T);
-    const size_t slots = size_t(kMaxPrefill) * size_t(c.n_heads) * size_t(attend_chunks(ctx_));
-    part_m_ = device_alloc<float>(slots);
-    part_l_ = device_alloc<float>(slots);
-    part_acc_ = device_alloc<float>(slots * size_t(c.head_dim));
+    dev_.allocate(weights_, exec_, ctx_, plan_, prefill_, cache_slots_);
+    stream_ = dev_.stream;
+    const Config& c = weights_->cfg;
     state_ = device_alloc<int>(size_t(kStateInts));
     CK(cudaMallocHost(&h_state_, size_t(kStateInts) * sizeof(int)));
     CK(cudaMallocHost(&h_logits_, size_t(c.vocab) * sizeof(float)));
     if (cache_slots_ > 1)
       CK(cudaMallocHost(&h_batch_logits_, size_t(kMaxBucket) * size_t(c.vocab) * sizeof(float)));
-    mem_ = plan_memory(*w, plan_, exec_, ctx_, kMaxPrefill);
-    CK(cudaDeviceSynchronize());  // the memsets of device_alloc, before stream_ uses the buffers
+    mem_ = plan_memory(*weights_, plan_, exec_, ctx_, kMaxPrefill);
+    CK(cudaDeviceSynchronize());  // the memsets and copies, before stream_ uses the buffers
   }
 
   void release() noexcept {
-    blas_.reset();
     for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
     for (cudaGraphExec_t g : bucket_graphs_)
       if (g) cudaGraphExecDestroy(g);
-    for (const DevVec& b : bufs_) cudaFree(b.p);
-    for (void* p :
-         {(void*)lk_, (void*)lv_, (void*)k_all_, (void*)v_all_, (void*)k_cache_, (void*)v_cache_,
-          (void*)scores_, (void*)part_m_, (void*)part_l_, (void*)part_acc_, (void*)state_})
-      cudaFree(p);
+    cudaFree(state_);
     cudaFreeHost(h_state_);
     cudaFreeHost(h_logits_);
     cudaFreeHost(h_batch_logits_);
-    if (stream_) cudaStreamDestroy(stream_);
+    dev_.release();
   }
 
-  DevVec buf(Buf b, int64_t row) const {
-    DevVec v = bufs_[int(b)];
-    v.p += row * v.stride;
-    return v;
-  }
+  DevVec buf(Buf b, int64_t row) const { return dev_.buf(b, row); }
 
   void decode(int32_t token, float* logits) {
     h_state_[0] = n_past_;
@@ -339,167 +292,28 @@ class CudaBackend final : public Backend {
   // which is batch invariance.
   int64_t issue(const Plan& p, size_t b, size_t e, int n, Head head_mode,
                 const Rows* batch = nullptr, int n_decode = 0) {
+    StepCall call;
+    call.n = n;
+    call.head_last = head_mode == Head::Last;
+    call.pos0 = state_;
+    call.tokens = batch ? batch_tokens() : state_ + 1;
+    call.rows = batch ? *batch : Rows{state_};
+    call.batch = batch != nullptr;
+    call.n_decode = n_decode;
     int64_t launched = 0;
-    const Config& c = weights_->cfg;
-    const int* pos0 = state_;
-    const int32_t* toks = batch ? batch_tokens() : state_ + 1;
-    const Rows rows = batch ? *batch : Rows{pos0};
-    const RopeArgs rope{dw_->inv_freq, c.head_dim, c.n_heads, c.n_kv_heads};
     for (size_t i = b; i < e; ++i) {
       const Step& L = p.steps[i];
-      const bool in_head = L.layer < 0 && L.op != Op::Embed;
-      if (in_head && head_mode == Head::None) continue;
-      const bool head = in_head && head_mode == Head::Last;
-      ++launched;
-      const int nt = head ? 1 : n;
-      const int64_t row = head ? n - 1 : 0;
-      auto v = [&](Buf x) { return x == Buf::None ? DevVec{} : buf(x, row); };
-      const size_t layer = size_t(std::max(L.layer, 0));
-      const size_t kv_layer = layer * size_t(ctx_) * size_t(c.kv_dim());
-      const CacheRef cache{k_cache_ + (k_cache_ ? kv_layer : 0),
-                           v_cache_ + (v_cache_ ? kv_layer : 0), c.kv_dim()};
-      AttendArgs att;
-      att.k = cache.k;
-      att.v = cache.v;
-      att.kv_dim = c.kv_dim();
-      att.head_dim = c.head_dim;
-      att.n_heads = c.n_heads;
-      att.n_kv_heads = c.n_kv_heads;
-      att.chunks = attend_chunks(ctx_);
-      att.part_m = part_m_;
-      att.part_l = part_l_;
-      att.part_acc = part_acc_;
-      if (exec_.kv == KvMode::Legacy) {
-        att.k = k_all_;
-        att.v = v_all_;
-        att.f32 = true;
-      }
-      const StaticArgs st{cache.k,   cache.v,      c.kv_dim(), c.head_dim,
-                          c.n_heads, c.n_kv_heads, ctx_,       scores_};
-      const LatentRef lat{lk_ + (lk_ ? layer * size_t(ctx_) * size_t(p.k_latent) : 0),
-                          lv_ + (lv_ ? layer * size_t(ctx_) * size_t(p.v_latent) : 0),
-                          p.k_latent,
-                          p.v_latent,
-                          L.latent.k_off,
-                          L.latent.v_off,
-                          L.latent.k_rank,
-                          L.latent.v_rank};
-      cudaError_t err = cudaSuccess;
-      switch (L.op) {
-        case Op::Embed:
-          err = launch_embed(stream_, toks, n, dw_->matrix(weights_->tok_embd), v(Buf::X));
-          break;
-        case Op::RmsNorm:
-          err = launch_rms_norm(stream_, nt, v(L.a), v(L.b), dw_->vector(*L.norm), L.width,
-                                c.rms_eps);
-          break;
-        case Op::HeadNorm:
-          err = launch_head_norm(stream_, nt, v(L.a), int(p.width(L.a, c) / L.width),
-                                 dw_->vector(*L.norm), L.width, c.rms_eps);
-          break;
-        case Op::Linear: {
-          GemvArgs a;
-          a.eps = c.rms_eps;
-          static_assert(kMaxJobs == kMaxStepJobs);
-          LR_ASSERT(L.jobs.size() <= size_t(kMaxJobs) && !L.silu_mul);  // plan_forward checks
-          for (const Job& j : L.jobs) {
-            LR_ASSERT(!j.rope && !j.append);  // CPU folds
-            GemvJob& g = a.job[a.n_jobs++];
-            g.m = dw_->matrix(*j.m);
-            g.in = v(j.in);
-            g.in2 = v(j.in2);
-            g.out = v(j.out);
-            g.in_off = j.in_off;
-            g.out_off = j.out_off;
-            g.norm = j.norm ? dw_->vector(*j.norm) : nullptr;
-            g.merge = j.merge_in;
-            g.accumulate = j.accumulate || j.sum;  // out += M x either way
-            g.bias = j.bias ? dw_->vector(*j.bias) : nullptr;
-            g.source = j.pivots ? dw_->source(*j.pivots) : nullptr;
-            g.out_rows = j.rows();
-          }
-          a.merge = {part_m_, part_l_, part_acc_, attend_chunks(ctx_), c.head_dim, pos0};
-          // cuBLAS computes whole matrices: a pivoted product runs on the own GEMM.
-          const bool pivoted =
-              std::any_of(L.jobs.begin(), L.jobs.end(), [](const Job& j) { return j.pivots; });
-          if (nt > 1 && blas_ && !batch && !pivoted) {
-            blas_->products(a, nt, L.name);
-            break;
-          }
-          if (batch) {  // the head on the last row only: that row's kind
-            const int nd = head ? int(row < n_decode) : n_decode;
-            err = launch_batch_products(stream_, a, nt, nd);
-            launched += batch_product_launches(nt, nd) - 1;
-            break;
-          }
-          err = launch_gemv(stream_, a, nt);
-          break;
-        }
-        case Op::Add:
-          err = launch_add(stream_, nt, v(Buf::X), v(L.a), L.width);
-          break;
-        case Op::SiluMul:
-          err = launch_silu_mul(stream_, nt, v(Buf::G), v(Buf::U), L.width);
-          break;
-        case Op::RopeAppend:
-          err = launch_rope_append(stream_, n, rows, rope, v(Buf::Q), v(Buf::K), v(Buf::V), cache,
-                                   true);
-          break;
-        case Op::Rope:
-          err = launch_rope(stream_, n, pos0, rope, v(L.a), v(L.b));
-          break;
-        case Op::Append:
-          err = launch_rope_append(stream_, n, rows, rope, v(Buf::Q), v(Buf::K), v(Buf::V), cache,
-                                   false);
-          break;
-        case Op::Scores:
-          err = launch_scores(stream_, pos0, st, v(Buf::Q));
-          break;
-        case Op::Softmax:
-          err = launch_softmax(stream_, pos0, st);
-          break;
-        case Op::Mix:
-          err = launch_mix(stream_, pos0, st, v(Buf::Att));
-          break;
-        case Op::Attend:
-          if (L.rope_append) {
-            att.inv_freq = dw_->inv_freq;
-            att.new_k = v(Buf::K);
-            att.new_v = v(Buf::V);
-          }
-          err = launch_attend(stream_, n, rows, att, v(Buf::Q));
-          break;
-        case Op::Merge:
-          err = launch_merge(stream_, n, rows, att, v(Buf::Att));
-          break;
-        case Op::LatentAppend:
-          err = launch_latent_append(stream_, n, pos0, v(Buf::P), lat);
-          break;
-        case Op::Reconstruct: {
-          LatentRef r = lat;
-          r.k_rank = L.latent.k_rank;
-          r.v_rank = L.latent.v_rank;
-          err = launch_reconstruct(stream_, n, pos0, ctx_, r, dw_->matrix(*L.latent.uk),
-                                   dw_->matrix(*L.latent.uv), rope, k_all_, v_all_, c.kv_dim());
-          break;
-        }
-      }
-      if (err != cudaSuccess)
-        fail("CUDA: launching {} ({}) failed: {}", L.name, op_name(L.op), cudaGetErrorString(err));
+      if (head_mode == Head::None && L.layer < 0 && L.op != Op::Embed) continue;
+      launched += launch_step(dev_, p, i, call);
     }
     return launched;
   }
 
   ExecOptions exec_;
   Plan plan_, prefill_;
-  std::shared_ptr<const DeviceWeights> dw_;
+  SessionMemory dev_;
   MemoryPlan mem_;
-  cudaStream_t stream_ = nullptr;
-  DevVec bufs_[int(Buf::Logits) + 1];
-  __half *k_cache_ = nullptr, *v_cache_ = nullptr, *lk_ = nullptr, *lv_ = nullptr;
-  float *k_all_ = nullptr, *v_all_ = nullptr, *scores_ = nullptr;
-  float *part_m_ = nullptr, *part_l_ = nullptr, *part_acc_ = nullptr;
-  std::unique_ptr<BlasPrefill> blas_;  // null: prefill products on the own GEMM
+  cudaStream_t stream_ = nullptr;  // dev_'s
   // On the device: [pos0, tokens... (kMaxPrefill)], then a batch step's
   // tokens, positions and slots (kMaxPrefill each); h_state_ its pinned copy.
   static constexpr int kBatchArea = kMaxPrefill + 1, kStateInts = kBatchArea + 3 * kMaxPrefill;

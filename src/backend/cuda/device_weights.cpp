@@ -7,7 +7,6 @@
 
 #include "core/dtype.h"
 #include "core/half.h"
-#include "model/scalar_ops.h"
 
 namespace lr::cuda {
 
@@ -16,7 +15,6 @@ namespace {
 std::shared_ptr<const DeviceWeights> upload(std::shared_ptr<const Weights> host) {
   auto d = std::make_shared<DeviceWeights>();
   const Weights& W = *host;
-  const Config& c = W.cfg;
   d->host = host;
   d->layout = plan_weights(W);
   d->w = device_alloc<__nv_bfloat16>(d->layout.elements);
@@ -40,12 +38,10 @@ std::shared_ptr<const DeviceWeights> upload(std::shared_ptr<const Weights> host)
     CK(cudaMemcpy(d->w + r.offset, stage.data(), stage.size() * 2, cudaMemcpyHostToDevice));
   }
   std::vector<const Matrix*> vectors = {&W.out_norm};
-  for (const Layer& L : W.layers) {
-    vectors.push_back(&L.attn_norm);
-    vectors.push_back(&L.ffn_norm);
-    if (L.q_norm.rows) vectors.push_back(&L.q_norm);
-    if (L.k_norm.rows) vectors.push_back(&L.k_norm);
-  }
+  for (const Layer& L : W.layers)  // (a model has some of them: cfg.pre_norms, qk_norm, post_norms)
+    for (const Matrix* n :
+         {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm, &L.attn_post_norm, &L.ffn_post_norm})
+      if (n->rows) vectors.push_back(n);
   for_each_linear(W, [&](const WeightSpec&, int, const Linear& lin) {
     if (lin.b.rows) vectors.push_back(&lin.b);
   });
@@ -75,9 +71,6 @@ std::shared_ptr<const DeviceWeights> upload(std::shared_ptr<const Weights> host)
       to += p->source.size();
     }
   }
-  const std::vector<double> inv = scalar::rope_inv_freq(c);
-  d->inv_freq = device_alloc<double>(inv.size());
-  CK(cudaMemcpy(d->inv_freq, inv.data(), inv.size() * sizeof(double), cudaMemcpyHostToDevice));
   // The copies above ran on the legacy default stream, which sessions' non-blocking streams do not
   // wait for.
   CK(cudaDeviceSynchronize());

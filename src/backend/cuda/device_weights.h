@@ -1,8 +1,9 @@
 // Device memory of the CUDA backend shared by its sessions: the weights of a
 // model uploaded once per process (bf16, rows padded, backend/cuda/plan.h
-// WeightLayout), its norms and biases in f32, the RoPE frequencies and the
-// pivoted products' source rows; and the error check and allocation every
-// device buffer goes through.
+// WeightLayout), its norms and biases in f32 and the pivoted products'
+// source rows; and the error check and allocation every device buffer goes
+// through. (The RoPE frequencies depend on a session's context, LongRoPE:
+// each session has its own.)
 #pragma once
 
 #include <algorithm>
@@ -39,14 +40,12 @@ struct DeviceWeights {
   __nv_bfloat16* w = nullptr;
   float* vectors = nullptr;                          // the norms and the biases, f32
   std::map<const uint8_t*, const float*> vector_at;  // host vector -> device copy
-  double* inv_freq = nullptr;                        // [head_dim / 2]
   int32_t* sources = nullptr;  // the pivoted products' source rows (model/weights.h Pivots)
   std::map<const Pivots*, const int32_t*> source_at;
 
   ~DeviceWeights() {
     cudaFree(w);
     cudaFree(vectors);
-    cudaFree(inv_freq);
     cudaFree(sources);
   }
   DevMatrix matrix(const Matrix& m) const {

@@ -1,8 +1,8 @@
 // CUDA kernels of the forward pass (see kernels.cuh for the conventions).
 // Each runs one kind of step of the model's plan (model/plan.h): linear ->
-// gemv/gemm, rms_norm, rope + append, attend (split-K online softmax), merge,
-// silu * mul, residual add. The research baselines' kernels (static and
-// legacy KV) are in kernels_baseline.cu.
+// gemv/gemm, rms_norm, head_norm, act * mul, residual add, embed. Attention
+// (rope + append, attend, merge) is in kernels_attention.cu, the research
+// baselines' kernels (static and legacy KV) in kernels_baseline.cu.
 #include <algorithm>
 
 #include "backend/cuda/device_util.cuh"
@@ -15,33 +15,13 @@ namespace {
 constexpr int kGemvRows = 8;  // rows per GEMV block (one warp each)
 constexpr int kTile = 64;     // GEMM tile: rows x tokens
 constexpr int kTileK = 32;
-constexpr int kAttendWarps = 4;
-constexpr int kMaxGroup = 8;  // query heads per KV head
-
-__device__ __forceinline__ float silu(float x) {
-  return x / (1.f + __expf(-x));
-}
-
-// Element d of one token's and head's attention output: its split-K partials
-// base .. base + nc - 1 merged (the online softmax's rescaling).
-__device__ __forceinline__ float merge_partials(const float* pm, const float* pl, const float* pacc,
-                                                int64_t base, int nc, int head_dim, int d) {
-  float M = -INFINITY;
-  for (int i = 0; i < nc; ++i) M = fmaxf(M, pm[base + i]);
-  float L = 0.f, A = 0.f;
-  for (int i = 0; i < nc; ++i) {
-    const float f = __expf(pm[base + i] - M);
-    L += pl[base + i] * f;
-    A += pacc[(base + i) * head_dim + d] * f;
-  }
-  return A / L;
-}
 
 // Element c = h * head_dim + d of the decode token's attention output (a fused GEMV input).
 __device__ __forceinline__ float merged(const MergeRef& r, int64_t c) {
   const int h = int(c / r.head_dim), d = int(c % r.head_dim);
-  return merge_partials(r.m, r.l, r.acc, int64_t(h) * r.chunks, *r.pos0 / kAttendChunk + 1,
-                        r.head_dim, d);
+  const int pos = *r.pos0, first = first_chunk(pos, r.window);
+  return merge_partials(r.m, r.l, r.acc, int64_t(h) * r.chunks + first,
+                        pos / kAttendChunk + 1 - first, r.head_dim, d);
 }
 
 // Which job of a multi-job launch block `b` belongs to, given `per` rows per block.
@@ -100,7 +80,7 @@ __global__ void gemv_kernel(GemvArgs a) {
     if (c < cols) {
       x = J.merge ? merged(a.merge, c) : in[c];
       if (J.norm) x = x * inv * J.norm[c];
-      if (J.in2.p) x = silu(x) * J.in2.p[J.in_off + c];
+      if (J.in2.p) x = gate_act(J.act, x) * J.in2.p[J.in_off + c];
     }
     xs[c] = x;
   }
@@ -124,7 +104,7 @@ __global__ void gemv_kernel(GemvArgs a) {
   if (lane == 0) {
     float* out = J.out.p + J.out_off;
     if (J.bias) acc += J.bias[r];
-    out[r] = J.accumulate ? out[r] + acc : acc;
+    out[r] = (J.accumulate ? out[r] + acc : acc) * J.scale;
   }
 }
 
@@ -162,7 +142,7 @@ __global__ void gemv_rows_kernel(GemvArgs a, int n) {
     if (lane == 0) {
       float* out = J.out.p + t * J.out.stride + J.out_off;
       if (J.bias) y += J.bias[r];
-      out[r] = J.accumulate ? out[r] + y : y;
+      out[r] = (J.accumulate ? out[r] + y : y) * J.scale;
     }
   }
 }
@@ -211,27 +191,31 @@ __global__ void gemm_kernel(GemvArgs a, int n) {
       if (r >= rows_of(J) || t >= n) continue;
       float* out = J.out.p + t * J.out.stride + J.out_off + r;
       const float y = J.bias ? acc[i][q] + J.bias[r] : acc[i][q];
-      *out = J.accumulate ? *out + y : y;
+      *out = (J.accumulate ? *out + y : y) * J.scale;
     }
 }
 
 // --- elementwise ---------------------------------------------------------------
 
-__global__ void embed_kernel(const int32_t* tokens, DevMatrix emb, DevVec x) {
+__global__ void embed_kernel(const int32_t* tokens, DevMatrix emb, DevVec x, float scale) {
   const int t = blockIdx.x;
   const __nv_bfloat16* row = emb.w + int64_t(tokens[t]) * emb.ld;
   for (int64_t c = threadIdx.x; c < emb.cols; c += blockDim.x)
-    x.p[t * x.stride + c] = __bfloat162float(row[c]);
+    x.p[t * x.stride + c] = __bfloat162float(row[c]) * scale;
 }
 
 __global__ void rms_norm_kernel(DevVec a, DevVec b, const float* norm, int64_t width, float eps) {
   const int t = blockIdx.x;
   const float* x = a.p + t * a.stride;
+  float* y = b.p + t * b.stride;
+  if (!norm) {  // no norm: a copy
+    for (int64_t c = threadIdx.x; c < width; c += blockDim.x) y[c] = x[c];
+    return;
+  }
   float ss = 0.f;
   for (int64_t c = threadIdx.x; c < width; c += blockDim.x) ss += x[c] * x[c];
   const float inv = rsqrtf(block_sum(ss) / float(width) + eps);
-  for (int64_t c = threadIdx.x; c < width; c += blockDim.x)
-    b.p[t * b.stride + c] = x[c] * inv * norm[c];
+  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) y[c] = x[c] * inv * norm[c];
 }
 
 // Head blockIdx.x of row blockIdx.y of a normalized in place (q/k norms).
@@ -254,176 +238,19 @@ __global__ void split_bf16_kernel(DevVec in, int64_t in_off, int64_t cols, __nv_
   }
 }
 
-__global__ void add_kernel(int n, DevVec x, DevVec y, int64_t width) {
+__global__ void add_kernel(int n, DevVec x, DevVec y, int64_t width, float scale) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(n) * width) return;
   const int64_t t = i / width, c = i % width;
-  x.p[t * x.stride + c] += y.p[t * y.stride + c];
+  x.p[t * x.stride + c] += scale * y.p[t * y.stride + c];
 }
 
-__global__ void silu_mul_kernel(int n, DevVec g, DevVec u, int64_t width) {
+__global__ void silu_mul_kernel(int n, DevVec g, DevVec u, int64_t width, Gate act) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= int64_t(n) * width) return;
   const int64_t t = i / width, c = i % width;
   float& x = g.p[t * g.stride + c];
-  x = silu(x) * u.p[t * u.stride + c];
-}
-
-// Rotates the pair (x[2i], x[2i+1]) by pos * inv_freq[i] (angle in double, as the reference).
-__global__ void rope_append_kernel(Rows rows, RopeArgs r, DevVec q, DevVec k, DevVec v,
-                                   CacheRef c, bool rope) {
-  const int t = blockIdx.x, pos = rows.at(t), half = r.head_dim / 2;
-  c.k += rows.cache_off(t);
-  c.v += rows.cache_off(t);
-  if (rope) {
-    for (int e = threadIdx.x; e < r.n_heads * half; e += blockDim.x)
-      rotate(q.p + t * q.stride + (e / half) * r.head_dim, e % half, pos, r.inv_freq);
-    for (int e = threadIdx.x; e < r.n_kv_heads * half; e += blockDim.x) {
-      float* x = k.p + t * k.stride + (e / half) * r.head_dim;
-      rotate(x, e % half, pos, r.inv_freq);
-    }
-    __syncthreads();  // the roped k row is read below by other threads
-  }
-  for (int64_t e = threadIdx.x; e < c.kv_dim; e += blockDim.x) {
-    c.k[int64_t(pos) * c.kv_dim + e] = __float2half(k.p[t * k.stride + e]);
-    c.v[int64_t(pos) * c.kv_dim + e] = __float2half(v.p[t * v.stride + e]);
-  }
-}
-
-// --- attention -----------------------------------------------------------------
-
-template <typename T>
-__device__ __forceinline__ float load_f(const T* p) {
-  if constexpr (sizeof(T) == 2)
-    return __half2float(*p);
-  else
-    return *p;
-}
-
-// One block: token t, KV head kvh, keys [c * chunk, ...) up to its position;
-// its kAttendWarps warps take every 4th key, each with an online softmax per
-// query head of the group, merged at the end into one partial per head.
-template <int D, typename T>
-__global__ void attend_kernel(AttendArgs a, DevVec q, Rows rows) {
-  constexpr int E = D / kWarp;
-  const int c = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z;
-  const int pos = rows.at(t);
-  const int start = c * kAttendChunk;
-  if (rows.slot) {  // this row's slot's cache (f16)
-    a.k = static_cast<const __half*>(a.k) + rows.cache_off(t);
-    a.v = static_cast<const __half*>(a.v) + rows.cache_off(t);
-  }
-  if (start > pos) return;
-  const int end = min(start + kAttendChunk, pos + 1);
-  const int G = a.n_heads / a.n_kv_heads;
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const float scale = rsqrtf(float(D));
-  float qr[kMaxGroup][E], acc[kMaxGroup][E], m[kMaxGroup], l[kMaxGroup];
-#pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.f;
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-      qr[g][e] = g < G ? q.p[t * q.stride + (kvh * G + g) * D + lane * E + e] : 0.f;
-      acc[g][e] = 0.f;
-    }
-  }
-  if (a.inv_freq) {  // fused: rope q here, and (last chunk) k, then append k and v
-    static_assert(E % 2 == 0, "a lane holds whole rope pairs");
-#pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
-      if (g >= G) break;
-#pragma unroll
-      for (int e = 0; e < E; e += 2) {
-        float pair[2] = {qr[g][e], qr[g][e + 1]};
-        rotate(pair, 0, pos, a.inv_freq + (lane * E + e) / 2);
-        qr[g][e] = pair[0];
-        qr[g][e + 1] = pair[1];
-      }
-    }
-    if (pos < start + kAttendChunk) {  // this chunk holds the position: write its row
-      __half* kc = static_cast<__half*>(const_cast<void*>(a.k)) + int64_t(pos) * a.kv_dim + kvh * D;
-      __half* vc = static_cast<__half*>(const_cast<void*>(a.v)) + int64_t(pos) * a.kv_dim + kvh * D;
-      const float* kn = a.new_k.p + t * a.new_k.stride + kvh * D;
-      const float* vn = a.new_v.p + t * a.new_v.stride + kvh * D;
-      for (int i = threadIdx.x; i < D / 2; i += blockDim.x) {
-        float pair[2] = {kn[2 * i], kn[2 * i + 1]};
-        rotate(pair, 0, pos, a.inv_freq + i);
-        kc[2 * i] = __float2half(pair[0]);
-        kc[2 * i + 1] = __float2half(pair[1]);
-        vc[2 * i] = __float2half(vn[2 * i]);
-        vc[2 * i + 1] = __float2half(vn[2 * i + 1]);
-      }
-      __syncthreads();  // the row is read below by every warp
-    }
-  }
-#pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g)
-#pragma unroll
-    for (int e = 0; e < E; ++e) qr[g][e] *= scale;
-  const T* K = static_cast<const T*>(a.k);
-  const T* V = static_cast<const T*>(a.v);
-  for (int j = start + warp; j < end; j += kAttendWarps) {
-    float kv[E], vv[E];
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-      kv[e] = load_f(K + int64_t(j) * a.kv_dim + kvh * D + lane * E + e);
-      vv[e] = load_f(V + int64_t(j) * a.kv_dim + kvh * D + lane * E + e);
-    }
-#pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
-      if (g >= G) break;
-      float s = 0.f;
-#pragma unroll
-      for (int e = 0; e < E; ++e) s += qr[g][e] * kv[e];
-      s = warp_sum(s);
-      const float mn = fmaxf(m[g], s), corr = __expf(m[g] - mn), p = __expf(s - mn);
-      l[g] = l[g] * corr + p;
-#pragma unroll
-      for (int e = 0; e < E; ++e) acc[g][e] = acc[g][e] * corr + p * vv[e];
-      m[g] = mn;
-    }
-  }
-  __shared__ float sm[kAttendWarps][kMaxGroup], sl[kAttendWarps][kMaxGroup];
-  __shared__ float sacc[kAttendWarps][kMaxGroup][D];
-#pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
-    if (g >= G) break;
-    if (lane == 0) {
-      sm[warp][g] = m[g];
-      sl[warp][g] = l[g];
-    }
-#pragma unroll
-    for (int e = 0; e < E; ++e) sacc[warp][g][lane * E + e] = acc[g][e];
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
-    const int g = e / D, d = e % D;
-    float M = -INFINITY;
-    for (int w = 0; w < kAttendWarps; ++w) M = fmaxf(M, sm[w][g]);
-    float L = 0.f, A = 0.f;
-    for (int w = 0; w < kAttendWarps; ++w) {
-      const float f = sm[w][g] == -INFINITY ? 0.f : __expf(sm[w][g] - M);
-      L += sl[w][g] * f;
-      A += sacc[w][g][d] * f;
-    }
-    const int64_t slot = (int64_t(t) * a.n_heads + kvh * G + g) * a.chunks + c;
-    a.part_acc[slot * D + d] = A;
-    if (d == 0) {
-      a.part_m[slot] = M;
-      a.part_l[slot] = L;
-    }
-  }
-}
-
-// att[t, h] = sum over the token's chunks of the partials, renormalized.
-__global__ void merge_kernel(AttendArgs a, DevVec att, Rows rows) {
-  const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
-  const int pos = rows.at(t), nc = pos / kAttendChunk + 1;
-  const int64_t base = (int64_t(t) * a.n_heads + h) * a.chunks;
-  att.p[t * att.stride + h * a.head_dim + d] =
-      merge_partials(a.part_m, a.part_l, a.part_acc, base, nc, a.head_dim, d);
+  x = gate_act(act, x) * u.p[t * u.stride + c];
 }
 
 __global__ void read_sum_kernel(const float4* x, int64_t n, float* out) {
@@ -459,8 +286,9 @@ cudaError_t launch_read_sum(cudaStream_t s, const float4* x, int64_t n, float* o
   return cudaGetLastError();
 }
 
-cudaError_t launch_embed(cudaStream_t s, const int32_t* tokens, int n, DevMatrix emb, DevVec x) {
-  LR_LAUNCH(n, 256, 0, s, embed_kernel)(tokens, emb, x);
+cudaError_t launch_embed(cudaStream_t s, const int32_t* tokens, int n, DevMatrix emb, DevVec x,
+                         float scale) {
+  LR_LAUNCH(n, 256, 0, s, embed_kernel)(tokens, emb, x, scale);
   return cudaGetLastError();
 }
 
@@ -521,43 +349,15 @@ cudaError_t launch_split_bf16(cudaStream_t s, int n, DevVec in, int64_t in_off, 
   return cudaGetLastError();
 }
 
-cudaError_t launch_add(cudaStream_t s, int n, DevVec x, DevVec y, int64_t width) {
+cudaError_t launch_add(cudaStream_t s, int n, DevVec x, DevVec y, int64_t width, float scale) {
   const int64_t total = int64_t(n) * width;
-  LR_LAUNCH(int((total + 255) / 256), 256, 0, s, add_kernel)(n, x, y, width);
+  LR_LAUNCH(int((total + 255) / 256), 256, 0, s, add_kernel)(n, x, y, width, scale);
   return cudaGetLastError();
 }
 
-cudaError_t launch_silu_mul(cudaStream_t s, int n, DevVec g, DevVec u, int64_t width) {
+cudaError_t launch_silu_mul(cudaStream_t s, int n, DevVec g, DevVec u, int64_t width, Gate act) {
   const int64_t total = int64_t(n) * width;
-  LR_LAUNCH(int((total + 255) / 256), 256, 0, s, silu_mul_kernel)(n, g, u, width);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_rope_append(cudaStream_t s, int n, Rows rows, RopeArgs r, DevVec q,
-                               DevVec k, DevVec v, CacheRef c, bool rope) {
-  LR_LAUNCH(n, 128, 0, s, rope_append_kernel)(rows, r, q, k, v, c, rope);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_attend(cudaStream_t s, int n, Rows rows, const AttendArgs& a, DevVec q) {
-  if (rows.slot && a.f32) return cudaErrorInvalidValue;  // slots: the f16 cache only
-  const dim3 grid(a.chunks, a.n_kv_heads, n);
-  const int threads = kAttendWarps * kWarp;
-  if (a.head_dim == 64 && a.f32)
-    LR_LAUNCH(grid, threads, 0, s, attend_kernel<64, float>)(a, q, rows);
-  else if (a.head_dim == 64)
-    LR_LAUNCH(grid, threads, 0, s, attend_kernel<64, __half>)(a, q, rows);
-  else if (a.head_dim == 128 && a.f32)
-    LR_LAUNCH(grid, threads, 0, s, attend_kernel<128, float>)(a, q, rows);
-  else if (a.head_dim == 128)
-    LR_LAUNCH(grid, threads, 0, s, attend_kernel<128, __half>)(a, q, rows);
-  else
-    return cudaErrorInvalidValue;
-  return cudaGetLastError();
-}
-
-cudaError_t launch_merge(cudaStream_t s, int n, Rows rows, const AttendArgs& a, DevVec att) {
-  LR_LAUNCH(dim3(a.n_heads, n), a.head_dim, 0, s, merge_kernel)(a, att, rows);
+  LR_LAUNCH(int((total + 255) / 256), 256, 0, s, silu_mul_kernel)(n, g, u, width, act);
   return cudaGetLastError();
 }
 

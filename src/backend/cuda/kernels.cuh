@@ -27,16 +27,27 @@ struct DevVec {
 constexpr int kMaxJobs = 6;  // backend/cuda/plan.h kMaxStepJobs
 constexpr int kAttendChunk = 256;  // keys per split-K attention block
 
+// The gate's activation of a gated FFN, act(g) * u (model/config.h Activation).
+enum class Gate : int { Silu, GeluTanh };
+
+// The first split-K chunk a query at `pos` reads: its window's (a windowed
+// layer, whose query sees [pos - window + 1, pos]), else 0. The last is pos's.
+__host__ __device__ inline int first_chunk(int pos, int window) {
+  return window > 0 && pos >= window ? (pos - window + 1) / kAttendChunk : 0;
+}
+
 // One matrix of a GEMV/GEMM launch: out[t, out_off + r] (+)= sum_c M[r, c] x[t, c],
-// x = in[t, in_off + c], or rms_norm(in[t, :]) * norm, or silu(in) * in2.
+// x = in[t, in_off + c], or rms_norm(in[t, :]) * norm, or act(in) * in2.
 struct GemvJob {
   DevMatrix m;
-  DevVec in, in2, out;  // in2.p null: no SiLU*mul
+  DevVec in, in2, out;    // in2.p null: no act*mul
+  Gate act = Gate::Silu;  // with in2
   int64_t in_off = 0, out_off = 0;
   const float* norm = nullptr;  // fused RMSNorm weight [cols] (in_off must be 0)
   int merge = 0;                // fused: x = the split-K partials of GemvArgs::merge, merged
   int accumulate = 0;
   const float* bias = nullptr;  // [rows]: out[t, out_off + r] gets M x + bias[r] (+ out if accumulate)
+  float scale = 1.f;            // ... all of it times scale (the output head's logit scale)
   // Pivoted storage (model/weights.h Pivots): output row i is M[source[i]] . x,
   // or x[-1 - source[i]] itself (a pivot row: the latent copied). Null: row i
   // is M[i] . x. source has out_rows entries (device memory).
@@ -54,6 +65,7 @@ struct MergeRef {
   const float* acc = nullptr;  // [n_heads, chunks, head_dim]
   int chunks = 0, head_dim = 0;
   const int* pos0 = nullptr;
+  int window = 0;  // the layer's (first_chunk)
 };
 struct GemvArgs {
   GemvJob job[kMaxJobs];
@@ -67,15 +79,19 @@ inline size_t gemv_smem(int64_t cols) {
   return size_t((cols + 7) / 8 * 8) * sizeof(float);
 }
 
-cudaError_t launch_embed(cudaStream_t s, const int32_t* tokens, int n, DevMatrix emb, DevVec x);
+// x[t] = scale * emb[tokens[t]]
+cudaError_t launch_embed(cudaStream_t s, const int32_t* tokens, int n, DevMatrix emb, DevVec x,
+                         float scale = 1.f);
+// b = rms_norm(a) * norm, or (norm null: a block without a pre-norm) b = a; b may be a.
 cudaError_t launch_rms_norm(cudaStream_t s, int n, DevVec a, DevVec b, const float* norm,
                             int64_t width, float eps);
-// Each of the `heads` heads of a's n rows rms-normalized in place by norm [head_dim].
+// Each of the `heads` heads of a's n rows rms-normalized in place by norm [head_dim]
+// (a "head" may span all of q or k: OLMo 2).
 cudaError_t launch_head_norm(cudaStream_t s, int n, DevVec a, int heads, const float* norm,
                              int64_t head_dim, float eps);
 // n == 1: one warp per row (decode); n > 1 or tiles: tiled GEMM (prefill, no fused input
 // transforms), whose every output's arithmetic is the same for any n (a batch's rows).
-// x = in[t, in_off + c], or rms_norm(in[t, :]) * norm, or silu(in) * in2, or the merged
+// x = in[t, in_off + c], or rms_norm(in[t, :]) * norm, or act(in) * in2, or the merged
 // attention partials (merge).
 cudaError_t launch_gemv(cudaStream_t s, const GemvArgs& a, int n, bool tiles = false);
 // The products of a batch step (backend/batch.h), no fused input transforms:
@@ -96,9 +112,11 @@ cudaError_t prepare_reconstruct(int64_t max_latent);  // the legacy part (kernel
 // bits (the prefill products' inputs for cuBLAS: W hi + W lo).
 cudaError_t launch_split_bf16(cudaStream_t s, int n, DevVec in, int64_t in_off, int64_t cols,
                               __nv_bfloat16* hi, __nv_bfloat16* lo, int64_t ld);
-// x[t, c] += y[t, c] for c < width (y.stride 0: the same row, a bias, for every token).
-cudaError_t launch_add(cudaStream_t s, int n, DevVec x, DevVec y, int64_t width);
-cudaError_t launch_silu_mul(cudaStream_t s, int n, DevVec g, DevVec u, int64_t width);
+// x[t, c] += scale * y[t, c] for c < width (y.stride 0: the same row, a bias, for every token).
+cudaError_t launch_add(cudaStream_t s, int n, DevVec x, DevVec y, int64_t width, float scale = 1.f);
+// g = act(g) * u
+cudaError_t launch_silu_mul(cudaStream_t s, int n, DevVec g, DevVec u, int64_t width,
+                            Gate act = Gate::Silu);
 
 // Where each token (row) of a call sits: one sequence, token t at position
 // *pos0 + t in the session's one cache; or a batch of slots (backend/batch.h),
@@ -115,9 +133,14 @@ struct Rows {
   }
 };
 
+// The heads turn by the layer's RoPE set (model/scalar_ops.h rope_inv_freq):
+// pair i by pos * inv_freq[i], scaled by mscale (LongRoPE's attention
+// factor); a pair of frequency 0 (past the rotary dims, or a layer without
+// RoPE) stays as it is.
 struct RopeArgs {
-  const double* inv_freq = nullptr;  // [head_dim / 2]: theta^(-2i/head_dim) / linear factor
+  const double* inv_freq = nullptr;  // [head_dim / 2]
   int head_dim = 0, n_heads = 0, n_kv_heads = 0;
+  double mscale = 1.0;
 };
 // rope(q) (and rope(k) when k.p) at positions *pos0 + t.
 cudaError_t launch_rope(cudaStream_t s, int n, const int* pos0, RopeArgs r, DevVec q, DevVec k);
@@ -131,8 +154,9 @@ struct CacheRef {
 cudaError_t launch_rope_append(cudaStream_t s, int n, Rows rows, RopeArgs r, DevVec q,
                                DevVec k, DevVec v, CacheRef c, bool rope);
 
-// Split-K attention of n query tokens (token t sees keys 0..its position) over
-// keys and values either f16 (the cache) or f32 (legacy reconstruction).
+// Split-K attention of n query tokens (token t sees keys 0..its position, or
+// its window of them) over keys and values either f16 (the cache) or f32
+// (legacy reconstruction). head_dim 32, 64, 96, 128 or 256 (attend_head_dim).
 struct AttendArgs {
   const void* k = nullptr;
   const void* v = nullptr;
@@ -140,6 +164,8 @@ struct AttendArgs {
   int64_t kv_dim = 0;  // row stride of k and v
   int head_dim = 0, n_heads = 0, n_kv_heads = 0;
   int chunks = 0;             // split-K blocks per (token, KV head), covering the context
+  float scale = 0.f;          // of q.k (0: 1 / sqrt(head_dim))
+  int window = 0;             // > 0: a query at p sees keys [p - window + 1, p] (a mask)
   float* part_m = nullptr;    // [n, n_heads, chunks]
   float* part_l = nullptr;    // [n, n_heads, chunks]
   float* part_acc = nullptr;  // [n, n_heads, chunks, head_dim]
@@ -147,8 +173,13 @@ struct AttendArgs {
   // q is roped as it is loaded, and the block whose chunk holds the position
   // ropes its head's k row, writes it and the v row into the cache, then attends.
   const double* inv_freq = nullptr;  // null: q is roped and the cache written already
+  double mscale = 1.0;               // (RopeArgs)
   DevVec new_k, new_v;               // the token's k and v rows (f32, unroped)
 };
+// The head widths the attention kernels are instantiated for.
+constexpr bool attend_head_dim(int d) {
+  return d == 32 || d == 64 || d == 96 || d == 128 || d == 256;
+}
 // (Rows with slots need the f16 cache, k and v then being slot 0's.)
 cudaError_t launch_attend(cudaStream_t s, int n, Rows rows, const AttendArgs& a, DevVec q);
 cudaError_t launch_merge(cudaStream_t s, int n, Rows rows, const AttendArgs& a, DevVec att);
@@ -160,6 +191,8 @@ struct StaticArgs {
   int64_t kv_dim = 0;
   int head_dim = 0, n_heads = 0, n_kv_heads = 0, ctx = 0;
   float* scores = nullptr;  // [n_heads, ctx]
+  float scale = 0.f;        // of q.k (0: 1 / sqrt(head_dim))
+  int window = 0;           // as AttendArgs
 };
 cudaError_t launch_scores(cudaStream_t s, const int* pos0, const StaticArgs& a, DevVec q);
 cudaError_t launch_softmax(cudaStream_t s, const int* pos0, const StaticArgs& a);

@@ -19,17 +19,22 @@ __global__ void rope_kernel(const int* pos0, RopeArgs r, DevVec q, DevVec k) {
     const int h = e / half, i = e % half;
     float* x = h < r.n_heads ? q.p + t * q.stride + h * r.head_dim
                              : k.p + t * k.stride + (h - r.n_heads) * r.head_dim;
-    rotate(x, i, pos, r.inv_freq);
+    rotate(x, i, pos, r.inv_freq, r.mscale);
   }
 }
 
-// Static: one warp per key, every query head's score.
+// The first key a static-KV query at pos sees (a windowed layer's window).
+__device__ __forceinline__ int first_key(const StaticArgs& a, int pos) {
+  return a.window > 0 ? max(0, pos - a.window + 1) : 0;
+}
+
+// Static: one warp per key, every query head's score (keys before the window: none).
 __global__ void scores_kernel(const int* pos0, StaticArgs a, DevVec q) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int j = blockIdx.x * (blockDim.x / kWarp) + warp, pos = *pos0;
-  if (j > pos) return;
+  if (j > pos || j < first_key(a, pos)) return;
   const int G = a.n_heads / a.n_kv_heads;
-  const float scale = rsqrtf(float(a.head_dim));
+  const float scale = a.scale > 0.f ? a.scale : rsqrtf(float(a.head_dim));
   for (int h = 0; h < a.n_heads; ++h) {
     const __half* k = a.k + int64_t(j) * a.kv_dim + (h / G) * a.head_dim;
     float s = 0.f;
@@ -42,23 +47,23 @@ __global__ void scores_kernel(const int* pos0, StaticArgs a, DevVec q) {
 
 __global__ void softmax_kernel(const int* pos0, StaticArgs a) {
   float* s = a.scores + int64_t(blockIdx.x) * a.ctx;
-  const int n = *pos0 + 1;
+  const int n = *pos0 + 1, j0 = first_key(a, *pos0);
   float mx = -INFINITY;
-  for (int j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, s[j]);
+  for (int j = j0 + threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, s[j]);
   mx = block_max(mx);
   float sum = 0.f;
-  for (int j = threadIdx.x; j < n; j += blockDim.x) sum += (s[j] = __expf(s[j] - mx));
+  for (int j = j0 + threadIdx.x; j < n; j += blockDim.x) sum += (s[j] = __expf(s[j] - mx));
   sum = block_sum(sum);
-  for (int j = threadIdx.x; j < n; j += blockDim.x) s[j] /= sum;
+  for (int j = j0 + threadIdx.x; j < n; j += blockDim.x) s[j] /= sum;
 }
 
 __global__ void mix_kernel(const int* pos0, StaticArgs a, DevVec att) {
-  LR_DYNAMIC_SHARED(float, part);  // [groups, head_dim]
+  LR_DYNAMIC_SHARED(float, part);  // [groups, head_dim] (blockDim.x = groups * head_dim)
   const int h = blockIdx.x, G = a.n_heads / a.n_kv_heads, D = a.head_dim;
   const int groups = blockDim.x / D, grp = threadIdx.x / D, d = threadIdx.x % D, n = *pos0 + 1;
   const float* s = a.scores + int64_t(h) * a.ctx;
   float acc = 0.f;
-  for (int j = grp; j < n; j += groups)
+  for (int j = first_key(a, *pos0) + grp; j < n; j += groups)
     acc += s[j] * __half2float(a.v[int64_t(j) * a.kv_dim + (h / G) * D + d]);
   part[grp * D + d] = acc;
   __syncthreads();
@@ -106,7 +111,7 @@ __device__ void reconstruct_side(int j0, int last, const __half* lat, int64_t la
     const int p = int(e / (kv_dim / 2));
     const int64_t pair = e % (kv_dim / 2);
     rotate(out + (j0 + p) * kv_dim + (pair / half) * rope->head_dim, int(pair % half), j0 + p,
-           rope->inv_freq);
+           rope->inv_freq, rope->mscale);
   }
 }
 
@@ -149,7 +154,8 @@ cudaError_t launch_softmax(cudaStream_t s, const int* pos0, const StaticArgs& a)
 }
 
 cudaError_t launch_mix(cudaStream_t s, const int* pos0, const StaticArgs& a, DevVec att) {
-  LR_LAUNCH(a.n_heads, 256, 256 * sizeof(float), s, mix_kernel)(pos0, a, att);
+  const int threads = std::max(1, 256 / a.head_dim) * a.head_dim;  // whole groups of a head
+  LR_LAUNCH(a.n_heads, threads, size_t(threads) * sizeof(float), s, mix_kernel)(pos0, a, att);
   return cudaGetLastError();
 }
 

@@ -8,24 +8,21 @@ namespace lr::cuda {
 
 Plan plan_forward(const Weights& w, const ExecOptions& e) {
   const Config& c = w.cfg;
-  if (c.post_norms || c.ffn_act != Activation::Silu || !c.swa_layers.empty() ||
-      !c.no_rope_layers.empty() || c.embed_scale != 1.f || c.attn_scale > 0 ||
-      c.residual_scale != 1.f || c.logit_scale != 1.f || !c.pre_norms || c.qk_norm_full)
-    fail(
-        "the CUDA backend does not run {} models yet (the embedding scale, post norms, GeGLU, "
-        "sliding-window layers, layers without RoPE, Granite's multipliers and OLMo 2's blocks "
-        "run on the CPU only); use --device cpu",
-        c.arch);
-  if (!c.rope_factors_long.empty() || c.rope_mscale != 1.f)
-    fail(
-        "the CUDA backend does not run LongRoPE ({} model: its long factors and attention "
-        "factor run on the CPU only); use --device cpu",
-        c.arch);
-  if (w.cfg.head_dim != 64 && w.cfg.head_dim != 128)
-    fail("the CUDA backend runs head_dim 64 or 128 (the model has {})", w.cfg.head_dim);
-  if (w.cfg.n_heads / w.cfg.n_kv_heads > 8)
+  // (the attention kernels' instances: kernels.cuh attend_head_dim)
+  if (c.head_dim != 32 && c.head_dim != 64 && c.head_dim != 96 && c.head_dim != 128 &&
+      c.head_dim != 256)
+    fail("the CUDA backend runs head_dim 32, 64, 96, 128 or 256 (the model has {})", c.head_dim);
+  if (c.n_heads / c.n_kv_heads > 8)
     fail("the CUDA backend runs up to 8 query heads per KV head (the model has {})",
-         w.cfg.n_heads / w.cfg.n_kv_heads);
+         c.n_heads / c.n_kv_heads);
+  if (e.kv == KvMode::Legacy)
+    for (int l = 0; l < c.n_layers; ++l)
+      if (c.rope_set(l) != 0)
+        fail(
+            "--kv legacy on the CUDA backend rebuilds every key with the model's one RoPE, but "
+            "layer {} of this {} model has {} (use --kv dense)",
+            l, c.arch,
+            c.rope_set(l) == 1 ? "a sliding window with a RoPE base of its own" : "no RoPE");
   Plan p = derive(w, {Target::Gpu}, e);
   for (const Step& s : p.steps)
     if (s.jobs.size() > size_t(kMaxStepJobs))

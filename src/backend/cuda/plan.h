@@ -20,10 +20,12 @@
 
 namespace lr::cuda {
 
-// The rung's plan for the GPU (model/plan_transforms.h derive). Throws
-// lr::Error for what the GPU path does not run (head_dim other than 64 or
-// 128, more than 8 query heads per KV head, legacy KV with a dense k or v,
-// a product step of more than kMaxStepJobs matrices).
+// The rung's plan for the GPU (model/plan_transforms.h derive): every
+// architecture's configuration of it (model/plan.h) runs. Throws lr::Error
+// for what the GPU path does not run (head_dim other than 32, 64, 96, 128 or
+// 256, more than 8 query heads per KV head, legacy KV with a dense k or v or
+// over layers with a RoPE of their own, a product step of more than
+// kMaxStepJobs matrices).
 Plan plan_forward(const Weights& w, const ExecOptions& e);
 // Matrices one product launch takes (kernels.cuh GemvArgs): q, k and v in
 // the residual form are six, their quantized maps and input factors.

@@ -106,11 +106,12 @@ void BlasPrefill::products(const GemvArgs& a, int n, const std::string& name) {
       if (e != cudaSuccess)
         fail("CUDA: splitting the inputs of {} into bf16 failed: {}", name, cudaGetErrorString(e));
     }
-    const float one = 1.f;
+    // Y = scale (W hi + W lo + bias (+ Y if accumulate)): the logit scale of an output head.
+    const float alpha = g.scale;
     for (const __nv_bfloat16* part : {m.hi, m.lo}) {
-      const float beta = part == m.lo || g.accumulate ? 1.f : 0.f;
+      const float beta = part == m.lo ? 1.f : g.accumulate ? g.scale : 0.f;
       const cublasStatus_t st = cublasGemmEx(
-          m.handle, CUBLAS_OP_T, CUBLAS_OP_N, int(g.m.rows), n, int(g.m.cols), &one, g.m.w,
+          m.handle, CUBLAS_OP_T, CUBLAS_OP_N, int(g.m.rows), n, int(g.m.cols), &alpha, g.m.w,
           CUDA_R_16BF, int(g.m.ld), part, CUDA_R_16BF, int(m.ld), &beta, g.out.p + g.out_off,
           CUDA_R_32F, int(g.out.stride), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
       if (st != CUBLAS_STATUS_SUCCESS)
@@ -119,7 +120,7 @@ void BlasPrefill::products(const GemvArgs& a, int n, const std::string& name) {
     }
     if (g.bias) {  // every token's row gets the bias (a row of stride 0)
       const cudaError_t e = launch_add(m.stream, n, {g.out.p + g.out_off, g.out.stride},
-                                       {const_cast<float*>(g.bias), 0}, g.m.rows);
+                                       {const_cast<float*>(g.bias), 0}, g.m.rows, g.scale);
       if (e != cudaSuccess)
         fail("CUDA: adding the bias of {} (job {}) failed: {}", name, j, cudaGetErrorString(e));
     }
