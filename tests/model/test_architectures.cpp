@@ -241,7 +241,7 @@ TEST_P(Arch, QuantizedModelRunsOnTheFastPath) {
   const Golden g = golden(GetParam());
   test::TempDir t;
   const QuantizeReport r = quantize_model(path(), {{DType::Q8_0, t.file("q.gguf")}}, {})[0];
-  const Config& c = load_model(path(), DType::F32).weights->cfg;
+  const Config c = load_model(path(), DType::F32).weights->cfg;  // a copy: the model goes
   EXPECT_EQ(r.types.at(DType::Q8_0), (c.arch == "phi3" ? 4 : 7) * c.n_layers);
   if (c.arch == "phi3") {  // the fused q, k and v are quantized together or not at all
     QuantizeOptions k_only;
