@@ -53,4 +53,22 @@ inline std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t cols, uin
   return b;
 }
 
+// Normal inputs for the panel kernels, with an all-zero super-block
+// (values 256..511: its scale is 0).
+inline std::vector<float> random_x(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = d(rng);
+  for (int64_t c = 256; c < 512 && c < n; ++c) x[size_t(c)] = 0;
+  return x;
+}
+
+// A float's bits, for comparisons that tell -0 from 0.
+inline uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
 }  // namespace lr::test

@@ -68,21 +68,8 @@ std::vector<Unit> units() {
       std::printf("AMX tiles not run (%s): the emulated tiles only\n", amx_missing().c_str()); \
   } while (0)
 
-std::vector<float> random_x(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, 1.f);
-  std::vector<float> x(static_cast<size_t>(n));
-  for (auto& v : x) v = d(rng);
-  for (int64_t c = 256; c < 512 && c < n; ++c)
-    x[size_t(c)] = 0;  // an all-zero super-block (scale 0)
-  return x;
-}
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
+using lr::test::bits;
+using lr::test::random_x;
 
 // Y [n, ldy] from the AMX kernel over the panels' rows [r0, r1) (the rest -9).
 std::vector<float> amx_product(const Unit& u, DType t, const uint8_t* P,

@@ -23,21 +23,8 @@ namespace {
 using lr::DType;
 namespace cpu = lr::cpu;
 
-std::vector<float> random_x(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, 1.f);
-  std::vector<float> x(static_cast<size_t>(n));
-  for (auto& v : x) v = d(rng);
-  for (int64_t c = 256; c < 512 && c < n; ++c)
-    x[size_t(c)] = 0;  // an all-zero super-block (scale 0)
-  return x;
-}
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
+using lr::test::bits;
+using lr::test::random_x;
 
 constexpr DType kPanelTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K,
                                  DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
