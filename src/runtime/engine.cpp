@@ -268,6 +268,7 @@ void Engine::run_step() {
   std::vector<std::vector<int32_t>> draft;
   if (drafter_) draft = drafts(decoding, budget);
   for (int s : decoding) {  // decoding slots: a token, and its draft where speculating
+    if (budget <= 0) break;  // (admission keeps decoding slots within a step; drafts too)
     Slot& sl = slots_[size_t(s)];
     if (draft.empty() || draft[size_t(s)].empty()) {
       chunks.push_back({s, &sl.next, 1, true, /*generated=*/true});
@@ -316,7 +317,7 @@ void Engine::run_step() {
 
 void Engine::verify(int s, const float* logits, int rows) {
   Slot& sl = slots_[size_t(s)];
-  const std::vector<int32_t> fed = sl.feed;
+  const std::vector<int32_t>& fed = sl.feed;  // (advance() changes next, not feed)
   const size_t vocab = size_t(batch_->weights().cfg.vocab);
   int taken = 0;  // drafted tokens the answer sampled itself
   for (int i = 0; i < rows; ++i) {

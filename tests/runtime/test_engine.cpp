@@ -220,6 +220,19 @@ TEST(Engine, NAnswersShareOnePromptEvaluation) {
   EXPECT_THROW(e->submit(p, greedy(4), 0), Error);
 }
 
+// Steps of 2 tokens and 4 requests: prompts take only what decoding leaves,
+// so at most two slots decode at once and the others wait; every answer is
+// the one it gives alone.
+TEST(Engine, MoreDecodingSlotsThanAStepHolds) {
+  Tiny tiny;
+  const auto p = prompt(5, 4);
+  const Result alone = wait(*tiny.engine(1)->submit(p, greedy(6)));
+  auto e = tiny.engine(4, 128, 16, /*step_tokens=*/2);
+  std::vector<std::shared_ptr<Request>> rs;
+  for (int i = 0; i < 4; ++i) rs.push_back(e->submit(p, greedy(6)));
+  for (auto& r : rs) expect_same(alone, wait(*r));
+}
+
 // Speculative decoding with prompt-lookup drafts: the answers are plain
 // decoding's, token for token and log-probability for log-probability,
 // greedy and sampled, alone and four at a time (steps of 24 tokens leave
