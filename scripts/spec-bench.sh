@@ -13,7 +13,8 @@ for r in $(seq 1 "$rounds"); do
     "$bin" run -m "$model" -f "$prompt" -n "$n" --temp 0 --draft "$d" -t "$threads" \
       >"$tmp/$d.txt" 2>"$tmp/$d.err"
     tps=$(grep -o 'decode [0-9.]* tok/s' "$tmp/$d.err" | awk '{print $2}')
-    echo "round $r $d $tps" | tee -a "$tmp/all"
+    gen=$(grep -o 'generated: [0-9]* tokens' "$tmp/$d.err" | awk '{print $2}')
+    echo "round $r $d $tps tok/s ($gen tokens)" | tee -a "$tmp/all"
     cp "$tmp/$d.txt" "$tmp/$d.$r.txt"
   done
   cmp -s "$tmp/none.$r.txt" "$tmp/ngram.$r.txt" || { echo "round $r: texts differ"; exit 1; }

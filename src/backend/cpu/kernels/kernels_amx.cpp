@@ -24,16 +24,9 @@
 // 1024 columns of 8 passes (a pass: a panel, or two of a one-plane format)
 // at a time, 256 KiB in L2, and runs every token tile of the call over
 // them, reading the tokens' inputs where quantize_block_inputs left them.
-// Unpacking is paid once per call, not per token tile: on one core of an
-// Intel Xeon (family 6 model 207), this file's AVX-512 work alone (the
-// tile instructions left out) takes, for a Q4_K 896 x 4864 matrix, 0.34 ms
-// at 16 tokens (most of it unpacking) and 4.3 ms at 512 (1.3 of them the
-// input's quantization, as on VNNI), where the VNNI kernels take 0.45 and
-// 15.5 ms; Q6_K 0.44 / 3.4 against 0.71 / 18.1; Q5_0 4864 x 896 0.32 / 6.3
-// against 0.56 / 14.9. The tile products themselves (272K TDPBSSD at 512
-// tokens for each of these; at Intel's 16 cycles a full tile, about 1.5 ms)
-// run beside that work on the tile unit. (Measured where AMX is not there;
-// the numbers with the tiles await a host that has it.)
+// Unpacking is paid once per call, not per token tile, so at a prompt's
+// hundreds of tokens it is small beside the products. (No timing yet: the
+// tiles have not run on an AMX host, docs/results/cpu-vs-llamacpp.md.)
 #include "backend/cpu/kernels/kernels_amx.h"
 
 #include <immintrin.h>
