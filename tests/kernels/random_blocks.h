@@ -71,4 +71,25 @@ inline uint32_t bits(float f) {
   return u;
 }
 
+// Rows [r0, r1) of W (rows of cols values of block format t) with every bit
+// set but the f16 scales d (and dmin, m): the largest sums a block gives.
+inline void saturate_rows(DType t, std::vector<uint8_t>& W, int64_t cols, int64_t r0, int64_t r1) {
+  const int bytes = int(dtype_info(t).block_bytes);
+  const int64_t per_row = cols / int64_t(dtype_info(t).block_elems);
+  for (int64_t b = per_row * r0; b < per_row * r1; ++b) {
+    uint8_t* blk = &W[size_t(b * bytes)];
+    if (t == DType::Q4_K || t == DType::Q5_K) {
+      std::memset(blk + 4, 0xff, size_t(bytes - 4));
+    } else if (t == DType::Q6_K) {
+      std::memset(blk, 0xff, 192);
+      std::memset(blk + 192, 0x80, 16);
+    } else if (t == DType::Q2_K || t == DType::Q3_K) {
+      std::memset(blk, 0xff, t == DType::Q2_K ? 80 : 108);  // values and scales, not d
+    } else {
+      const int d = t == DType::Q4_1 || t == DType::Q5_1 ? 4 : 2;  // after d (and m)
+      std::memset(blk + d, 0xff, size_t(bytes - d));
+    }
+  }
+}
+
 }  // namespace lr::test

@@ -230,21 +230,7 @@ TEST(Amx, ExtremeBlocksAreExact) {
   for (DType t : kAmxTypes) {
     const uint64_t rb = *lr::row_bytes(t, uint64_t(cols));
     auto W = lr::test::random_rows(t, rows, cols, 11);
-    const int bytes = int(lr::dtype_info(t).block_bytes);
-    const int64_t per_row = cols / int64_t(lr::dtype_info(t).block_elems);
-    for (int64_t b = per_row * 16; b < per_row * 32;
-         ++b) {  // rows 16-31: every bit set but d (and dmin)
-      uint8_t* blk = &W[size_t(b * bytes)];
-      if (t == DType::Q4_K || t == DType::Q5_K) {
-        std::memset(blk + 4, 0xff, size_t(bytes - 4));
-      } else if (t == DType::Q6_K) {
-        std::memset(blk, 0xff, 192);
-        std::memset(blk + 192, 0x80, 16);
-      } else {
-        const int d = t == DType::Q4_1 || t == DType::Q5_1 ? 4 : 2;
-        std::memset(blk + d, 0xff, size_t(bytes - d));
-      }
-    }
+    lr::test::saturate_rows(t, W, cols, 16, 32);  // rows 16-31: every bit set but d (and dmin)
     const auto P = cpu::repack_panels(t, W.data(), rb, rows, cols);
     std::vector<float> X(static_cast<size_t>(n * cols), 1.f);  // every input quantizes to 127
     for (int64_t c = 0; c < cols; c += 2) X[size_t(cols + c)] = -1.f;  // token 1: -127 in turn

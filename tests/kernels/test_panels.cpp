@@ -144,22 +144,7 @@ TEST(Panels, RowRangesAndExtremeBlocks) {
   for (DType t : kPanelTypes) {
     const uint64_t rb = *lr::row_bytes(t, uint64_t(cols));
     auto W = lr::test::random_rows(t, rows, cols, 11);
-    const int bytes = int(lr::dtype_info(t).block_bytes);
-    for (int64_t b = 0; b < rows * cols / 256; ++b) {  // rows 16-31: all bits set but d, dmin
-      if (b / (cols / 256) < 16 || b / (cols / 256) >= 32) continue;
-      uint8_t* blk = &W[size_t(b * bytes)];
-      if (t == DType::Q4_K || t == DType::Q5_K) {
-        std::memset(blk + 4, 0xff, size_t(bytes - 4));
-      } else if (t == DType::Q6_K) {
-        std::memset(blk, 0xff, 192);
-        std::memset(blk + 192, 0x80, 16);
-      } else if (t == DType::Q2_K || t == DType::Q3_K) {
-        std::memset(blk, 0xff, t == DType::Q2_K ? 80 : 108);  // values and scales, not d
-      } else {
-        const int d = t == DType::Q4_1 || t == DType::Q5_1 ? 4 : 2;  // after d (and m)
-        std::memset(blk + d, 0xff, size_t(bytes - d));
-      }
-    }
+    lr::test::saturate_rows(t, W, cols, 16, 32);  // rows 16-31: all bits set but d, dmin
     std::vector<float> x(static_cast<size_t>(cols));
     for (int64_t c = 0; c < cols; ++c) x[size_t(c)] = 1.f;  // every input quantizes to 127
     for (lr::Isa isa : lr::test::supported_isas()) {
