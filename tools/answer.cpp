@@ -46,6 +46,10 @@ void print_answer_stats(FILE* f, const std::string& where, const Answer& a) {
                a.finish == Finish::Stop        ? " (stopped)"
                : a.finish == Finish::Cancelled ? " (interrupted)"
                                                : "");
+  if (u.drafted > 0)
+    std::fprintf(f, "[draft] %d tokens drafted, %d taken (%.1f%%); %.2f tokens per step\n",
+                 u.drafted, u.draft_taken, 100.0 * u.draft_taken / u.drafted,
+                 double(u.completion_tokens) / std::max(u.steps, 1));
 }
 
 void ConstraintOptions::add_to(CLI::App& sub) {

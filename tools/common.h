@@ -47,6 +47,7 @@ struct DraftOptions {
   std::string kind = "none";
   std::string model;
   int max = 8;
+  float p_min = ModelDraftOptions{}.p_min;
   void add_to(CLI::App& app);
   int draft_max() const { return kind == "ngram" || !model.empty() ? max : 0; }
   // The engine's draft options for `slots` slots of `target` (loads and

@@ -35,9 +35,16 @@ void DraftOptions::add_to(CLI::App& app) {
   app.add_option("--draft-model", model,
                  "speculative decoding: a smaller GGUF model with the same vocabulary drafts (e.g. "
                  "Qwen2.5-Coder-0.5B for the 1.5B)");
-  app.add_option("--draft-max", max, "tokens drafted per step at most (--draft ngram)")
+  app.add_option("--draft-max", max,
+                 "tokens drafted per step at most (fewer where a slot's recent drafts were "
+                 "rejected)")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  app.add_option("--draft-p-min", p_min,
+                 "--draft-model: drafting stops at a token whose probability under the draft "
+                 "is below this")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
 }
 
 namespace {
@@ -46,7 +53,7 @@ namespace {
 class OwnedDrafter final : public Drafter {
  public:
   OwnedDrafter(Model m, std::unique_ptr<Drafter> d) : m_(std::move(m)), d_(std::move(d)) {}
-  void draft(const std::vector<Ask>& asks, std::vector<std::vector<int32_t>>& out) override {
+  void draft(const std::vector<Ask>& asks, std::vector<Draft>& out) override {
     d_->draft(asks, out);
   }
 
@@ -81,8 +88,8 @@ void DraftOptions::configure(EngineOptions& eo, const Model& target, const Model
            model, id, b.token_text(id), mo.model_path(), a.token_text(id));
   std::unique_ptr<BatchBackend> slots_of_draft =
       make_slots(d, mo.path(), mo.backend_options(), slots, step_tokens);
-  eo.drafter =
-      std::make_shared<OwnedDrafter>(std::move(d), model_drafter(std::move(slots_of_draft)));
+  eo.drafter = std::make_shared<OwnedDrafter>(std::move(d),
+                                              model_drafter(std::move(slots_of_draft), {p_min}));
 }
 
 void ModelOptions::KeyCacheCli::add_to(CLI::App& app, bool with_type) {

@@ -1,6 +1,8 @@
 #include "runtime/drafter.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 
 #include "core/error.h"
 
@@ -11,21 +13,37 @@ namespace {
 class NgramDrafter final : public Drafter {
  public:
   explicit NgramDrafter(const NgramDraft& o) : o_(o) {}
-  void draft(const std::vector<Ask>& asks, std::vector<std::vector<int32_t>>& out) override {
-    out.resize(asks.size());
-    for (size_t i = 0; i < asks.size(); ++i) out[i] = ngram_draft(asks[i].hist, asks[i].k, o_);
+  void draft(const std::vector<Ask>& asks, std::vector<Draft>& out) override {
+    out.assign(asks.size(), {});
+    for (size_t i = 0; i < asks.size(); ++i)
+      out[i].tokens = ngram_draft(asks[i].hist, asks[i].k, o_);
   }
 
  private:
   NgramDraft o_;
 };
 
+// The largest probability of softmax(logits) (temperature 1).
+double top_probability(const float* logits, int n) {
+  const float mx = *std::max_element(logits, logits + n);
+  double sum = 0;
+  for (int i = 0; i < n; ++i) sum += std::exp(double(logits[i] - mx));
+  return 1.0 / sum;
+}
+
+// The draft's sampler for an answer sampled with p: the same filters, no penalties.
+SamplerParams draft_sampling(SamplerParams p) {
+  p.repeat_penalty = 1.f;
+  p.presence_penalty = p.frequency_penalty = 0.f;
+  return p;
+}
+
 class ModelDrafter final : public Drafter {
  public:
-  explicit ModelDrafter(std::unique_ptr<BatchBackend> b)
-      : b_(std::move(b)), held_(size_t(b_->slots())) {}
+  ModelDrafter(std::unique_ptr<BatchBackend> b, const ModelDraftOptions& o)
+      : b_(std::move(b)), o_(o), held_(size_t(b_->slots())) {}
 
-  void draft(const std::vector<Ask>& asks, std::vector<std::vector<int32_t>>& out) override {
+  void draft(const std::vector<Ask>& asks, std::vector<Draft>& out) override {
     out.assign(asks.size(), {});
     std::vector<std::vector<int32_t>> pending(asks.size());
     for (size_t i = 0; i < asks.size(); ++i) {
@@ -68,16 +86,33 @@ class ModelDrafter final : public Drafter {
         held.insert(held.end(), pending[i].begin(), pending[i].begin() + chunks[c].n);
         pending[i].erase(pending[i].begin(), pending[i].begin() + chunks[c].n);
         if (!chunks[c].logits) continue;
-        const int32_t d = int32_t(std::max_element(row, row + vocab) - row);
+        const float* logits = row;
         row += vocab;
-        out[i].push_back(d);
-        if (int(out[i].size()) < asks[i].k) pending[i] = {d};
+        if (std::optional<int32_t> d = next(asks[i], logits, int(vocab), out[i]);
+            d && int(out[i].tokens.size()) < asks[i].k)
+          pending[i] = {*d};
       }
     }
   }
 
  private:
+  // The token drafted after `logits` into d (none when the draft is not confident).
+  std::optional<int32_t> next(const Ask& a, const float* logits, int vocab, Draft& d) const {
+    if (a.sampling.temperature <= 0) {
+      if (top_probability(logits, vocab) < o_.p_min) return std::nullopt;
+      d.tokens.push_back(argmax(logits, vocab));
+      return d.tokens.back();
+    }
+    LR_ASSERT(a.rng);
+    TokenDist q = Sampler(draft_sampling(a.sampling)).distribution(logits, vocab, {});
+    if (q.max() < o_.p_min) return std::nullopt;
+    d.tokens.push_back(draw(q, *a.rng));
+    d.q.push_back(std::move(q));
+    return d.tokens.back();
+  }
+
   std::unique_ptr<BatchBackend> b_;
+  ModelDraftOptions o_;
   std::vector<std::vector<int32_t>> held_;  // [slots] the tokens in the draft's cache
   std::vector<float> logits_;
 };
@@ -88,8 +123,22 @@ std::unique_ptr<Drafter> ngram_drafter(const NgramDraft& o) {
   return std::make_unique<NgramDrafter>(o);
 }
 
-std::unique_ptr<Drafter> model_drafter(std::unique_ptr<BatchBackend> draft) {
-  return std::make_unique<ModelDrafter>(std::move(draft));
+std::unique_ptr<Drafter> model_drafter(std::unique_ptr<BatchBackend> draft,
+                                       const ModelDraftOptions& o) {
+  return std::make_unique<ModelDrafter>(std::move(draft), o);
+}
+
+void DraftRate::add(int drafted, int taken) {
+  LR_ASSERT(drafted > 0 && taken >= 0 && taken <= drafted);
+  constexpr double kDecay = 0.8;
+  taken_ = kDecay * taken_ + taken;
+  rejected_ = kDecay * rejected_ + (taken < drafted ? 1 : 0);
+}
+
+int DraftRate::length(int max) const {
+  const double r = rate();
+  const double run = r < 1 ? 2 * r / (1 - r) : double(max);
+  return std::clamp(int(std::ceil(run - 1e-9)), 1, std::max(max, 1));  // (2 * 0.8 / 0.2: 8)
 }
 
 }  // namespace lr

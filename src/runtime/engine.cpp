@@ -221,6 +221,9 @@ void Engine::admit() {
       sl.fed = keep;
       sl.reused = int(keep);
       sl.next = -1;
+      sl.drafted = sl.taken = sl.steps = 0;
+      sl.draft_rng.seed(r->params_.sampling.seed ^ 0x9e3779b97f4a7c15ull);
+      sl.rate = DraftRate{};
       if (r->params_.grammar && !mask_) mask_ = token_mask(tok_);
       sl.seq.emplace(tok_, r->prompt_, r->params_, mask_.get());
       r->admitted_ = Clock::now();
@@ -229,31 +232,37 @@ void Engine::admit() {
   }
 }
 
-std::vector<std::vector<int32_t>> Engine::drafts(const std::vector<int>& decoding, int budget) {
-  std::vector<std::vector<int32_t>> out(slots_.size());
+std::vector<Drafter::Draft> Engine::drafts(const std::vector<int>& decoding, int budget) {
+  std::vector<Drafter::Draft> out(slots_.size());
   const int n = int(decoding.size());
   // Drafts share what a step leaves after one token per decoding slot.
   const int k = n > 0 ? std::min(opt_.draft_max, (budget - n) / n) : 0;
   if (k <= 0) return out;
   std::vector<Drafter::Ask> asks;
   for (int s : decoding) {
-    const Slot& sl = slots_[size_t(s)];
-    // Room: the draft's positions follow next's, within the context.
-    const int ks = std::min(k, ctx() - int(sl.cached.size()) - 1);
+    Slot& sl = slots_[size_t(s)];
+    // Room: the draft's positions follow next's, within the context; as
+    // many as its recent drafts were worth.
+    const int ks = std::min({k, ctx() - int(sl.cached.size()) - 1, sl.rate.length(opt_.draft_max)});
     if (ks <= 0) continue;
-    asks.push_back({s, sl.cached, ks});
+    asks.push_back({s, sl.cached, ks, sl.req->params_.sampling, &sl.draft_rng});
     asks.back().hist.push_back(sl.next);
   }
-  std::vector<std::vector<int32_t>> got;
+  std::vector<Drafter::Draft> got;
   if (!asks.empty()) drafter_->draft(asks, got);
   const int vocab = batch_->weights().cfg.vocab;
   for (size_t i = 0; i < asks.size(); ++i) {
-    std::vector<int32_t>& d = out[size_t(asks[i].slot)];
+    Drafter::Draft& d = out[size_t(asks[i].slot)];
     d = std::move(got[i]);
-    if (int(d.size()) > asks[i].k) d.resize(size_t(asks[i].k));
-    // (a draft model's rows may be wider than the target's)
-    d.erase(std::find_if(d.begin(), d.end(), [&](int32_t t) { return t < 0 || t >= vocab; }),
-            d.end());
+    LR_ASSERT(d.q.empty() || d.q.size() == d.tokens.size());
+    // At most k, and (a draft model's rows may be wider than the target's) in the vocabulary.
+    const size_t keep =
+        size_t(std::find_if(d.tokens.begin(),
+                            d.tokens.begin() + std::min<long>(long(d.tokens.size()), asks[i].k),
+                            [&](int32_t t) { return t < 0 || t >= vocab; }) -
+               d.tokens.begin());
+    d.tokens.resize(keep);
+    if (!d.q.empty()) d.q.resize(keep);
   }
   return out;
 }
@@ -265,16 +274,18 @@ void Engine::run_step() {
   std::vector<int> decoding;
   for (size_t s = 0; s < slots_.size(); ++s)
     if (slots_[s].req && !slots_[s].prefilling()) decoding.push_back(int(s));
-  std::vector<std::vector<int32_t>> draft;
+  std::vector<Drafter::Draft> draft;
   if (drafter_) draft = drafts(decoding, budget);
   for (int s : decoding) {  // decoding slots: a token, and its draft where speculating
     if (budget <= 0) break;  // (admission keeps decoding slots within a step; drafts too)
     Slot& sl = slots_[size_t(s)];
-    if (draft.empty() || draft[size_t(s)].empty()) {
+    if (draft.empty() || draft[size_t(s)].tokens.empty()) {
       chunks.push_back({s, &sl.next, 1, true, /*generated=*/true});
     } else {
+      const Drafter::Draft& d = draft[size_t(s)];
       sl.feed.assign(1, sl.next);
-      sl.feed.insert(sl.feed.end(), draft[size_t(s)].begin(), draft[size_t(s)].end());
+      sl.feed.insert(sl.feed.end(), d.tokens.begin(), d.tokens.end());
+      sl.q = std::move(draft[size_t(s)].q);
       chunks.push_back({s, sl.feed.data(), int(sl.feed.size()), true, /*generated=*/true,
                         /*every_logits=*/true});
     }
@@ -305,7 +316,9 @@ void Engine::run_step() {
   }
   const size_t vocab = size_t(batch_->weights().cfg.vocab);
   const float* row = logits_.data();
+  metrics_.add_slot_steps(int(owner.size()));
   for (auto [s, rows] : owner) {
+    ++slots_[size_t(s)].steps;
     if (rows == 1)
       advance(s, row);
     else
@@ -320,14 +333,22 @@ void Engine::verify(int s, const float* logits, int rows) {
   const std::vector<int32_t>& fed = sl.feed;  // (advance() changes next, not feed)
   const size_t vocab = size_t(batch_->weights().cfg.vocab);
   int taken = 0;  // drafted tokens the answer sampled itself
+  sl.drafted += rows - 1;
   for (int i = 0; i < rows; ++i) {
     sl.cached.push_back(fed[size_t(i)]);
-    advance(s, logits + size_t(i) * vocab);
+    // A token drawn from the draft's distribution goes by speculative
+    // sampling's rule; a certain guess by sampling as plain decoding does.
+    Sequence::Proposal p{};
+    const bool sampled = i + 1 < rows && !sl.q.empty();
+    if (sampled) p = {fed[size_t(i) + 1], &sl.q[size_t(i)]};
+    advance(s, logits + size_t(i) * vocab, sampled ? &p : nullptr);
     if (!sl.req || i + 1 == rows || sl.next != fed[size_t(i) + 1]) break;
     ++taken;
+    ++sl.taken;
   }
   if (batch_->n_past(s) > int(sl.cached.size())) batch_->rewind(s, int(sl.cached.size()));
   metrics_.add_draft(rows - 1, taken);
+  sl.rate.add(rows - 1, taken);
 }
 
 void Engine::update_gauges() {
@@ -340,12 +361,12 @@ void Engine::update_gauges() {
                       double(cached) / (double(slots()) * double(ctx())));
 }
 
-void Engine::advance(int s, const float* logits) {
+void Engine::advance(int s, const float* logits, const Sequence::Proposal* draft) {
   Slot& sl = slots_[size_t(s)];
   Request& r = *sl.req;
   // The next step would feed the token: it needs a position in the cache.
   const bool room = int(sl.cached.size()) < ctx();
-  Sequence::Step o = sl.seq->next(logits, batch_->weights().cfg.vocab, room);
+  Sequence::Step o = sl.seq->next(logits, batch_->weights().cfg.vocab, room, draft);
   if (o.mask_s > 0) metrics_.add_mask(1, o.mask_s);
   const auto now = Clock::now();
   const bool first = sl.seq->generated().size() == 1;
@@ -360,6 +381,9 @@ void Engine::advance(int s, const float* logits) {
 
 Usage Engine::usage_of(const Request& r, const Slot& sl) const {
   Usage u{int(r.prompt_.size()), sl.seq ? int(sl.seq->generated().size()) : 0, sl.reused};
+  u.drafted = sl.drafted;
+  u.draft_taken = sl.taken;
+  u.steps = sl.steps;
   if (sl.seq && !sl.seq->generated().empty()) {
     u.prompt_s = seconds(r.first_token_ - r.admitted_);
     u.decode_s = seconds(r.last_token_ - r.first_token_);

@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -47,6 +48,11 @@ struct Usage {
   int cached_tokens = 0;  // prompt tokens a slot's cache already held
   double prompt_s = 0;    // from taking a slot to the first generated token
   double decode_s = 0;    // from the first generated token to the last
+  // Speculative decoding: tokens drafted for the answer, those it took, and
+  // the steps that computed its tokens (completion_tokens / steps: tokens per step).
+  int drafted = 0;
+  int draft_taken = 0;
+  int steps = 0;
 };
 
 // One request's channel between its HTTP handler and the engine thread.
@@ -152,8 +158,12 @@ class Engine {
     int reused = 0;                // of them, those the slot held from before
     int32_t next = -1;             // the sampled token the next step feeds (decoding)
     std::vector<int32_t> feed;     // speculating: next and the draft
+    std::vector<TokenDist> q;      // the drafted tokens' distributions (none: certain guesses)
+    std::mt19937_64 draft_rng;     // the draft's draws for its request (seeded by it)
+    DraftRate rate;                // how often its drafted tokens were taken lately
     std::optional<Sequence> seq;   // the answer of its request
     uint64_t last_used = 0;        // step of its last request's end (LRU among free slots)
+    int drafted = 0, taken = 0, steps = 0;  // its request's Usage::drafted, draft_taken, steps
     bool prefilling() const { return req && fed < req->prompt_.size(); }
   };
 
@@ -167,9 +177,9 @@ class Engine {
   void run_step();
   // Per slot, the tokens the decoding slots draft this step (of the step's
   // budget of tokens).
-  std::vector<std::vector<int32_t>> drafts(const std::vector<int>& decoding, int budget);
-  // After slot s's logits: sample, stop or go on.
-  void advance(int s, const float* logits);
+  std::vector<Drafter::Draft> drafts(const std::vector<int>& decoding, int budget);
+  // After slot s's logits: sample (or, given a drafted token, verify it), stop or go on.
+  void advance(int s, const float* logits, const Sequence::Proposal* draft = nullptr);
   // After the rows of slot s's verification chunk: sample row by row while
   // the answer takes the drafted tokens, then cut the cache back to them.
   void verify(int s, const float* logits, int rows);

@@ -62,6 +62,11 @@ void Metrics::add_draft(int drafted, int taken) {
   s_.draft_taken += uint64_t(taken);
 }
 
+void Metrics::add_slot_steps(int n) {
+  std::lock_guard<std::mutex> l(mu_);
+  s_.slot_steps += uint64_t(n);
+}
+
 void Metrics::add_token(double since_last_s, bool first) {
   std::lock_guard<std::mutex> l(mu_);
   ++s_.generated_tokens;

@@ -32,6 +32,8 @@ class Metrics {
     uint64_t masks = 0;                        // grammar masks computed (one per constrained token)
     double mask_seconds = 0;                   // computing them
     uint64_t drafted = 0, draft_taken = 0;     // speculative decoding: drafted tokens, taken ones
+    uint64_t slot_steps =
+        0;  // a slot's steps that gave its answer tokens (generated / this: tokens a step)
     std::map<std::string, uint64_t> finished;  // by finish reason
     uint64_t rejected = 0;                     // refused: queue full or stopping
     Histogram ttft, itl, e2e;
@@ -43,6 +45,7 @@ class Metrics {
   void add_step(int tokens, double seconds = 0);
   void add_mask(uint64_t masks, double seconds);
   void add_draft(int drafted, int taken);
+  void add_slot_steps(int n);
   void add_prompt(int tokens, int cached);
   void add_token(double since_last_s, bool first);  // the first: time to first token
   void add_finished(const std::string& reason, double e2e_s);

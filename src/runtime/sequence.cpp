@@ -60,7 +60,7 @@ bool Sequence::mask(int vocab) {
   return std::any_of(allowed_.begin(), allowed_.end(), [](uint8_t a) { return a != 0; });
 }
 
-Sequence::Step Sequence::next(const float* logits, int vocab, bool room) {
+Sequence::Step Sequence::next(const float* logits, int vocab, bool room, const Proposal* draft) {
   Step out;
   bool masked = false;
   if (matcher_) {  // (free text reads no clock)
@@ -74,8 +74,10 @@ Sequence::Step Sequence::next(const float* logits, int vocab, bool room) {
     out.finish = Finish::Stop;
     return out;
   }
+  const uint8_t* allowed = matcher_ ? allowed_.data() : nullptr;
   out.id =
-      sampler_.sample(logits, vocab, history_, n_prompt_, matcher_ ? allowed_.data() : nullptr);
+      draft ? sampler_.verify(logits, vocab, history_, n_prompt_, allowed, draft->id, *draft->q).id
+            : sampler_.sample(logits, vocab, history_, n_prompt_, allowed);
   if (matcher_ && !p_.stop_tokens.count(out.id)) {
     const bool ok = matcher_->accept_bytes(tok_.token_piece(out.id));
     LR_ASSERT(ok);  // the mask allowed it

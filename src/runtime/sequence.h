@@ -76,9 +76,16 @@ class Sequence {
     Finish finish = Finish::None;   // Stop or Length: the answer ends here
     double mask_s = 0;              // seconds the grammar's mask took (0: none)
   };
+  // A drafted token and the distribution it was drawn from.
+  struct Proposal {
+    int32_t id;
+    const TokenDist* q;
+  };
   // Samples the next token from logits [vocab]. `room`: the context has a
   // position for feeding it back (else the answer ends with Length).
-  Step next(const float* logits, int vocab, bool room);
+  // `draft`: speculative sampling's rule decides instead (Sampler::verify):
+  // the drafted token, or one the draft did not propose.
+  Step next(const float* logits, int vocab, bool room, const Proposal* draft = nullptr);
 
   // Tokens sampled so far (a stop token included).
   const std::vector<int32_t>& generated() const { return generated_; }

@@ -43,8 +43,69 @@ Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) {
   if (p.repeat_penalty <= 0) fail("repeat penalty must be > 0 (got {})", p.repeat_penalty);
 }
 
+double TokenDist::prob(int32_t id) const {
+  const auto it = std::lower_bound(ids.begin(), ids.end(), id);
+  return it != ids.end() && *it == id ? p[size_t(it - ids.begin())] : 0.0;
+}
+
+double TokenDist::max() const {
+  return p.empty() ? 0.0 : *std::max_element(p.begin(), p.end());
+}
+
+int32_t draw(const TokenDist& d, std::mt19937_64& rng) {
+  LR_ASSERT(!d.ids.empty() && d.ids.size() == d.p.size());
+  std::discrete_distribution<size_t> dist(d.p.begin(), d.p.end());
+  return d.ids[dist(rng)];
+}
+
 int32_t Sampler::sample(const float* logits, int n, const std::vector<int32_t>& history,
                         size_t n_prompt, const uint8_t* allowed) {
+  filter(logits, n, history, n_prompt, allowed);
+  if (p_.temperature <= 0) return cand_[0].second;  // (greedy draws nothing)
+  std::discrete_distribution<size_t> dist(pr_.begin(), pr_.end());
+  return cand_[dist(rng_)].second;
+}
+
+TokenDist Sampler::distribution(const float* logits, int n, const std::vector<int32_t>& history,
+                                size_t n_prompt, const uint8_t* allowed) {
+  filter(logits, n, history, n_prompt, allowed);
+  std::vector<size_t> order(cand_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  const auto by_id = [&](size_t a, size_t b) { return cand_[a].second < cand_[b].second; };
+  if (!std::is_sorted(order.begin(), order.end(), by_id))  // (unfiltered: already in id order)
+    std::sort(order.begin(), order.end(), by_id);
+  TokenDist d;
+  for (size_t i : order) {
+    d.ids.push_back(cand_[i].second);
+    d.p.push_back(pr_[i]);
+  }
+  return d;
+}
+
+Sampler::Verdict Sampler::verify(const float* logits, int n, const std::vector<int32_t>& history,
+                                 size_t n_prompt, const uint8_t* allowed, int32_t drafted,
+                                 const TokenDist& q) {
+  const double qd = q.prob(drafted);
+  LR_ASSERT(qd > 0);  // drafted was drawn from q
+  filter(logits, n, history, n_prompt, allowed);
+  double pd = 0;
+  for (size_t i = 0; i < cand_.size(); ++i)
+    if (cand_[i].second == drafted) pd = pr_[i];
+  if (pd >= qd) return {drafted, true};
+  if (pd > 0 && std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * qd < pd)
+    return {drafted, true};
+  // Rejected: the rest of p that q did not cover.
+  std::vector<double> rest(cand_.size());
+  double sum = 0;
+  for (size_t i = 0; i < cand_.size(); ++i)
+    sum += rest[i] = std::max(0.0, pr_[i] - q.prob(cand_[i].second));
+  if (!(sum > 0)) rest = pr_;  // (p <= q everywhere: p == q up to rounding)
+  std::discrete_distribution<size_t> dist(rest.begin(), rest.end());
+  return {cand_[dist(rng_)].second, false};
+}
+
+void Sampler::filter(const float* logits, int n, const std::vector<int32_t>& history,
+                     size_t n_prompt, const uint8_t* allowed) {
   LR_ASSERT(n_prompt <= history.size());
   cand_.resize(size_t(n));
   for (int i = 0; i < n; ++i) cand_[size_t(i)] = {logits[i], i};
@@ -82,7 +143,11 @@ int32_t Sampler::sample(const float* logits, int n, const std::vector<int32_t>& 
   auto by_logit = [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
-  if (p_.temperature <= 0) return std::min_element(cand_.begin(), cand_.end(), by_logit)->second;
+  if (p_.temperature <= 0) {
+    cand_ = {*std::min_element(cand_.begin(), cand_.end(), by_logit)};
+    pr_.assign(1, 1.0);
+    return;
+  }
 
   size_t keep = cand_.size();
   if (p_.top_k > 0 && size_t(p_.top_k) < keep) keep = size_t(p_.top_k);
@@ -103,9 +168,8 @@ int32_t Sampler::sample(const float* logits, int n, const std::vector<int32_t>& 
       cand_.erase(std::remove_if(cand_.begin(), cand_.end(), [&](const auto& c) { return c.first < cut; }),
                   cand_.end());
     }
-    const std::vector<double> pr = probs(p_.temperature);
-    std::discrete_distribution<size_t> dist(pr.begin(), pr.end());
-    return cand_[dist(rng_)].second;
+    pr_ = probs(p_.temperature);
+    return;
   }
   std::partial_sort(cand_.begin(), cand_.begin() + long(keep), cand_.end(), by_logit);
   cand_.resize(keep);
@@ -127,9 +191,7 @@ int32_t Sampler::sample(const float* logits, int n, const std::vector<int32_t>& 
     while (i < pr.size() && pr[i] >= p_.min_p * pr[0]) ++i;
     cand_.resize(i);
   }
-  pr = probs(p_.temperature);
-  std::discrete_distribution<size_t> dist(pr.begin(), pr.end());
-  return cand_[dist(rng_)].second;
+  pr_ = probs(p_.temperature);
 }
 
 }  // namespace lr

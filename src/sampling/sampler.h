@@ -39,6 +39,17 @@ float token_logprob(const float* logits, int n, int32_t id, int top = 0,
 // Index of the largest logit (lowest index on ties).
 int32_t argmax(const float* logits, int n);
 
+// A sampling distribution: the tokens that can be drawn (ascending ids)
+// and their probabilities (summing to 1).
+struct TokenDist {
+  std::vector<int32_t> ids;
+  std::vector<double> p;
+  double prob(int32_t id) const;  // 0 for a token not in ids
+  double max() const;
+};
+// A token drawn from d.
+int32_t draw(const TokenDist& d, std::mt19937_64& rng);
+
 class Sampler {
  public:
   explicit Sampler(const SamplerParams& p);
@@ -50,11 +61,33 @@ class Sampler {
   // mask); at least one must be allowed.
   int32_t sample(const float* logits, int n, const std::vector<int32_t>& history,
                  size_t n_prompt = 0, const uint8_t* allowed = nullptr);
+  // The distribution sample() draws from (greedy: the argmax, certain).
+  TokenDist distribution(const float* logits, int n, const std::vector<int32_t>& history,
+                         size_t n_prompt = 0, const uint8_t* allowed = nullptr);
+  // Speculative sampling's rule (Leviathan et al. 2023, Chen et al. 2023):
+  // `drafted` was drawn from q (q.prob(drafted) > 0). It is taken with
+  // probability min(1, p/q) at it, p the distribution sample() would draw
+  // from; else a token is drawn from max(0, p - q), renormalized. The token
+  // returned is distributed as p, whatever q is. With q certain (all its
+  // mass on drafted), sample() itself is that rule: drafts of that kind are
+  // verified by sampling and comparing (runtime/engine.h).
+  struct Verdict {
+    int32_t id;
+    bool taken;
+  };
+  Verdict verify(const float* logits, int n, const std::vector<int32_t>& history, size_t n_prompt,
+                 const uint8_t* allowed, int32_t drafted, const TokenDist& q);
 
  private:
+  // The candidates (cand_) and their probabilities (pr_, in cand_'s order)
+  // sample() draws from.
+  void filter(const float* logits, int n, const std::vector<int32_t>& history, size_t n_prompt,
+              const uint8_t* allowed);
+
   SamplerParams p_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;
+  std::vector<double> pr_;
 };
 
 }  // namespace lr

@@ -301,10 +301,14 @@ struct Answers {
           last_[i] = n.usage;  // (a timeout: none)
         f(int(i), n);
       }
-      if (i == 0)
+      if (i == 0) {
         sum = last_[0];
-      else
+      } else {
         sum.completion_tokens += last_[i].completion_tokens;
+        sum.drafted += last_[i].drafted;
+        sum.draft_taken += last_[i].draft_taken;
+        sum.steps += last_[i].steps;
+      }
     }
     c.usage = sum;
   }

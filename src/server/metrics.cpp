@@ -46,7 +46,10 @@ std::string prometheus_text(const Metrics::Snapshot& s) {
   counter("lowrank_draft_tokens_total", "Tokens drafted for speculative decoding (--draft-max).",
           s.drafted);
   counter("lowrank_draft_tokens_accepted_total",
-          "Drafted tokens the answers sampled themselves (accepted).", s.draft_taken);
+          "Drafted tokens the answers took (speculative sampling's rule).", s.draft_taken);
+  counter("lowrank_slot_steps_total",
+          "Steps that gave a slot's answer tokens (generated tokens / this: tokens per step).",
+          s.slot_steps);
   counter("lowrank_requests_rejected_total", "Requests refused (queue full or stopping).",
           s.rejected);
   metric("lowrank_requests_finished_total", "counter", "Requests finished, by reason.");

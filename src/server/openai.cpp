@@ -205,10 +205,16 @@ std::string dump_json(const json& j) {
 }
 
 json usage_json(const Usage& u) {
-  return {{"prompt_tokens", u.prompt_tokens},
-          {"completion_tokens", u.completion_tokens},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+  json j = {{"prompt_tokens", u.prompt_tokens},
+            {"completion_tokens", u.completion_tokens},
+            {"total_tokens", u.prompt_tokens + u.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+  // Speculative decoding: drafted tokens taken and rejected, under
+  // OpenAI's names for predicted outputs.
+  if (u.drafted > 0)
+    j["completion_tokens_details"] = {{"accepted_prediction_tokens", u.draft_taken},
+                                      {"rejected_prediction_tokens", u.drafted - u.draft_taken}};
+  return j;
 }
 
 namespace {

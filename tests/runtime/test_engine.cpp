@@ -9,6 +9,7 @@
 #include "../error_of.h"
 #include "../model/model_test_util.h"
 #include "backend/cpu/cpu.h"
+#include "engine_test_util.h"
 #include "grammar/matcher.h"
 #include "runtime/engine.h"
 #include "runtime/model.h"
@@ -18,80 +19,12 @@ namespace lr {
 namespace {
 
 using namespace std::chrono_literals;
-
-struct Tiny {
-  test::TempDir t;
-  Model m;
-  Tiny() {
-    test::TinySpec s;
-    s.tokenizer = true;  // bytes: every token is text
-    s.wtype = DType::Q4_0;
-    s.ctx_train = 512;
-    m = load_model(test::write_tiny(t, s, "tiny.gguf"), std::nullopt);
-  }
-  std::unique_ptr<Engine> engine(int slots, int ctx = 128, int queue = 16, int step_tokens = 24,
-                                 int decode_chunk = 128, int draft_max = 0) {
-    BackendOptions o;
-    o.ctx = ctx;
-    o.cpu.n_threads = 2;
-    EngineOptions e;
-    e.queue = queue;
-    e.step_tokens = step_tokens;
-    e.decode_chunk = decode_chunk;
-    e.draft_max = draft_max;
-    return std::make_unique<Engine>(make_cpu_batch_backend(m.weights, o, slots, step_tokens),
-                                    *m.tokenizer, e);
-  }
-};
-
-std::vector<int32_t> prompt(int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> p(static_cast<size_t>(n));
-  for (auto& x : p) x = int32_t(3 + rng() % 256);
-  return p;
-}
-
-struct Result {
-  std::string text;
-  std::vector<TokenOut> tokens;
-  Finish finish = Finish::None;
-  Usage usage;
-  std::string error;
-};
-
-Result wait(Request& r) {
-  Result out;
-  for (int i = 0; i < 2000; ++i) {  // 20 s at most
-    Request::News n = r.take(10ms);
-    out.text += n.text;
-    out.tokens.insert(out.tokens.end(), n.tokens.begin(), n.tokens.end());
-    if (n.done) {
-      out.finish = n.finish;
-      out.usage = n.usage;
-      out.error = n.error;
-      return out;
-    }
-  }
-  ADD_FAILURE() << "request did not finish";
-  return out;
-}
-
-GenParams greedy(int max_tokens) {
-  GenParams p;
-  p.sampling.temperature = 0;
-  p.max_tokens = max_tokens;
-  p.top_logprobs = 2;
-  return p;
-}
-
-void expect_same(const Result& a, const Result& b) {
-  EXPECT_EQ(a.text, b.text);
-  ASSERT_EQ(a.tokens.size(), b.tokens.size());
-  for (size_t i = 0; i < a.tokens.size(); ++i) {
-    EXPECT_EQ(a.tokens[i].id, b.tokens[i].id);
-    EXPECT_EQ(a.tokens[i].logprob, b.tokens[i].logprob) << "token " << i;  // bit for bit
-  }
-}
+using test::expect_same;
+using test::greedy;
+using test::prompt;
+using test::Result;
+using test::Tiny;
+using test::wait;
 
 // A request alone and among 7 others (sampled ones too) gives the same
 // tokens and the same log-probabilities, bit for bit.
@@ -233,81 +166,6 @@ TEST(Engine, MoreDecodingSlotsThanAStepHolds) {
   for (auto& r : rs) expect_same(alone, wait(*r));
 }
 
-// Speculative decoding with prompt-lookup drafts: the answers are plain
-// decoding's, token for token and log-probability for log-probability,
-// greedy and sampled, alone and four at a time (steps of 24 tokens leave
-// each slot 5 drafted tokens), and drafts were taken.
-TEST(Engine, DraftedTokensGiveThePlainAnswers) {
-  Tiny tiny;
-  std::vector<int32_t> p;  // a text that repeats itself, so the n-grams recur
-  for (int i = 0; i < 4; ++i)
-    for (int32_t x : prompt(9, 3)) p.push_back(x);
-  std::vector<GenParams> params;
-  for (int i = 0; i < 4; ++i) {
-    GenParams g = greedy(40);
-    if (i % 2) g.sampling.temperature = 0.8f, g.sampling.seed = uint64_t(20 + i);
-    params.push_back(g);
-  }
-  std::vector<Result> plain;
-  for (const GenParams& g : params) plain.push_back(wait(*tiny.engine(1)->submit(p, g)));
-  for (int draft : {2, 8}) {
-    SCOPED_TRACE(draft);
-    auto alone = tiny.engine(1, 128, 16, 24, 128, draft);
-    for (size_t i = 0; i < params.size(); ++i)
-      expect_same(plain[i], wait(*alone->submit(p, params[i])));
-    EXPECT_GT(alone->metrics().drafted, 0u);
-    EXPECT_GT(alone->metrics().draft_taken, 0u);
-    auto four = tiny.engine(4, 128, 16, 24, 128, draft);
-    std::vector<std::shared_ptr<Request>> rs;
-    for (const GenParams& g : params) rs.push_back(four->submit(p, g));
-    for (size_t i = 0; i < rs.size(); ++i) expect_same(plain[i], wait(*rs[i]));
-  }
-  // A draft model: the target itself (every greedy guess taken) and another
-  // random model of the same vocabulary (few taken), each on a batch of its
-  // own; the answers are still plain decoding's.
-  test::TinySpec other;
-  other.tokenizer = true;
-  other.wtype = DType::Q4_0;
-  other.ctx_train = 512;
-  other.seed = 99;
-  other.n_layers = 1;
-  const Model small = load_model(test::write_tiny(tiny.t, other, "small.gguf"), std::nullopt);
-  for (const Model* draft : {static_cast<const Model*>(&tiny.m), &small}) {
-    BackendOptions bo;
-    bo.ctx = 128;
-    bo.cpu.n_threads = 2;
-    EngineOptions eo;
-    eo.step_tokens = 24;
-    eo.draft_max = 4;
-    eo.drafter = model_drafter(make_cpu_batch_backend(draft->weights, bo, 4, 24));
-    Engine e(make_cpu_batch_backend(tiny.m.weights, bo, 4, 24), *tiny.m.tokenizer, eo);
-    std::vector<std::shared_ptr<Request>> rs;
-    for (const GenParams& g : params) rs.push_back(e.submit(p, g));
-    for (size_t i = 0; i < rs.size(); ++i) expect_same(plain[i], wait(*rs[i]));
-    EXPECT_GT(e.metrics().drafted, 0u);
-    if (draft != &tiny.m) continue;
-    // Greedy with itself as the draft: its guesses are its own tokens (the
-    // draft's prompt rows round otherwise than the target's decode rows, so
-    // not always).
-    Engine g(make_cpu_batch_backend(tiny.m.weights, bo, 4, 24), *tiny.m.tokenizer, eo);
-    expect_same(plain[0], wait(*g.submit(p, params[0])));
-    const auto m = g.metrics();
-    EXPECT_GE(m.draft_taken * 10, m.drafted * 9) << m.draft_taken << " of " << m.drafted;
-  }
-  // A KIVI key cache cannot cut a rejected draft back exactly: refused.
-  BackendOptions o;
-  o.ctx = 128;
-  o.keys.type = kv::KeyType::Kivi2;
-  EngineOptions eo;
-  eo.draft_max = 4;
-  const std::string e = test::error_of(
-      [&] { Engine(make_cpu_batch_backend(tiny.m.weights, o, 2, 24), *tiny.m.tokenizer, eo); });
-  EXPECT_NE(e.find("--draft-max: speculative decoding runs on the CPU's fast path with an f32, "
-                   "f16, q8_0 or q4_0 key cache"),
-            std::string::npos)
-      << e;
-}
-
 // A request constrained by a grammar: its answer is a sentence of it, the
 // mask comes after the logits, so its tokens are the same alone and among
 // others (free and constrained, greedy and sampled), bit for bit; cut by
@@ -440,6 +298,12 @@ TEST(Engine, ShutdownCancelsAfterTheGracePeriod) {
 
 namespace lr {
 namespace {
+
+using test::greedy;
+using test::prompt;
+using test::Result;
+using test::Tiny;
+using test::wait;
 
 // Greedy tokens and their log-probabilities from a session driven by hand:
 // the prompt in chunks of `chunk` tokens, then one token at a time.

@@ -178,5 +178,22 @@ TEST(OpenAi, ToolCallGrammarPerFormat) {
   }
 }
 
+// Usage: cached prompt tokens, and with speculative decoding the drafted
+// tokens taken and rejected under OpenAI's names for predicted outputs.
+TEST(OpenAi, UsageCountsDraftedTokens) {
+  Usage u;
+  u.prompt_tokens = 12;
+  u.completion_tokens = 30;
+  u.cached_tokens = 4;
+  EXPECT_EQ(
+      dump_json(usage_json(u)),
+      R"({"completion_tokens":30,"prompt_tokens":12,"prompt_tokens_details":{"cached_tokens":4},"total_tokens":42})");
+  u.drafted = 25;
+  u.draft_taken = 18;
+  const json j = usage_json(u);
+  EXPECT_EQ(j["completion_tokens_details"]["accepted_prediction_tokens"], 18);
+  EXPECT_EQ(j["completion_tokens_details"]["rejected_prediction_tokens"], 7);
+}
+
 }  // namespace
 }  // namespace lr::server

@@ -1,0 +1,275 @@
+// Speculative decoding in the engine (runtime/engine.h draft_max,
+// runtime/drafter.h) on tiny random models: prompt-lookup and greedy drafts
+// give plain decoding's very tokens, sampled drafts keep the target's
+// distribution (a chi-square test over 27 three-token answers), and drafts
+// shorten where the draft is unsure or its guesses were rejected.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "../error_of.h"
+#include "engine_test_util.h"
+#include "runtime/drafter.h"
+
+namespace lr {
+namespace {
+
+using test::expect_same;
+using test::greedy;
+using test::prompt;
+using test::Result;
+using test::Tiny;
+using test::wait;
+
+// A text that repeats itself, so the n-grams recur.
+std::vector<int32_t> repeating_prompt() {
+  std::vector<int32_t> p;
+  for (int i = 0; i < 4; ++i)
+    for (int32_t x : prompt(9, 3)) p.push_back(x);
+  return p;
+}
+
+// Two greedy requests and two sampled ones.
+std::vector<GenParams> mixed_params() {
+  std::vector<GenParams> params;
+  for (int i = 0; i < 4; ++i) {
+    GenParams g = greedy(40);
+    if (i % 2) g.sampling.temperature = 0.8f, g.sampling.seed = uint64_t(20 + i);
+    params.push_back(g);
+  }
+  return params;
+}
+
+// Another random model of the tiny one's vocabulary (one layer).
+Model other_model(Tiny& tiny) {
+  test::TinySpec other;
+  other.tokenizer = true;
+  other.wtype = DType::Q4_0;
+  other.ctx_train = 512;
+  other.seed = 99;
+  other.n_layers = 1;
+  return load_model(test::write_tiny(tiny.t, other, "small.gguf"), std::nullopt);
+}
+
+BackendOptions options() {
+  BackendOptions bo;
+  bo.ctx = 128;
+  bo.cpu.n_threads = 2;
+  return bo;
+}
+
+// An engine of `slots` slots over the tiny model, drafting with `drafter`.
+std::unique_ptr<Engine> drafting_engine(Tiny& tiny, std::shared_ptr<Drafter> drafter, int slots,
+                                        int draft_max, int queue = 16) {
+  EngineOptions eo;
+  eo.step_tokens = 24;
+  eo.queue = queue;
+  eo.draft_max = draft_max;
+  eo.drafter = std::move(drafter);
+  return std::make_unique<Engine>(make_cpu_batch_backend(tiny.m.weights, options(), slots, 24),
+                                  *tiny.m.tokenizer, eo);
+}
+
+// The drafts of model `draft` (p_min 0: every token).
+std::unique_ptr<Engine> drafting_engine(Tiny& tiny, const Model& draft, int slots, int draft_max,
+                                        float p_min = 0.f) {
+  return drafting_engine(
+      tiny, model_drafter(make_cpu_batch_backend(draft.weights, options(), slots, 24), {p_min}),
+      slots, draft_max);
+}
+
+// A drafter that samples its model at temperature 2 among its 5 likeliest
+// tokens, whatever the answer asks: a distribution that overlaps the
+// target's, so that the rule both takes and rejects.
+class Widened final : public Drafter {
+ public:
+  explicit Widened(std::unique_ptr<Drafter> d) : d_(std::move(d)) {}
+  void draft(const std::vector<Ask>& asks, std::vector<Draft>& out) override {
+    std::vector<Ask> wide = asks;
+    for (Ask& a : wide) a.sampling.temperature = 2.f, a.sampling.top_k = 5;
+    d_->draft(wide, out);
+  }
+
+ private:
+  std::unique_ptr<Drafter> d_;
+};
+
+// Prompt-lookup drafts: the answers are plain decoding's, token for token
+// and log-probability for log-probability, greedy and sampled, alone and
+// four at a time (steps of 24 tokens leave each slot 5 drafted tokens), and
+// drafts were taken.
+TEST(Speculative, PromptLookupGivesThePlainAnswers) {
+  Tiny tiny;
+  const std::vector<int32_t> p = repeating_prompt();
+  const std::vector<GenParams> params = mixed_params();
+  std::vector<Result> plain;
+  for (const GenParams& g : params) plain.push_back(wait(*tiny.engine(1)->submit(p, g)));
+  for (int draft : {2, 8}) {
+    SCOPED_TRACE(draft);
+    auto alone = tiny.engine(1, 128, 16, 24, 128, draft);
+    int steps = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const Result r = wait(*alone->submit(p, params[i]));
+      expect_same(plain[i], r);
+      EXPECT_GT(r.usage.steps, 0);
+      steps += r.usage.steps;
+    }
+    EXPECT_LT(steps, 4 * 40);  // more than a token a step
+    EXPECT_GT(alone->metrics().drafted, 0u);
+    EXPECT_GT(alone->metrics().draft_taken, 0u);
+    auto four = tiny.engine(4, 128, 16, 24, 128, draft);
+    std::vector<std::shared_ptr<Request>> rs;
+    for (const GenParams& g : params) rs.push_back(four->submit(p, g));
+    for (size_t i = 0; i < rs.size(); ++i) expect_same(plain[i], wait(*rs[i]));
+  }
+}
+
+// A draft model, the target itself and another random model of the same
+// vocabulary, each on a batch of its own: greedy answers are plain
+// decoding's; sampled ones run their length (their tokens are the rule's,
+// not plain decoding's draws: SampledDraftsKeepTheTargetsDistribution). As
+// its own draft the target's guesses are taken (its prompt rows round
+// otherwise than its decode rows, so not always), sampled ones too.
+TEST(Speculative, ModelDraftsGiveTheGreedyAnswers) {
+  Tiny tiny;
+  const std::vector<int32_t> p = repeating_prompt();
+  const std::vector<GenParams> params = mixed_params();
+  std::vector<Result> plain;
+  for (const GenParams& g : params) plain.push_back(wait(*tiny.engine(1)->submit(p, g)));
+  const Model small = other_model(tiny);
+  for (const Model* draft : {static_cast<const Model*>(&tiny.m), &small}) {
+    auto e = drafting_engine(tiny, *draft, 4, 4);
+    std::vector<std::shared_ptr<Request>> rs;
+    for (const GenParams& g : params) rs.push_back(e->submit(p, g));
+    for (size_t i = 0; i < rs.size(); ++i) {
+      const Result r = wait(*rs[i]);
+      if (params[i].sampling.temperature <= 0) {
+        expect_same(plain[i], r);
+      } else {
+        EXPECT_EQ(r.finish, Finish::Length);
+        EXPECT_EQ(r.usage.completion_tokens, 40);
+      }
+    }
+    const auto m = e->metrics();
+    EXPECT_GT(m.drafted, 0u);
+    if (draft == &tiny.m)
+      EXPECT_GE(m.draft_taken * 10, m.drafted * 9) << m.draft_taken << " of " << m.drafted;
+    else
+      EXPECT_LT(m.draft_taken * 2, m.drafted) << m.draft_taken << " of " << m.drafted;
+  }
+}
+
+// Sampled drafts, of the target itself at another temperature and top-k
+// (Widened): the answers' first three tokens follow the target's own
+// distribution. Temperature 1 and top-k 3 leave 27
+// answers; their probabilities come from the target's logits, computed as
+// the engine computes them (the prompt, then one generated token a step);
+// 4000 answers of 4 slots that each draft two tokens (both verified by the
+// rule: the first token comes from the prompt's logits).
+TEST(Speculative, SampledDraftsKeepTheTargetsDistribution) {
+  Tiny tiny;
+  const std::vector<int32_t> p = prompt(6, 5);
+  GenParams g;
+  g.sampling.temperature = 1.f;
+  g.sampling.top_k = 3;
+  g.sampling.top_p = 1.f;
+  g.sampling.min_p = 0.f;
+  g.max_tokens = 3;
+  // The target's probabilities of each answer.
+  auto b = make_cpu_batch_backend(tiny.m.weights, options(), 1, 24);
+  const int vocab = tiny.m.weights->cfg.vocab;
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  auto dist = [&](const std::vector<int32_t>& fed, bool generated) {
+    b->step({{0, fed.data(), int(fed.size()), true, generated}}, logits.data());
+    return Sampler(g.sampling).distribution(logits.data(), vocab, {});
+  };
+  std::map<std::vector<int32_t>, double> want;
+  const TokenDist d1 = dist(p, false);
+  const int n_prompt = int(p.size());
+  for (size_t i = 0; i < d1.ids.size(); ++i) {
+    b->rewind(0, n_prompt);
+    const TokenDist d2 = dist({d1.ids[i]}, true);
+    for (size_t j = 0; j < d2.ids.size(); ++j) {
+      b->rewind(0, n_prompt + 1);
+      const TokenDist d3 = dist({d2.ids[j]}, true);
+      for (size_t k = 0; k < d3.ids.size(); ++k)
+        want[{d1.ids[i], d2.ids[j], d3.ids[k]}] = d1.p[i] * d2.p[j] * d3.p[k];
+    }
+  }
+  ASSERT_EQ(want.size(), 27u);
+  constexpr int kAnswers = 4000, kWave = 64;
+  auto e = drafting_engine(tiny,
+                           std::make_shared<Widened>(model_drafter(
+                               make_cpu_batch_backend(tiny.m.weights, options(), 4, 24), {0.f})),
+                           4, 2, kWave);
+  std::map<std::vector<int32_t>, int> got;
+  for (int w = 0; w < kAnswers; w += kWave) {
+    std::vector<std::shared_ptr<Request>> rs;
+    for (int i = w; i < w + kWave; ++i) {
+      g.sampling.seed = uint64_t(1000 + i);
+      g.top_logprobs = 0;
+      rs.push_back(e->submit(p, g));
+    }
+    for (auto& r : rs) {
+      const Result res = wait(*r);
+      std::vector<int32_t> ids;
+      for (const TokenOut& t : res.tokens) ids.push_back(t.id);
+      ASSERT_EQ(ids.size(), 3u);
+      ASSERT_TRUE(want.count(ids)) << "an answer the target's top-3 cannot give";
+      ++got[ids];
+    }
+  }
+  double x2 = 0;
+  for (const auto& [ids, pr] : want) {
+    const double expect = pr * kAnswers;
+    x2 += (got[ids] - expect) * (got[ids] - expect) / expect;
+  }
+  // 26 degrees of freedom: P(chi2 > 62) < 1e-4 when the rule is right.
+  EXPECT_LT(x2, 62.0);
+  const auto m = e->metrics();
+  EXPECT_GT(m.draft_taken, 0u);         // the rule took drafted tokens,
+  EXPECT_LT(m.draft_taken, m.drafted);  // and drew others
+}
+
+// Drafting shortens: a draft model stops at a token it is unsure of
+// (p_min 1: every token of a random model), and a slot's drafts shrink
+// after rejections (DraftRate) and grow back when taken.
+TEST(Speculative, UnsureDraftsAndRejectionsShortenDrafts) {
+  Tiny tiny;
+  auto e = drafting_engine(tiny, other_model(tiny), 1, 4, /*p_min=*/1.f);
+  const Result r = wait(*e->submit(repeating_prompt(), greedy(16)));
+  EXPECT_EQ(r.usage.completion_tokens, 16);
+  EXPECT_EQ(e->metrics().drafted, 0u);
+  EXPECT_EQ(r.usage.steps, 16);
+
+  DraftRate rate;  // starts at 0.8: 2 * 0.8 / 0.2 = 8
+  EXPECT_DOUBLE_EQ(rate.rate(), 0.8);
+  EXPECT_EQ(rate.length(16), 8);
+  EXPECT_EQ(rate.length(4), 4);
+  for (int i = 0; i < 6; ++i) rate.add(4, 0);  // every guess rejected
+  EXPECT_LT(rate.rate(), 0.3);
+  EXPECT_EQ(rate.length(16), 1);
+  for (int i = 0; i < 20; ++i) rate.add(4, 4);  // every guess taken
+  EXPECT_GT(rate.rate(), 0.99);
+  EXPECT_EQ(rate.length(16), 16);
+}
+
+// A KIVI key cache cannot cut a rejected draft back exactly: refused.
+TEST(Speculative, AKiviCacheIsRefused) {
+  Tiny tiny;
+  BackendOptions o;
+  o.ctx = 128;
+  o.keys.type = kv::KeyType::Kivi2;
+  EngineOptions eo;
+  eo.draft_max = 4;
+  const std::string e = test::error_of(
+      [&] { Engine(make_cpu_batch_backend(tiny.m.weights, o, 2, 24), *tiny.m.tokenizer, eo); });
+  EXPECT_NE(e.find("--draft-max: speculative decoding runs on the CPU's fast path with an f32, "
+                   "f16, q8_0 or q4_0 key cache"),
+            std::string::npos)
+      << e;
+}
+
+}  // namespace
+}  // namespace lr
