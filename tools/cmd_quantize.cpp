@@ -111,7 +111,8 @@ Runner add_quantize_command(CLI::App& app) {
       ->required();
   sub->add_option("--matrices", o->matrices,
                   "comma list of matrix types to re-encode (default: all seven per block; "
-                  "embeddings and the output head are copied)");
+                  "embeddings and the output head are copied), and output: the output head "
+                  "(tied: the embeddings)");
   sub->add_option("--calib", o->calib,
                   "calibration text: weight each column's error by its input's mean square "
                   "(activation-weighted)");

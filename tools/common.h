@@ -42,14 +42,16 @@ struct ModelOptions {
 
 // --draft ngram, --draft-max N: speculative decoding with prompt-lookup
 // drafts (run, chat, serve; runtime/engine.h EngineOptions::draft_max).
-// --draft-model FILE: a smaller model of the same vocabulary drafts.
+// --draft-model FILE: a smaller model of the same vocabulary drafts;
+// --draft self: the model requantized (tools/draft_options.cpp).
 struct DraftOptions {
   std::string kind = "none";
   std::string model;
+  std::string self_type = "q2_k";
   int max = 8;
   float p_min = ModelDraftOptions{}.p_min;
   void add_to(CLI::App& app);
-  int draft_max() const { return kind == "ngram" || !model.empty() ? max : 0; }
+  int draft_max() const { return kind != "none" || !model.empty() ? max : 0; }
   // The engine's draft options for `slots` slots of `target` (loads and
   // checks --draft-model: its vocabulary must be the target's).
   void configure(EngineOptions& eo, const Model& target, const ModelOptions& mo, int slots,

@@ -85,6 +85,11 @@ std::vector<QuantizeReport> quantize_model(const std::string& in_path,
   };
   std::map<std::string, Target> targets;
   for (const std::string& kind : opt.kinds) {
+    if (kind == "output") {  // the head (with tied embeddings, the embeddings too)
+      targets[m.file->find_tensor("output.weight") ? "output.weight" : "token_embd.weight"] = {
+          -1, Slot::Output};
+      continue;
+    }
     const WeightSpec& s = block_linear_spec(kind);
     for (int l = 0; l < c.n_layers; ++l)
       targets[fmt::format(fmt::runtime(s.gguf), l)] = {l, s.slot};
@@ -146,7 +151,7 @@ std::vector<QuantizeReport> quantize_model(const std::string& in_path,
       rep.bytes_before += t.nbytes;
       rep.bytes_after += rb * uint64_t(rows);
       std::vector<float> imp;
-      if (!opt.calib.path.empty())
+      if (!opt.calib.path.empty() && it->second.layer >= 0)  // (the head: plain)
         imp = diag.importance(it->second.layer, compress::input_site(it->second.slot),
                               rep.calib_tokens);
       LR_ASSERT(imp.empty() || int64_t(imp.size()) == cols);

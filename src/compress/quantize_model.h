@@ -14,6 +14,8 @@
 namespace lr {
 
 struct QuantizeOptions {
+  // The per-layer maps re-encoded; "output" adds the output head (with tied
+  // embeddings: the embeddings, which are the head), plainly quantized.
   std::vector<std::string> kinds = {"attn_q",   "attn_k", "attn_v",  "attn_output",
                                     "ffn_gate", "ffn_up", "ffn_down"};
   // Non-empty path: activation-weighted, each column's error weighted by

@@ -135,10 +135,19 @@ void DraftRate::add(int drafted, int taken) {
   rejected_ = kDecay * rejected_ + (taken < drafted ? 1 : 0);
 }
 
-int DraftRate::length(int max) const {
-  const double r = rate();
-  const double run = r < 1 ? 2 * r / (1 - r) : double(max);
-  return std::clamp(int(std::ceil(run - 1e-9)), 1, std::max(max, 1));  // (2 * 0.8 / 0.2: 8)
+int DraftRate::length(int max, double cost) {
+  const double a = rate();
+  int best = 0;
+  double best_gain = 1.0, tokens = 1.0, ak = 1.0;  // k = 0: a token for a step
+  for (int k = 1; k <= max; ++k) {
+    ak *= a;
+    tokens += ak;
+    const double gain = tokens / (1.0 + k * cost);
+    if (gain > best_gain * (1 + 1e-9)) best = k, best_gain = gain;
+  }
+  if (best == 0 && ++idle_ >= 16) best = 1;
+  if (best > 0) idle_ = 0;
+  return best;
 }
 
 }  // namespace lr

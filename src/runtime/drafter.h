@@ -58,20 +58,25 @@ struct ModelDraftOptions {
 std::unique_ptr<Drafter> model_drafter(std::unique_ptr<BatchBackend> draft,
                                        const ModelDraftOptions& o = {});
 
-// How often a slot's drafted tokens were taken lately: a geometric run
-// model, rate = P(the next drafted token is taken), from decayed counts of
-// taken tokens and of rejections (each verification ends with one unless
-// all were taken). Starts at 0.8.
+// How many tokens a slot drafts: from how often its drafted tokens were
+// taken lately and what a drafted token costs. A geometric run model:
+// rate a = P(the next drafted token is taken), from decayed counts of taken
+// tokens and of rejections (each verification ends with one unless all were
+// taken), starting at 0.8. k drafted tokens give (1 - a^(k+1)) / (1 - a)
+// tokens for a step that costs 1 + k c, c a drafted token's cost (drafting
+// it and verifying its row) in decode steps; the k of most tokens per cost.
 class DraftRate {
  public:
   void add(int drafted, int taken);
   double rate() const { return taken_ / (taken_ + rejected_); }
-  // Tokens worth drafting at this rate: twice the expected run of taken
-  // ones, rate / (1 - rate), rounded up; at least 1, at most max.
-  int length(int max) const;
+  // The k in [0, max] of most tokens per cost (0: plain decoding pays
+  // best). Where 0 wins 16 steps running, 1 (a probe: the rate may have
+  // changed, as where an answer starts copying its prompt).
+  int length(int max, double cost);
 
  private:
   double taken_ = 4, rejected_ = 1;
+  int idle_ = 0;  // steps since the last draft
 };
 
 }  // namespace lr

@@ -243,13 +243,20 @@ std::vector<Drafter::Draft> Engine::drafts(const std::vector<int>& decoding, int
     Slot& sl = slots_[size_t(s)];
     // Room: the draft's positions follow next's, within the context; as
     // many as its recent drafts were worth.
-    const int ks = std::min({k, ctx() - int(sl.cached.size()) - 1, sl.rate.length(opt_.draft_max)});
+    const int ks =
+        std::min({k, ctx() - int(sl.cached.size()) - 1,
+                  sl.rate.length(k, opt_.draft_cost >= 0 ? opt_.draft_cost : costs_.per_token())});
     if (ks <= 0) continue;
     asks.push_back({s, sl.cached, ks, sl.req->params_.sampling, &sl.draft_rng});
     asks.back().hist.push_back(sl.next);
   }
   std::vector<Drafter::Draft> got;
-  if (!asks.empty()) drafter_->draft(asks, got);
+  if (asks.empty()) return out;
+  const auto t0 = Clock::now();
+  drafter_->draft(asks, got);
+  size_t drafted = 0;
+  for (const Drafter::Draft& d : got) drafted += d.tokens.size();
+  costs_.drafted(seconds(Clock::now() - t0), int(drafted));
   const int vocab = batch_->weights().cfg.vocab;
   for (size_t i = 0; i < asks.size(); ++i) {
     Drafter::Draft& d = out[size_t(asks[i].slot)];
@@ -307,7 +314,15 @@ void Engine::run_step() {
   const auto t0 = Clock::now();
   batch_->step(chunks, logits_.data());
   ++steps_;
-  metrics_.add_step(batch_->last_step().tokens, seconds(Clock::now() - t0));
+  const double step_s = seconds(Clock::now() - t0);
+  metrics_.add_step(batch_->last_step().tokens, step_s);
+  if (drafter_ && std::all_of(chunks.begin(), chunks.end(), [](const auto& c) {
+        return c.generated;  // decoding alone: a step of the cost model
+      })) {
+    int rows = 0;
+    for (const auto& o : owner) rows += o.second - 1;
+    costs_.stepped(step_s, rows);
+  }
   for (const auto& c : chunks) {
     Slot& sl = slots_[size_t(c.slot)];
     if (c.every_logits) continue;  // verify() keeps what the answer takes
@@ -349,6 +364,26 @@ void Engine::verify(int s, const float* logits, int rows) {
   if (batch_->n_past(s) > int(sl.cached.size())) batch_->rewind(s, int(sl.cached.size()));
   metrics_.add_draft(rows - 1, taken);
   sl.rate.add(rows - 1, taken);
+}
+
+void Engine::DraftCosts::drafted(double seconds, int tokens) {
+  draft_s = ema(draft_s, seconds / std::max(tokens, 1));
+}
+
+void Engine::DraftCosts::stepped(double seconds, int drafted_rows) {
+  if (drafted_rows == 0)
+    step_s = ema(step_s, seconds);
+  else if (step_s > 0)
+    row_s = ema(row_s, std::max(0.0, seconds - step_s) / drafted_rows);
+}
+
+double Engine::DraftCosts::per_token() const {
+  if (!(step_s > 0)) return 0.05;  // (before a plain step was timed)
+  return (std::max(draft_s, 0.0) + (row_s >= 0 ? row_s : 0.05 * step_s)) / step_s;
+}
+
+double Engine::DraftCosts::ema(double avg, double x) {
+  return avg < 0 ? x : 0.8 * avg + 0.2 * x;
 }
 
 void Engine::update_gauges() {

@@ -108,6 +108,11 @@ struct EngineOptions {
   // a step has left after one token per decoding slot. Runs where the batch
   // verifies and rewinds exactly (BatchBackend::verifies).
   int draft_max = 0;
+  // A drafted token's cost in decode steps (DraftRate::length); negative:
+  // timed as the engine runs (then how many tokens a slot drafts, and so a
+  // sampled answer's draws, depend on the timings: its tokens are
+  // distributed as plain decoding's, not the same for a seed).
+  double draft_cost = -1;
   NgramDraft ngram;                                 // the drafts' source: prompt lookup, or
   std::shared_ptr<Drafter> drafter;                 // this one (a draft model, model_drafter)
   std::chrono::milliseconds shutdown_grace{10000};  // running requests may finish within this
@@ -196,6 +201,16 @@ class Engine {
   std::vector<float> logits_;
   uint64_t steps_ = 0;
   std::shared_ptr<Drafter> drafter_;          // speculating: the drafts' source
+  // What a drafted token costs, in decode steps (DraftRate::length): the
+  // drafter's time per token, and a verified row's time beyond a plain
+  // step's, from decoding steps (decayed averages; -1: not timed yet).
+  struct DraftCosts {
+    double draft_s = -1, step_s = -1, row_s = -1;
+    void drafted(double seconds, int tokens);
+    void stepped(double seconds, int drafted_rows);
+    double per_token() const;  // 0.05 until timed (a row's, guessed)
+    static double ema(double avg, double x);
+  } costs_;
   std::unique_ptr<grammar::TokenMask> mask_;  // the vocabulary's, built for the first grammar
 
   mutable std::mutex mu_;  // queue_, stopping_

@@ -165,6 +165,24 @@ TEST(Quantize, EveryFormatRunsAndQ8IsCloseToDense) {
   }
 }
 
+// "output" re-encodes the head too: the tiny model's (tied: its
+// embeddings) is Q4_K afterwards, the rest as stored, and the file runs.
+TEST(Quantize, TheHeadToo) {
+  TempDir t;
+  const std::string dense = write_tiny(t, test::k_quant_spec(), "dense.gguf");
+  QuantizeOptions o;
+  o.kinds.push_back("output");
+  const std::string out = t.file("q.gguf");
+  const QuantizeReport r = quantize_model(dense, {{DType::Q4_K, out}}, o)[0];
+  EXPECT_EQ(r.types.at(DType::Q4_K), 2 * 7 + 1);
+  auto f = gguf::File::open(out);
+  const gguf::TensorInfo* head = f->find_tensor("output.weight");
+  if (!head) head = f->find_tensor("token_embd.weight");
+  ASSERT_NE(head, nullptr);
+  EXPECT_EQ(head->dtype, DType::Q4_K);
+  EXPECT_LT(rel_err(logits_of(out), logits_of(dense)), 0.5);
+}
+
 TEST(Quantize, ActivationWeightedDiffersAndRowsThatDoNotFitAreNamed) {
   TempDir t;
   const std::string dense = write_tiny(t, test::k_quant_spec(), "dense.gguf");

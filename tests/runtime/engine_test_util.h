@@ -38,6 +38,7 @@ struct Tiny {
     e.step_tokens = step_tokens;
     e.decode_chunk = decode_chunk;
     e.draft_max = draft_max;
+    e.draft_cost = 0.05;  // (not timed: the same drafts every run)
     return std::make_unique<Engine>(make_cpu_batch_backend(m.weights, o, slots, step_tokens),
                                     *m.tokenizer, e);
   }

@@ -66,6 +66,7 @@ std::unique_ptr<Engine> drafting_engine(Tiny& tiny, std::shared_ptr<Drafter> dra
   eo.step_tokens = 24;
   eo.queue = queue;
   eo.draft_max = draft_max;
+  eo.draft_cost = 0.05;  // (not timed: the same drafts every run)
   eo.drafter = std::move(drafter);
   return std::make_unique<Engine>(make_cpu_batch_backend(tiny.m.weights, options(), slots, 24),
                                   *tiny.m.tokenizer, eo);
@@ -243,16 +244,34 @@ TEST(Speculative, UnsureDraftsAndRejectionsShortenDrafts) {
   EXPECT_EQ(e->metrics().drafted, 0u);
   EXPECT_EQ(r.usage.steps, 16);
 
-  DraftRate rate;  // starts at 0.8: 2 * 0.8 / 0.2 = 8
+  // Tokens per cost, (1 - a^(k+1)) / (1 - a) / (1 + k c), at its largest.
+  auto best = [](double a, double c, int max) {
+    int k_best = 0;
+    double g_best = 1;
+    for (int k = 1; k <= max; ++k) {
+      const double g = (1 - std::pow(a, k + 1)) / (1 - a) / (1 + k * c);
+      if (g > g_best) k_best = k, g_best = g;
+    }
+    return k_best;
+  };
+  DraftRate rate;  // starts at 0.8
   EXPECT_DOUBLE_EQ(rate.rate(), 0.8);
-  EXPECT_EQ(rate.length(16), 8);
-  EXPECT_EQ(rate.length(4), 4);
+  EXPECT_EQ(rate.length(16, 0.05), best(0.8, 0.05, 16));
+  EXPECT_EQ(best(0.8, 0.05, 16), 8);  // 3.57 tokens for 1.4 steps
+  EXPECT_EQ(rate.length(4, 0.05), 4);
+  EXPECT_EQ(rate.length(16, 0.0), 16);         // free drafts: all
+  EXPECT_EQ(rate.length(16, 0.9), 0);          // 1.8 tokens for 1.9 steps: plain decoding pays
   for (int i = 0; i < 6; ++i) rate.add(4, 0);  // every guess rejected
   EXPECT_LT(rate.rate(), 0.3);
-  EXPECT_EQ(rate.length(16), 1);
+  EXPECT_EQ(rate.length(16, 0.05), best(rate.rate(), 0.05, 16));
+  EXPECT_LE(rate.length(16, 0.05), 2);
+  // Drafts that do not pay: none, but a probe every 16 steps.
+  int drafts = 0;
+  for (int step = 0; step < 32; ++step) drafts += rate.length(16, 0.5);
+  EXPECT_EQ(drafts, 2);
   for (int i = 0; i < 20; ++i) rate.add(4, 4);  // every guess taken
   EXPECT_GT(rate.rate(), 0.99);
-  EXPECT_EQ(rate.length(16), 16);
+  EXPECT_EQ(rate.length(16, 0.05), 16);
 }
 
 // A KIVI key cache cannot cut a rejected draft back exactly: refused.
