@@ -1,6 +1,7 @@
 #include "runtime/drafter.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <optional>
 
@@ -78,7 +79,14 @@ class ModelDrafter final : public Drafter {
       }
       if (chunks.empty()) return;
       logits_.resize(chunks.size() * vocab);
+      const auto t0 = std::chrono::steady_clock::now();
       b_->step(chunks, logits_.data());
+      if (std::all_of(chunks.begin(), chunks.end(), [](const auto& c) { return c.n == 1; })) {
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        step_s_ =
+            step_s_ > 0 ? 0.8 * step_s_ + 0.2 * s : s;  // (catching up on a prompt: not timed)
+      }
       const float* row = logits_.data();
       for (size_t c = 0; c < chunks.size(); ++c) {
         const size_t i = who[c];
@@ -94,6 +102,8 @@ class ModelDrafter final : public Drafter {
       }
     }
   }
+
+  double step_seconds() const override { return step_s_; }
 
  private:
   // The token drafted after `logits` into d (none when the draft is not confident).
@@ -114,6 +124,7 @@ class ModelDrafter final : public Drafter {
   std::unique_ptr<BatchBackend> b_;
   ModelDraftOptions o_;
   std::vector<std::vector<int32_t>> held_;  // [slots] the tokens in the draft's cache
+  double step_s_ = 0;                       // a one-token drafting step's time (decayed average)
   std::vector<float> logits_;
 };
 

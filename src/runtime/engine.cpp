@@ -243,20 +243,17 @@ std::vector<Drafter::Draft> Engine::drafts(const std::vector<int>& decoding, int
     Slot& sl = slots_[size_t(s)];
     // Room: the draft's positions follow next's, within the context; as
     // many as its recent drafts were worth.
-    const int ks =
-        std::min({k, ctx() - int(sl.cached.size()) - 1,
-                  sl.rate.length(k, opt_.draft_cost >= 0 ? opt_.draft_cost : costs_.per_token())});
+    const int ks = std::min(
+        {k, ctx() - int(sl.cached.size()) - 1,
+         sl.rate.length(k, opt_.draft_cost >= 0 ? opt_.draft_cost
+                                                : costs_.per_token(drafter_->step_seconds()))});
     if (ks <= 0) continue;
     asks.push_back({s, sl.cached, ks, sl.req->params_.sampling, &sl.draft_rng});
     asks.back().hist.push_back(sl.next);
   }
   std::vector<Drafter::Draft> got;
   if (asks.empty()) return out;
-  const auto t0 = Clock::now();
   drafter_->draft(asks, got);
-  size_t drafted = 0;
-  for (const Drafter::Draft& d : got) drafted += d.tokens.size();
-  costs_.drafted(seconds(Clock::now() - t0), int(drafted));
   const int vocab = batch_->weights().cfg.vocab;
   for (size_t i = 0; i < asks.size(); ++i) {
     Drafter::Draft& d = out[size_t(asks[i].slot)];
@@ -366,10 +363,6 @@ void Engine::verify(int s, const float* logits, int rows) {
   sl.rate.add(rows - 1, taken);
 }
 
-void Engine::DraftCosts::drafted(double seconds, int tokens) {
-  draft_s = ema(draft_s, seconds / std::max(tokens, 1));
-}
-
 void Engine::DraftCosts::stepped(double seconds, int drafted_rows) {
   if (drafted_rows == 0)
     step_s = ema(step_s, seconds);
@@ -377,9 +370,9 @@ void Engine::DraftCosts::stepped(double seconds, int drafted_rows) {
     row_s = ema(row_s, std::max(0.0, seconds - step_s) / drafted_rows);
 }
 
-double Engine::DraftCosts::per_token() const {
+double Engine::DraftCosts::per_token(double draft_step_s) const {
   if (!(step_s > 0)) return 0.05;  // (before a plain step was timed)
-  return (std::max(draft_s, 0.0) + (row_s >= 0 ? row_s : 0.05 * step_s)) / step_s;
+  return (draft_step_s + (row_s >= 0 ? row_s : 0.05 * step_s)) / step_s;
 }
 
 double Engine::DraftCosts::ema(double avg, double x) {

@@ -201,14 +201,14 @@ class Engine {
   std::vector<float> logits_;
   uint64_t steps_ = 0;
   std::shared_ptr<Drafter> drafter_;          // speculating: the drafts' source
-  // What a drafted token costs, in decode steps (DraftRate::length): the
-  // drafter's time per token, and a verified row's time beyond a plain
-  // step's, from decoding steps (decayed averages; -1: not timed yet).
+  // What a drafted token costs, in decode steps (DraftRate::length): a
+  // drafting step's time (Drafter::step_seconds) and a verified row's time
+  // beyond a plain step's, over a plain step's (decayed averages of
+  // decoding steps; -1: not timed yet).
   struct DraftCosts {
-    double draft_s = -1, step_s = -1, row_s = -1;
-    void drafted(double seconds, int tokens);
+    double step_s = -1, row_s = -1;
     void stepped(double seconds, int drafted_rows);
-    double per_token() const;  // 0.05 until timed (a row's, guessed)
+    double per_token(double draft_step_s) const;  // 0.05 until timed (a row's, guessed)
     static double ema(double avg, double x);
   } costs_;
   std::unique_ptr<grammar::TokenMask> mask_;  // the vocabulary's, built for the first grammar

@@ -233,6 +233,37 @@ TEST(Speculative, SampledDraftsKeepTheTargetsDistribution) {
   EXPECT_LT(m.draft_taken, m.drafted);  // and drew others
 }
 
+// A draft model's guesses for a greedy answer are its greedy tokens,
+// certain (no distributions); for a sampled one, draws with their
+// distributions. Its one-token steps are timed (the engine's cost model).
+TEST(Speculative, ADraftModelGuessesItsOwnTokens) {
+  Tiny tiny;
+  const std::vector<int32_t> p = prompt(7, 11);
+  const Result plain = wait(*tiny.engine(1)->submit(p, greedy(5)));
+  ASSERT_EQ(plain.tokens.size(), 5u);
+  auto d = model_drafter(make_cpu_batch_backend(tiny.m.weights, options(), 2, 24), {0.f});
+  EXPECT_EQ(d->step_seconds(), 0.0);
+  std::mt19937_64 rng(1);
+  Drafter::Ask ask{1, p, 4, greedy(5).sampling, &rng};
+  ask.hist.push_back(plain.tokens[0].id);  // the token the slot feeds next
+  std::vector<Drafter::Draft> out;
+  d->draft({ask}, out);
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].tokens.size(), 4u);
+  EXPECT_TRUE(out[0].q.empty());
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(out[0].tokens[i], plain.tokens[i + 1].id) << i;
+  EXPECT_GT(d->step_seconds(), 0.0);
+  ask.sampling.temperature = 1.f;
+  ask.sampling.top_k = 3;
+  d->draft({ask}, out);
+  ASSERT_EQ(out[0].tokens.size(), 4u);
+  ASSERT_EQ(out[0].q.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(out[0].q[i].ids.size(), 3u);
+    EXPECT_GT(out[0].q[i].prob(out[0].tokens[i]), 0.0);
+  }
+}
+
 // Drafting shortens: a draft model stops at a token it is unsure of
 // (p_min 1: every token of a random model), and a slot's drafts shrink
 // after rejections (DraftRate) and grow back when taken.
