@@ -50,7 +50,7 @@ class OwnedDrafter final : public Drafter {
   void draft(const std::vector<Ask>& asks, std::vector<Draft>& out) override {
     d_->draft(asks, out);
   }
-  double step_seconds() const override { return d_->step_seconds(); }
+  double token_seconds() const override { return d_->token_seconds(); }
 
  private:
   Model m_;

@@ -66,6 +66,7 @@ class ModelDrafter final : public Drafter {
         pending[i].assign(a.hist.begin() + long(common), a.hist.end());
     }
     const size_t vocab = size_t(b_->weights().cfg.vocab);
+    double timed = 0;  // the call's steps but catching up on a prompt
     for (;;) {
       std::vector<BatchBackend::Chunk> chunks;
       std::vector<size_t> who;
@@ -77,16 +78,12 @@ class ModelDrafter final : public Drafter {
         who.push_back(i);
         budget -= n;
       }
-      if (chunks.empty()) return;
+      if (chunks.empty()) break;
       logits_.resize(chunks.size() * vocab);
       const auto t0 = std::chrono::steady_clock::now();
       b_->step(chunks, logits_.data());
-      if (std::all_of(chunks.begin(), chunks.end(), [](const auto& c) { return c.n == 1; })) {
-        const double s =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        step_s_ =
-            step_s_ > 0 ? 0.8 * step_s_ + 0.2 * s : s;  // (catching up on a prompt: not timed)
-      }
+      if (std::all_of(chunks.begin(), chunks.end(), [](const auto& c) { return c.n <= 4; }))
+        timed += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const float* row = logits_.data();
       for (size_t c = 0; c < chunks.size(); ++c) {
         const size_t i = who[c];
@@ -101,9 +98,15 @@ class ModelDrafter final : public Drafter {
           pending[i] = {*d};
       }
     }
+    size_t positions = 0;  // drafting steps that gave tokens
+    for (const Draft& d : out) positions = std::max(positions, d.tokens.size());
+    if (timed > 0) {
+      const double s = timed / double(std::max<size_t>(positions, 1));
+      token_s_ = token_s_ > 0 ? 0.8 * token_s_ + 0.2 * s : s;
+    }
   }
 
-  double step_seconds() const override { return step_s_; }
+  double token_seconds() const override { return token_s_; }
 
  private:
   // The token drafted after `logits` into d (none when the draft is not confident).
@@ -124,7 +127,7 @@ class ModelDrafter final : public Drafter {
   std::unique_ptr<BatchBackend> b_;
   ModelDraftOptions o_;
   std::vector<std::vector<int32_t>> held_;  // [slots] the tokens in the draft's cache
-  double step_s_ = 0;                       // a one-token drafting step's time (decayed average)
+  double token_s_ = 0;                      // token_seconds(): a decayed average
   std::vector<float> logits_;
 };
 

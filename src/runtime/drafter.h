@@ -40,9 +40,11 @@ class Drafter {
   virtual ~Drafter() = default;
   // out[i]: the draft for asks[i] (at most its k tokens; none is fine).
   virtual void draft(const std::vector<Ask>& asks, std::vector<Draft>& out) = 0;
-  // Seconds a drafting step takes (a token for each slot that drafts;
-  // a decayed average of the steps timed so far; 0: free or not timed yet).
-  virtual double step_seconds() const { return 0; }
+  // Seconds a drafted position costs: a call's work (feeding the draft the
+  // answers' new tokens and drafting; not catching up on a prompt) over the
+  // most tokens it drafted for a slot. A decayed average; 0: free or not
+  // timed yet.
+  virtual double token_seconds() const { return 0; }
 };
 
 std::unique_ptr<Drafter> ngram_drafter(const NgramDraft& o);

@@ -238,6 +238,7 @@ std::vector<Drafter::Draft> Engine::drafts(const std::vector<int>& decoding, int
   // Drafts share what a step leaves after one token per decoding slot.
   const int k = n > 0 ? std::min(opt_.draft_max, (budget - n) / n) : 0;
   if (k <= 0) return out;
+  if (opt_.draft_cost < 0 && costs_.due(steps_)) return out;  // a plain step, to time one
   std::vector<Drafter::Ask> asks;
   for (int s : decoding) {
     Slot& sl = slots_[size_t(s)];
@@ -246,7 +247,7 @@ std::vector<Drafter::Draft> Engine::drafts(const std::vector<int>& decoding, int
     const int ks = std::min(
         {k, ctx() - int(sl.cached.size()) - 1,
          sl.rate.length(k, opt_.draft_cost >= 0 ? opt_.draft_cost
-                                                : costs_.per_token(drafter_->step_seconds()))});
+                                                : costs_.per_token(drafter_->token_seconds()))});
     if (ks <= 0) continue;
     asks.push_back({s, sl.cached, ks, sl.req->params_.sampling, &sl.draft_rng});
     asks.back().hist.push_back(sl.next);
@@ -318,7 +319,7 @@ void Engine::run_step() {
       })) {
     int rows = 0;
     for (const auto& o : owner) rows += o.second - 1;
-    costs_.stepped(step_s, rows);
+    costs_.stepped(step_s, rows, steps_);
   }
   for (const auto& c : chunks) {
     Slot& sl = slots_[size_t(c.slot)];
@@ -363,16 +364,18 @@ void Engine::verify(int s, const float* logits, int rows) {
   sl.rate.add(rows - 1, taken);
 }
 
-void Engine::DraftCosts::stepped(double seconds, int drafted_rows) {
-  if (drafted_rows == 0)
+void Engine::DraftCosts::stepped(double seconds, int drafted_rows, uint64_t step) {
+  if (drafted_rows == 0) {
     step_s = ema(step_s, seconds);
-  else if (step_s > 0)
+    plain_at = step;
+  } else if (step_s > 0) {
     row_s = ema(row_s, std::max(0.0, seconds - step_s) / drafted_rows);
+  }
 }
 
-double Engine::DraftCosts::per_token(double draft_step_s) const {
+double Engine::DraftCosts::per_token(double draft_token_s) const {
   if (!(step_s > 0)) return 0.05;  // (before a plain step was timed)
-  return (draft_step_s + (row_s >= 0 ? row_s : 0.05 * step_s)) / step_s;
+  return (draft_token_s + (row_s >= 0 ? row_s : 0.05 * step_s)) / step_s;
 }
 
 double Engine::DraftCosts::ema(double avg, double x) {

@@ -202,13 +202,16 @@ class Engine {
   uint64_t steps_ = 0;
   std::shared_ptr<Drafter> drafter_;          // speculating: the drafts' source
   // What a drafted token costs, in decode steps (DraftRate::length): a
-  // drafting step's time (Drafter::step_seconds) and a verified row's time
+  // drafted position's time (Drafter::token_seconds) and a verified row's time
   // beyond a plain step's, over a plain step's (decayed averages of
   // decoding steps; -1: not timed yet).
   struct DraftCosts {
     double step_s = -1, row_s = -1;
-    void stepped(double seconds, int drafted_rows);
-    double per_token(double draft_step_s) const;  // 0.05 until timed (a row's, guessed)
+    uint64_t plain_at = 0;  // the last plain step timed
+    // A plain step is due: none was timed yet, or none in the last 64 steps.
+    bool due(uint64_t step) const { return step_s < 0 || step >= plain_at + 64; }
+    void stepped(double seconds, int drafted_rows, uint64_t step);
+    double per_token(double draft_token_s) const;  // 0.05 until timed (a row's, guessed)
     static double ema(double avg, double x);
   } costs_;
   std::unique_ptr<grammar::TokenMask> mask_;  // the vocabulary's, built for the first grammar

@@ -242,7 +242,7 @@ TEST(Speculative, ADraftModelGuessesItsOwnTokens) {
   const Result plain = wait(*tiny.engine(1)->submit(p, greedy(5)));
   ASSERT_EQ(plain.tokens.size(), 5u);
   auto d = model_drafter(make_cpu_batch_backend(tiny.m.weights, options(), 2, 24), {0.f});
-  EXPECT_EQ(d->step_seconds(), 0.0);
+  EXPECT_EQ(d->token_seconds(), 0.0);
   std::mt19937_64 rng(1);
   Drafter::Ask ask{1, p, 4, greedy(5).sampling, &rng};
   ask.hist.push_back(plain.tokens[0].id);  // the token the slot feeds next
@@ -252,7 +252,7 @@ TEST(Speculative, ADraftModelGuessesItsOwnTokens) {
   ASSERT_EQ(out[0].tokens.size(), 4u);
   EXPECT_TRUE(out[0].q.empty());
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(out[0].tokens[i], plain.tokens[i + 1].id) << i;
-  EXPECT_GT(d->step_seconds(), 0.0);
+  EXPECT_GT(d->token_seconds(), 0.0);
   ask.sampling.temperature = 1.f;
   ask.sampling.top_k = 3;
   d->draft({ask}, out);
