@@ -34,6 +34,18 @@ std::vector<double> dense(const TokenDist& d, int n) {
   return p;
 }
 
+// Softmax at temperature 1, no filters.
+SamplerParams unfiltered() {
+  SamplerParams p;
+  p.temperature = 1.f;
+  p.top_k = 0;
+  p.top_p = 1.f;
+  p.min_p = 0.f;
+  return p;
+}
+
+const std::vector<float> kLogits = {1.0f, 2.2f, 0.1f, -0.5f, 1.7f, 0.9f};
+
 struct Case {
   const char* name;
   SamplerParams target;
@@ -43,17 +55,13 @@ struct Case {
 
 TEST(SpeculativeSampling, TokensFollowTheTargetWhateverTheDraft) {
   constexpr int kVocab = 6, kDraws = 60000;
-  SamplerParams plain;
-  plain.temperature = 1.f;
-  plain.top_k = 0;
-  plain.top_p = 1.f;
-  plain.min_p = 0.f;
+  const SamplerParams plain = unfiltered();
   SamplerParams filtered = plain;  // top-k cuts two tokens the draft proposes
   filtered.temperature = 0.7f;
   filtered.top_k = 4;
   SamplerParams greedy = plain;
   greedy.temperature = 0.f;
-  const std::vector<float> logits = {1.0f, 2.2f, 0.1f, -0.5f, 1.7f, 0.9f};
+  const std::vector<float>& logits = kLogits;
   const std::vector<Case> cases = {
       // a draft close to the target, one far from it, one on tokens the target cuts
       {"close", plain, logits, {{0, 1, 2, 3, 4, 5}, {0.12, 0.38, 0.05, 0.03, 0.27, 0.15}}},
@@ -94,12 +102,8 @@ TEST(SpeculativeSampling, TokensFollowTheTargetWhateverTheDraft) {
 // gives the draft's distribution, far from the target's.
 TEST(SpeculativeSampling, TheTestSeesARuleThatTakesEveryDraft) {
   constexpr int kVocab = 6, kDraws = 60000;
-  SamplerParams sp;
-  sp.temperature = 1.f;
-  sp.top_k = 0;
-  sp.top_p = 1.f;
-  sp.min_p = 0.f;
-  const std::vector<float> logits = {1.0f, 2.2f, 0.1f, -0.5f, 1.7f, 0.9f};
+  const SamplerParams sp = unfiltered();
+  const std::vector<float>& logits = kLogits;
   const TokenDist q{{0, 1, 2, 3, 4, 5}, {0.12, 0.38, 0.05, 0.03, 0.27, 0.15}};
   Sampler target(sp);
   const std::vector<double> p = dense(target.distribution(logits.data(), kVocab, {}), kVocab);
@@ -111,12 +115,9 @@ TEST(SpeculativeSampling, TheTestSeesARuleThatTakesEveryDraft) {
 
 // The distribution sample() draws from: its filters, in ascending ids.
 TEST(SpeculativeSampling, DistributionIsWhatSampleDrawsFrom) {
-  const std::vector<float> logits = {1.0f, 2.2f, 0.1f, -0.5f, 1.7f, 0.9f};
-  SamplerParams sp;
-  sp.temperature = 1.f;
+  const std::vector<float>& logits = kLogits;
+  SamplerParams sp = unfiltered();
   sp.top_k = 3;
-  sp.top_p = 1.f;
-  sp.min_p = 0.f;
   const TokenDist d = Sampler(sp).distribution(logits.data(), 6, {});
   ASSERT_EQ(d.ids, (std::vector<int32_t>{0, 1, 4}));
   const double z = std::exp(1.0) + std::exp(2.2) + std::exp(1.7);
