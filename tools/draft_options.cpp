@@ -72,7 +72,7 @@ std::string self_draft(const std::string& target, const std::string& type, int t
   const fs::path dir = fs::path(model_cache_dir()) / "drafts";
   const fs::path out = dir / fmt::format("{}.{}.{:x}-{:x}.gguf", fs::path(target).stem().string(),
                                          dtype_name(t), uint64_t(size), uint64_t(when));
-  if (fs::exists(out)) return out.string();
+  if (fs::exists(out, ec)) return out.string();
   fs::create_directories(dir, ec);
   if (ec) fail("--draft self: cannot create {} ({})", dir.string(), ec.message());
   std::fprintf(stderr, "lowrank: --draft self: writing %s (%s; once)\n", out.c_str(),
@@ -82,8 +82,13 @@ std::string self_draft(const std::string& target, const std::string& type, int t
   qo.fallback = true;
   qo.n_threads = threads;
   const fs::path part = out.string() + ".part";
-  quantize_model(target, {{t, part.string()}}, qo);
-  fs::rename(part, out);
+  try {
+    quantize_model(target, {{t, part.string()}}, qo);
+  } catch (const Error& e) {
+    fail("--draft self: {}", e.what());
+  }
+  fs::rename(part, out, ec);
+  if (ec) fail("--draft self: cannot write {} ({})", out.string(), ec.message());
   return out.string();
 }
 

@@ -24,14 +24,6 @@ class NgramDrafter final : public Drafter {
   NgramDraft o_;
 };
 
-// The largest probability of softmax(logits) (temperature 1).
-double top_probability(const float* logits, int n) {
-  const float mx = *std::max_element(logits, logits + n);
-  double sum = 0;
-  for (int i = 0; i < n; ++i) sum += std::exp(double(logits[i] - mx));
-  return 1.0 / sum;
-}
-
 // The draft's sampler for an answer sampled with p: the same filters, no penalties.
 SamplerParams draft_sampling(SamplerParams p) {
   p.repeat_penalty = 1.f;
@@ -111,10 +103,11 @@ class ModelDrafter final : public Drafter {
  private:
   // The token drafted after `logits` into d (none when the draft is not confident).
   std::optional<int32_t> next(const Ask& a, const float* logits, int vocab, Draft& d) const {
-    if (a.sampling.temperature <= 0) {
-      if (top_probability(logits, vocab) < o_.p_min) return std::nullopt;
-      d.tokens.push_back(argmax(logits, vocab));
-      return d.tokens.back();
+    if (a.sampling.temperature <= 0) {  // its probability at temperature 1
+      const int32_t t = argmax(logits, vocab);
+      if (std::exp(token_logprob(logits, vocab, t)) < o_.p_min) return std::nullopt;
+      d.tokens.push_back(t);
+      return t;
     }
     LR_ASSERT(a.rng);
     TokenDist q = Sampler(draft_sampling(a.sampling)).distribution(logits, vocab, {});

@@ -100,13 +100,17 @@ struct EngineOptions {
   // by this chunk's cost (prompts alone take step_tokens).
   int decode_chunk = 128;
   // Speculative decoding (runtime/drafter.h: prompt-lookup drafts, or a
-  // draft model's): tokens drafted per slot and step at most (0: off). A slot feeds its
-  // sampled token and the draft in one chunk whose every token is computed
-  // as a one-token decode step computes it; the answer samples each row as
-  // plain decoding would and keeps the drafted tokens it sampled itself, so
-  // the output is plain decoding's, for every sampler. Drafts shrink to what
-  // a step has left after one token per decoding slot. Runs where the batch
-  // verifies and rewinds exactly (BatchBackend::verifies).
+  // draft model's): tokens drafted per slot and step at most (0: off). A
+  // slot feeds its sampled token and the draft in one chunk whose every
+  // token is computed as a one-token decode step computes it. Certain
+  // guesses (prompt lookup, a greedy draft): the answer samples each row as
+  // plain decoding would and keeps the guesses it drew itself, so the output
+  // is plain decoding's, token for token, for every sampler. Tokens a draft
+  // model drew from its distribution: speculative sampling's rule
+  // (Sampler::verify), so the output is distributed as plain decoding's.
+  // Drafts shrink to what a step has left after one token per decoding slot
+  // and to what pays (DraftRate). Runs where the batch verifies and rewinds
+  // exactly (BatchBackend::verifies).
   int draft_max = 0;
   // A drafted token's cost in decode steps (DraftRate::length); negative:
   // timed as the engine runs (then how many tokens a slot drafts, and so a
