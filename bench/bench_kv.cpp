@@ -29,19 +29,27 @@ std::vector<float> decaying_keys(int64_t n, int d, uint32_t seed) {
 
 struct Streams {
   std::vector<std::unique_ptr<kv::KeyStream>> ks;
-  std::vector<std::vector<uint16_t>> v;
+  std::vector<std::vector<uint8_t>> v;  // value rows of `vf`
+  kv::RowFormat vf;
+  kv::Rows values(int i) const { return {v[size_t(i)].data(), vf, kv::row_bytes(vf.type, 64)}; }
 };
 
-Streams make(kv::KeyType t, int64_t n, int count) {
+Streams make(kv::KeyType t, int64_t n, int count, kv::ValueType vt = kv::ValueType::F16) {
   Streams s;
   const int d = 64;
   kv::KeyCacheConfig c;
   c.type = t;
   const auto k = decaying_keys(n, d, 1);
-  std::vector<uint16_t> v(size_t(n) * d);
+  s.vf = kv::value_row_format(vt, d);
+  const uint64_t rb = kv::row_bytes(s.vf.type, d);
+  std::vector<uint8_t> v(size_t(n) * rb);
   std::mt19937 rng(2);
   std::normal_distribution<float> N(0.f, 1.f);
-  for (auto& x : v) x = f32_to_f16(N(rng));
+  std::vector<float> row(static_cast<size_t>(d));
+  for (int64_t j = 0; j < n; ++j) {
+    for (float& x : row) x = N(rng);
+    kv::encode_row(s.vf, row.data(), d, &v[size_t(j) * rb]);
+  }
   for (int i = 0; i < count; ++i) {
     s.ks.push_back(std::make_unique<kv::KeyStream>(c, d, n));
     s.ks.back()->append(k.data(), n, d);
@@ -53,19 +61,20 @@ Streams make(kv::KeyType t, int64_t n, int count) {
 void run(benchmark::State& st, kv::KeyType t, int count) {
   const int64_t n = st.range(0);
   const int d = 64, g = 3;
-  Streams s = make(t, n, count);
+  const auto vt = kv::ValueType(st.range(2));
+  Streams s = make(t, n, count, vt);
   std::vector<float> q(size_t(g) * d), m(g), l(g), acc(size_t(g) * d);
   for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(float(i));
   int at = 0;
   for (auto _ : st) {
-    cpu::attend_keys_partial(*s.ks[size_t(at)], s.v[size_t(at)].data(), q.data(), g, 0, n, 0.125f,
-                            m.data(), l.data(), acc.data());
+    cpu::attend_keys_partial(*s.ks[size_t(at)], s.values(at), q.data(), g, 0, n, 0.125f, m.data(),
+                             l.data(), acc.data());
     benchmark::DoNotOptimize(acc.data());
     at = (at + 1) % count;
   }
   const double key_bytes = double(s.ks[0]->held().codes + s.ks[0]->held().scales);
   st.counters["key_B_per_pos"] = key_bytes / double(n);
-  st.SetBytesProcessed(int64_t(st.iterations()) * int64_t(key_bytes + double(n) * d * 2));
+  st.SetBytesProcessed(int64_t(st.iterations()) * int64_t(key_bytes + double(s.v[0].size())));
 }
 
 // The scoring half alone (prepare + scores over all positions), hot.
@@ -92,8 +101,11 @@ BENCHMARK(BM_key_scores_hot)->ArgsProduct({{8192}, {1, 5}});
 void BM_attend_keys_hot(benchmark::State& st) { run(st, kv::KeyType(st.range(1)), 1); }
 void BM_attend_keys_cold(benchmark::State& st) { run(st, kv::KeyType(st.range(1)), 90); }
 
-// range(1): 1 f16, 2 q8_0, 3 q4_0, 4 kivi2, 5 svdq (kv::KeyType)
-BENCHMARK(BM_attend_keys_hot)->ArgsProduct({{8192}, {1, 4, 5}});
-BENCHMARK(BM_attend_keys_cold)->ArgsProduct({{4096, 8192}, {1, 2, 3, 4, 5}});
+// range(1): the keys, 0 f32, 1 f16, 2 q8_0, 3 q4_0, 4 kivi2, 5 svdq, 6 q8_0-rot,
+// 7 q4_0-rot (kv::KeyType); range(2): the values, 0 f32, 1 f16, 2 q8_0, 3 q4_0,
+// 4 q8_0-rot, 5 q4_0-rot (kv::ValueType)
+BENCHMARK(BM_attend_keys_hot)->ArgsProduct({{8192}, {1, 4, 5}, {1}});
+BENCHMARK(BM_attend_keys_cold)->ArgsProduct({{4096, 8192}, {1, 2, 3, 4, 5, 6, 7}, {1}});
+BENCHMARK(BM_attend_keys_cold)->ArgsProduct({{8192}, {1, 2}, {0, 2, 3, 4}});
 
 }  // namespace

@@ -63,11 +63,11 @@ void print_slot_cache(const Config& c, const BackendOptions& bo, int step_tokens
   std::fprintf(stderr, "lowrank serve: KV cache %.1f MiB a slot", double(bytes) / (1 << 20));
   const kv::DenseLayout all = kv::DenseLayout::of(c, bo.ctx, step_tokens);
   if (all.max_ring() > 0) {
-    const bool compressed = bo.keys.type != kv::KeyType::F32;
+    const bool compressed = !bo.keys.dense();
     std::fprintf(stderr,
                  ": the sliding-window layers keep f32 rings of 2 x %d positions%s (%.1f MiB a "
                  "slot with the whole context in f32)",
-                 all.max_ring(), compressed ? ", the full layers the compressed keys" : "",
+                 all.max_ring(), compressed ? ", the full layers the typed cache" : "",
                  double(all.full_bytes()) / (1 << 20));
   }
   std::fprintf(stderr, "\n");

@@ -20,6 +20,7 @@ struct ModelOptions {
   std::string wtype = "auto";  // --wtype: fast path weight type
   struct KeyCacheCli {
     std::string type = "f32";
+    std::string value_type;  // --cache-type-v; empty: f32 beside f32 keys, f16 beside the others
     int svdq_rank = 0;
     double svdq_energy = 0.95;
     std::string svdq_energy_mode = "sigma", svdq_schedule = "8,4,2,1,1,0,0,0", svdq_basis = "sequence";
@@ -27,7 +28,7 @@ struct ModelOptions {
     // defaults to the SVDq spec (key metric, keys where seen): --svdq-metric key --svdq-positions seen.
     std::string svdq_metric = "query", svdq_positions = "all";
     int svdq_group = 32, svdq_min_fit = 64, kivi_window = 128;
-    // --svdq-* and --kivi-window; --cache-type-k too when with_type.
+    // --svdq-* and --kivi-window; --cache-type-k and -v too when with_type.
     void add_to(CLI::App& app, bool with_type);
     kv::KeyCacheConfig config() const;
   } keys;

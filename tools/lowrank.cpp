@@ -27,8 +27,18 @@ void ModelOptions::add_to(CLI::App& app, int default_ctx) {
 }
 
 void ModelOptions::KeyCacheCli::add_to(CLI::App& app, bool with_type) {
-  if (with_type)
-    app.add_option("--cache-type-k", type, "key cache: f32 (the dense f32 K/V cache), f16, q8_0, q4_0, kivi2 or svdq (all but f32 keep values as f16; docs/kv-cache.md)")->capture_default_str()->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0", "kivi2", "svdq"}));
+  if (with_type) {
+    app.add_option("--cache-type-k", type,
+                   "key cache: f32, f16, q8_0, q4_0, q8_0-rot, q4_0-rot (Hadamard-rotated), kivi2 "
+                   "or svdq (docs/kv-cache.md)")
+        ->capture_default_str()
+        ->check(
+            CLI::IsMember({"f32", "f16", "q8_0", "q4_0", "q8_0-rot", "q4_0-rot", "kivi2", "svdq"}));
+    app.add_option("--cache-type-v", value_type,
+                   "value cache: f32, f16, q8_0, q4_0, q8_0-rot or q4_0-rot (default: f32 beside "
+                   "f32 keys, f16 beside the others)")
+        ->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0", "q8_0-rot", "q4_0-rot"}));
+  }
   app.add_option("--svdq-rank", svdq_rank, "svdq: latent rank per KV head (0: smallest rank reaching --svdq-energy)")->capture_default_str()->check(CLI::Range(0, 4096));
   app.add_option("--svdq-energy", svdq_energy, "svdq: energy the automatic rank keeps, in (0, 1]")->capture_default_str();
   app.add_option("--svdq-energy-mode", svdq_energy_mode, "svdq: energy over singular values (sigma, the SVDq rule) or their squares (sigma2, variance)")->capture_default_str()->check(CLI::IsMember({"sigma", "sigma2"}));
@@ -44,6 +54,7 @@ void ModelOptions::KeyCacheCli::add_to(CLI::App& app, bool with_type) {
 kv::KeyCacheConfig ModelOptions::KeyCacheCli::config() const {
   kv::KeyCacheConfig k;
   k.type = kv::parse_key_type(type);
+  if (!value_type.empty()) k.value_type = kv::parse_value_type(value_type);
   k.svdq.rank = svdq_rank;
   k.svdq.energy = svdq_energy;
   k.svdq.energy_mode = svdq_energy_mode == "sigma2" ? kv::EnergyMode::Sigma2 : kv::EnergyMode::Sigma;
@@ -70,15 +81,16 @@ BackendOptions ModelOptions::backend_options() const {
 
 void print_key_cache(const Backend& b, FILE* f) {
   const KeyCacheStats st = b.key_stats();
-  if (st.type == kv::KeyType::F32 || st.tokens == 0) return;
+  if (st.streams == 0 || st.tokens == 0) return;  // the dense f32 cache
   const double mb = 1.0 / (1 << 20);
   std::fprintf(f,
                "key cache %s: %lld tokens x %d streams, %.3f bits per key element (codes %.2f MB, "
                "scales %.2f MB, window %.2f MB, basis %.2f MB; %.2f MB reserved for the context), "
-               "values f16 %.2f MB",
+               "values %s %.2f MB",
                kv::key_type_name(st.type), (long long)st.tokens, st.streams, st.true_bits(),
                double(st.held.codes) * mb, double(st.held.scales) * mb, double(st.held.window) * mb,
-               double(st.held.basis) * mb, double(st.allocated.total()) * mb, double(st.value_bytes) * mb);
+               double(st.held.basis) * mb, double(st.allocated.total()) * mb,
+               kv::value_type_name(st.value_type), double(st.value_bytes) * mb);
   if (st.type == kv::KeyType::Svdq)
     std::fprintf(f, "; svdq: %d/%d streams fitted, mean rank %.1f, %.1f stored channels, nominal %.3f bits, %d degraded",
                  st.fitted, st.streams, st.mean_rank, st.mean_channels, st.nominal_bits, st.degraded);

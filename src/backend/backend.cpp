@@ -13,6 +13,14 @@ Backend::Backend(std::shared_ptr<const Weights> w, int ctx) : weights_(std::move
   if (ctx <= 0) fail("context size must be positive (got {})", ctx);
 }
 
+void require_dense_cache(const BackendOptions& opt, const char* backend) {
+  if (!opt.keys.dense())
+    fail(
+        "{} keeps one KV cache type, the default (--cache-type-k f32 --cache-type-v f32); "
+        "--cache-type-k {} --cache-type-v {} run on the CPU's fast path",
+        backend, kv::key_type_name(opt.keys.type), kv::value_type_name(opt.keys.values()));
+}
+
 void Backend::rewind(int n) {
   LR_ASSERT(n >= 0 && n <= n_past_);
   if (can_rewind(n) != n)

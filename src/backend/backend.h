@@ -39,10 +39,16 @@ struct BackendOptions {
   int ctx = 2048;  // KV cache capacity in tokens (preallocated)
   ExecOptions
       exec{};  // the rung of the ablation (model/plan_transforms.h); the product runs the default
-  kv::KeyCacheConfig keys{};  // what the cache stores for keys (--cache-type-k): the CPU backends;
-                              // CUDA refuses all but f32
+  // What the cache stores for keys and values (--cache-type-k, -v): the CPU
+  // fast path and batch take every type; the reference and CUDA f32 only
+  // (require_dense_cache).
+  kv::KeyCacheConfig keys{};
   CpuOptions cpu{};
 };
+
+// Throws lr::Error, one line naming the types `backend` has and those given,
+// unless opt keeps keys and values as f32 (the dense cache).
+void require_dense_cache(const BackendOptions& opt, const char* backend);
 
 using kv::KeyCacheStats;
 

@@ -6,12 +6,13 @@
 #include <cstdint>
 
 #include "kv/key_stream.h"
+#include "kv/row_codec.h"
 
 namespace lr::kv {
 
-// g query heads q [g, d] over positions [j0, j1) of the stream, values V
-// [capacity, d] f16; out [g, d] normalized.
-void attend_keys_reference(const KeyStream& ks, const uint16_t* V, const float* q, int g,
-                           int64_t j0, int64_t j1, float scale, float* out);
+// g query heads q [g, d] over positions [j0, j1) of the stream, the value
+// rows V (each reconstructed: decoded and rotated back); out [g, d] normalized.
+void attend_keys_reference(const KeyStream& ks, const Rows& V, const float* q, int g, int64_t j0,
+                           int64_t j1, float scale, float* out);
 
 }  // namespace lr::kv

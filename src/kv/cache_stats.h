@@ -29,7 +29,8 @@ struct KeyCacheStats {
   int streams = 0;           // layers x KV heads
   KeyBytes held;             // bytes held for the cached positions
   KeyBytes allocated;        // bytes reserved for the whole context
-  uint64_t value_bytes = 0;  // f16 values, whole context
+  ValueType value_type = ValueType::F32;
+  uint64_t value_bytes = 0;  // the values, whole context
   double mean_rank = 0;      // SVDq: mean rank and stored channels over fitted streams
   double mean_channels = 0;
   double nominal_bits = 0;  // SVDq: mean over streams of mean(schedule) x rank / head_dim

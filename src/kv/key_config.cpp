@@ -12,21 +12,92 @@ struct Named {
   const char* name;
   KeyType type;
 };
-constexpr Named kTypes[] = {{"f32", KeyType::F32},     {"f16", KeyType::F16},
-                            {"q8_0", KeyType::Q8_0},   {"q4_0", KeyType::Q4_0},
-                            {"kivi2", KeyType::Kivi2}, {"svdq", KeyType::Svdq}};
+constexpr Named kTypes[] = {{"f32", KeyType::F32},          {"f16", KeyType::F16},
+                            {"q8_0", KeyType::Q8_0},        {"q4_0", KeyType::Q4_0},
+                            {"q8_0-rot", KeyType::Q8_0Rot}, {"q4_0-rot", KeyType::Q4_0Rot},
+                            {"kivi2", KeyType::Kivi2},      {"svdq", KeyType::Svdq}};
+struct NamedValue {
+  const char* name;
+  ValueType type;
+};
+constexpr NamedValue kValueTypes[] = {
+    {"f32", ValueType::F32},   {"f16", ValueType::F16},          {"q8_0", ValueType::Q8_0},
+    {"q4_0", ValueType::Q4_0}, {"q8_0-rot", ValueType::Q8_0Rot}, {"q4_0-rot", ValueType::Q4_0Rot}};
+
+template <typename Table>
+std::string names(const Table& t) {
+  std::string s;
+  for (const auto& n : t) s += (s.empty() ? "" : ", ") + std::string(n.name);
+  return s;
+}
+
+// Blocks of 32 along head_dim (a rotation's too).
+void check_blocks(const char* flag, const char* name, bool blocks, int head_dim) {
+  if (blocks && head_dim % 32 != 0)
+    fail("{} {}: blocks of 32 along head_dim, but head_dim is {}", flag, name, head_dim);
+}
 }  // namespace
 
 KeyType parse_key_type(const std::string& name) {
   for (const Named& n : kTypes)
     if (name == n.name) return n.type;
-  fail("--cache-type-k: unknown key cache type '{}' (expected f32, f16, q8_0, q4_0, kivi2 or svdq)", name);
+  fail("--cache-type-k: unknown key cache type '{}' (expected {})", name, names(kTypes));
 }
 
 const char* key_type_name(KeyType t) {
   for (const Named& n : kTypes)
     if (n.type == t) return n.name;
   return "?";
+}
+
+ValueType parse_value_type(const std::string& name) {
+  for (const NamedValue& n : kValueTypes)
+    if (name == n.name) return n.type;
+  fail("--cache-type-v: unknown value cache type '{}' (expected {})", name, names(kValueTypes));
+}
+
+const char* value_type_name(ValueType t) {
+  for (const NamedValue& n : kValueTypes)
+    if (n.type == t) return n.name;
+  return "?";
+}
+
+RowFormat key_row_format(KeyType t, int head_dim) {
+  switch (t) {
+    case KeyType::F32:
+      return {DType::F32, 0};
+    case KeyType::F16:
+      return {DType::F16, 0};
+    case KeyType::Q8_0:
+      return {DType::Q8_0, 0};
+    case KeyType::Q4_0:
+      return {DType::Q4_0, 0};
+    case KeyType::Q8_0Rot:
+      return {DType::Q8_0, key_rotation(head_dim)};
+    case KeyType::Q4_0Rot:
+      return {DType::Q4_0, key_rotation(head_dim)};
+    default:
+      LR_ASSERT(false);  // kivi2 and svdq encode blocks of tokens
+  }
+  return {};
+}
+
+RowFormat value_row_format(ValueType t, int head_dim) {
+  switch (t) {
+    case ValueType::F32:
+      return {DType::F32, 0};
+    case ValueType::F16:
+      return {DType::F16, 0};
+    case ValueType::Q8_0:
+      return {DType::Q8_0, 0};
+    case ValueType::Q4_0:
+      return {DType::Q4_0, 0};
+    case ValueType::Q8_0Rot:
+      return {DType::Q8_0, value_rotation(head_dim)};
+    case ValueType::Q4_0Rot:
+      return {DType::Q4_0, value_rotation(head_dim)};
+  }
+  return {};
 }
 
 void SvdqConfig::validate() const {
@@ -49,11 +120,15 @@ void SvdqConfig::validate() const {
 }
 
 void KeyCacheConfig::validate(int head_dim) const {
+  const ValueType v = values();
+  check_blocks("--cache-type-v", value_type_name(v), v != ValueType::F32 && v != ValueType::F16,
+               head_dim);
   switch (type) {
     case KeyType::Q8_0:
     case KeyType::Q4_0:
-      if (head_dim % 32 != 0)
-        fail("--cache-type-k {}: blocks of 32 along head_dim, but head_dim is {}", key_type_name(type), head_dim);
+    case KeyType::Q8_0Rot:
+    case KeyType::Q4_0Rot:
+      check_blocks("--cache-type-k", key_type_name(type), true, head_dim);
       break;
     case KeyType::Kivi2:
       if (kivi_group <= 0 || kivi_group > 256) fail("kivi: group must be in [1, 256], got {}", kivi_group);

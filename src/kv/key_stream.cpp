@@ -32,7 +32,6 @@ KeyStream::KeyStream(const KeyCacheConfig& cfg, int head_dim, int64_t capacity,
                      std::shared_ptr<const SvdqBasis> calibrated, std::vector<double> rope_freq)
     : cfg_(cfg), d_(head_dim), cap_(capacity), rope_freq_(std::move(rope_freq)) {
   cfg_.validate(head_dim);
-  LR_ASSERT(cfg_.type != KeyType::F32);
   if (cfg_.svdq.spread && int(rope_freq_.size()) * 2 != head_dim)
     fail("svdq: fitting over every position needs the model's RoPE frequencies ({} given for head_dim {})",
          rope_freq_.size(), head_dim);
@@ -55,18 +54,14 @@ KeyStream::KeyStream(const KeyCacheConfig& cfg, int head_dim, int64_t capacity,
       }
       break;
     default:
+      row_ = key_row_format(cfg_.type, d_);
       blocks_.assign(size_t(cap_) * block_bytes(), 0);
       break;
   }
 }
 
 uint64_t KeyStream::block_bytes() const {
-  switch (cfg_.type) {
-    case KeyType::F16: return uint64_t(d_) * 2;
-    case KeyType::Q8_0: return uint64_t(d_ / 32) * 34;
-    case KeyType::Q4_0: return uint64_t(d_ / 32) * 18;
-    default: return layout_.bytes();
-  }
+  return latent() ? layout_.bytes() : row_bytes(row_.type, d_);
 }
 
 int64_t KeyStream::fit_at() const {
@@ -225,62 +220,12 @@ void KeyStream::encode_blocks(const float* rows, int64_t nb) {
   n_blocks_ += nb;
 }
 
-// q8_0: per 32 values an f16 scale d = amax / 127 and int8 round(x / d).
-// q4_0: per 32 values an f16 scale d = (the value of largest magnitude) / -8
-// and nibbles min(15, trunc(x / d + 8.5)) (value i in the low nibble of byte
-// i, value i + 16 in its high nibble); x = (q - 8) d. llama.cpp's layouts.
 void KeyStream::encode_token(const float* k, uint8_t* dst) const {
-  if (cfg_.type == KeyType::F16) {
-    uint16_t* h = reinterpret_cast<uint16_t*>(dst);
-    for (int i = 0; i < d_; ++i) h[i] = f32_to_f16(k[i]);
-    return;
-  }
-  for (int b = 0; b < d_ / 32; ++b) {
-    const float* x = k + 32 * b;
-    if (cfg_.type == KeyType::Q8_0) {
-      uint8_t* blk = dst + 34 * b;
-      float amax = 0;
-      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
-      const float dd = amax / 127.f, id = dd > 0 ? 1.f / dd : 0.f;
-      const uint16_t dh = f32_to_f16(dd);
-      std::memcpy(blk, &dh, 2);
-      for (int i = 0; i < 32; ++i) blk[2 + i] = uint8_t(int8_t(std::nearbyint(x[i] * id)));
-    } else {
-      uint8_t* blk = dst + 18 * b;
-      float amax = 0, mx = 0;
-      for (int i = 0; i < 32; ++i)
-        if (std::fabs(x[i]) > amax) amax = std::fabs(x[i]), mx = x[i];
-      const float dd = mx / -8.f, id = dd != 0 ? 1.f / dd : 0.f;
-      const uint16_t dh = f32_to_f16(dd);
-      std::memcpy(blk, &dh, 2);
-      for (int i = 0; i < 16; ++i) {
-        const int a = std::min(15, int(x[i] * id + 8.5f)), c = std::min(15, int(x[i + 16] * id + 8.5f));
-        blk[2 + i] = uint8_t(a | (c << 4));
-      }
-    }
-  }
+  encode_row(row_, k, d_, dst);
 }
 
 void KeyStream::decode_token(const uint8_t* src, float* out) const {
-  if (cfg_.type == KeyType::F16) return f16_row(reinterpret_cast<const uint16_t*>(src), out, d_);
-  for (int b = 0; b < d_ / 32; ++b) {
-    float* y = out + 32 * b;
-    uint16_t dh;
-    if (cfg_.type == KeyType::Q8_0) {
-      const uint8_t* blk = src + 34 * b;
-      std::memcpy(&dh, blk, 2);
-      const float dd = f16_to_f32(dh);
-      for (int i = 0; i < 32; ++i) y[i] = float(int8_t(blk[2 + i])) * dd;
-    } else {
-      const uint8_t* blk = src + 18 * b;
-      std::memcpy(&dh, blk, 2);
-      const float dd = f16_to_f32(dh);
-      for (int i = 0; i < 16; ++i) {
-        y[i] = float(int(blk[2 + i] & 15) - 8) * dd;
-        y[i + 16] = float(int(blk[2 + i] >> 4) - 8) * dd;
-      }
-    }
-  }
+  decode_row(row_.type, src, d_, out);
 }
 
 void KeyStream::truncate(int64_t n) {
@@ -319,7 +264,7 @@ void KeyStream::reconstruct(int64_t j, float* out) const {
   LR_ASSERT(j >= 0 && j < n_);
   if (j >= compressed()) return window_row(j - compressed(), out);
   const uint8_t* blk = &blocks_[size_t(j / bt_) * block_bytes()];
-  if (!latent()) return decode_token(blk, out);
+  if (!latent()) return reconstruct_row(row_, blk, d_, out);
   const int C = layout_.channels();
   std::vector<float> L(size_t(bt_) * size_t(C));
   dequantize_block(layout_, reinterpret_cast<const uint16_t*>(blk),
@@ -389,7 +334,8 @@ KeyBytes KeyStream::bytes_of(uint64_t nb) const {
     b.codes = nb * uint64_t(layout_.code_words) * 4;
     b.scales = nb * uint64_t(layout_.channels()) * 4;
   } else {
-    b.scales = cfg_.type == KeyType::F16 ? 0 : nb * uint64_t(d_ / 32) * 2;
+    const bool blocks = row_.type == DType::Q8_0 || row_.type == DType::Q4_0;
+    b.scales = blocks ? nb * uint64_t(d_ / 32) * 2 : 0;
     b.codes = nb * block_bytes() - b.scales;
   }
   b.window = window_.size() * sizeof(uint16_t);

@@ -7,8 +7,9 @@
 // Positions [0, compressed()) live in blocks of block_tokens() tokens; the
 // newer positions [compressed(), size()) are a small f16 window that is
 // quantized in whole blocks once it holds flush_tokens() tokens (SVDq: one
-// block of group_size; KIVI: kivi_window). f16 / q8_0 / q4_0 encode each
-// token at once (blocks of one token, no window).
+// block of group_size; KIVI: kivi_window). The per-token types (f32, f16,
+// q8_0, q4_0, rotated or not: kv/row_codec.h) encode each token at once
+// (blocks of one token, no window).
 //
 // SVDq with a sequence basis keeps its first keys exact (f16, in the window)
 // until min_fit_tokens of them are cached, fits the basis on them (a prefill
@@ -71,6 +72,9 @@ class KeyStream {
   int flush_tokens() const { return flush_; }
   int head_dim() const { return d_; }
   KeyType type() const { return cfg_.type; }
+  // A per-token type's Hadamard block (kv/row_codec.h): its stored rows
+  // (decode_rows) are rotated, and a query is rotated to score them; 0: none.
+  int rotation() const { return row_.rot; }
   // SVDq: the basis in use (null before the fit); other types: null.
   const SvdqBasis* basis() const { return basis_.get(); }
   // Latent channels stored per token (SVDq: channels of non-zero width; KIVI: d).
@@ -82,9 +86,9 @@ class KeyStream {
   // channels of 0-bit groups are exactly 0.
   void latents(int64_t j, float* out) const;
 
-  // Keys [j1 - j0, d] of positions that are not in latent blocks (f16, q8_0,
-  // q4_0 tokens, window positions of every type, rows the last append kept
-  // from kept_from() on), decoded.
+  // Keys [j1 - j0, d] of positions that are not in latent blocks (f32, f16,
+  // q8_0, q4_0 tokens, window positions of every type, rows the last append
+  // kept from kept_from() on), decoded, as stored (rotated: rotation()).
   void decode_rows(int64_t j0, int64_t j1, float* out) const;
   int64_t kept_from() const;
   // Every position as its stored form now.
@@ -120,7 +124,7 @@ class KeyStream {
   int64_t fit_at() const;
   void fit(const float* k, int64_t n, int64_t stride);
   void encode_blocks(const float* rows, int64_t n_blocks);  // rows [n_blocks * bt, d]
-  void encode_token(const float* k, uint8_t* dst) const;    // f16 / q8_0 / q4_0
+  void encode_token(const float* k, uint8_t* dst) const;    // per-token types (row_)
   void decode_token(const uint8_t* src, float* out) const;
   void project(const float* k, float* l) const;  // l [channels] of key k
   void window_push(const float* k);
@@ -133,6 +137,7 @@ class KeyStream {
   int64_t cap_;
   int bt_ = 1, flush_ = 1;
   BlockLayout layout_;                     // latent types
+  RowFormat row_;                          // the other types: one position's row
   std::shared_ptr<const SvdqBasis> basis_; // SVDq
   std::vector<uint16_t> vt_;               // SVDq [channels, d] f16 reconstruction rows of stored channels
   std::vector<uint16_t> pt_;               // SVDq query metric: [channels, d] f16 projection rows

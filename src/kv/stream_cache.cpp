@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "core/half.h"
 
 namespace lr::kv {
 
@@ -24,7 +23,10 @@ StreamCache::StreamCache(const KeyCacheConfig& cfg, int n_layers, int n_kv_heads
   ks_.reserve(streams);
   for (size_t i = 0; i < streams; ++i)
     ks_.emplace_back(cfg, head_dim, ctx, calibrated.empty() ? nullptr : calibrated[i], rope_freq);
-  v16_.assign(streams * size_t(ctx) * size_t(head_dim), 0);
+  vtype_ = cfg.values();
+  vfmt_ = value_row_format(vtype_, head_dim);
+  vrow_ = row_bytes(vfmt_.type, head_dim);
+  v_.assign(streams * size_t(ctx) * vrow_, 0);
 }
 
 void StreamCache::begin_call(int pos, int n) {
@@ -63,10 +65,8 @@ void StreamCache::append(int l, int h, int pos, const float* k, const float* v, 
     return;
   }
   stream(l, h).append(k, n, stride, keep_flushed);
-  uint16_t* dst = values(l, h) + size_t(pos) * size_t(d_);
-  for (int t = 0; t < n; ++t)
-    for (int i = 0; i < d_; ++i)
-      dst[size_t(t) * size_t(d_) + size_t(i)] = f32_to_f16(v[t * stride + i]);
+  uint8_t* dst = &v_[(index(l, h) * size_t(ctx_) + size_t(pos)) * vrow_];
+  for (int t = 0; t < n; ++t) encode_row(vfmt_, v + t * stride, d_, dst + size_t(t) * vrow_);
 }
 
 void StreamCache::drop_flushed() {
@@ -81,7 +81,7 @@ void StreamCache::truncate(int n) {
 uint64_t StreamCache::bytes() const {
   uint64_t b = 0;
   for (const KeyStream& s : ks_) b += s.allocated().total();
-  return b + v16_.size() * sizeof(uint16_t);
+  return b + v_.size();
 }
 
 KeyCacheStats StreamCache::stats() const {
@@ -90,7 +90,8 @@ KeyCacheStats StreamCache::stats() const {
   st.tokens = ks_.front().size();
   st.head_dim = d_;
   st.streams = int(ks_.size());
-  st.value_bytes = v16_.size() * sizeof(uint16_t);
+  st.value_type = vtype_;
+  st.value_bytes = v_.size();
   for (const KeyStream& s : ks_) {
     st.held += s.held();
     st.allocated += s.allocated();

@@ -1,5 +1,6 @@
-// A compressed key cache (--cache-type-k, key_config.h): one KeyStream per
-// (layer, KV head) and the values as f16. A forward call of n tokens stages
+// A KV cache in the types of --cache-type-k and --cache-type-v
+// (key_config.h): one KeyStream per (layer, KV head) and the values as rows
+// of their type (kv/row_codec.h). A forward call of n tokens stages
 // its own keys and values exactly (the call's attention reads them as they
 // are) and commits them into the streams when it ends; a call that does not
 // stage (a decode step) encodes its key at once, so attention scores it from
@@ -29,9 +30,9 @@ class StreamCache {
 
   KeyStream& stream(int l, int h) { return ks_[index(l, h)]; }
   const KeyStream& stream(int l, int h) const { return ks_[index(l, h)]; }
-  uint16_t* values(int l, int h) { return &v16_[index(l, h) * size_t(ctx_) * size_t(d_)]; }
-  const uint16_t* values(int l, int h) const {
-    return &v16_[index(l, h) * size_t(ctx_) * size_t(d_)];
+  // The values of KV head h of layer l, a row per position.
+  Rows values(int l, int h) const {
+    return {&v_[index(l, h) * size_t(ctx_) * vrow_], vfmt_, vrow_};
   }
 
   void begin_call(int pos, int n);
@@ -58,7 +59,7 @@ class StreamCache {
   void truncate(int n);
 
   KeyCacheStats stats() const;
-  // Keys allocated for the whole context and the f16 values.
+  // Keys allocated for the whole context and the values.
   uint64_t bytes() const;
 
  private:
@@ -70,7 +71,10 @@ class StreamCache {
   std::vector<int> slot_;      // [n_layers] a held layer's place among the held, else -1
   std::vector<int> layers_;    // the held layers
   std::vector<KeyStream> ks_;  // [held layers * n_kv_heads]
-  std::vector<uint16_t> v16_;  // [held layers, n_kv_heads, ctx, head_dim] f16
+  ValueType vtype_;            // the values' type
+  RowFormat vfmt_;
+  uint64_t vrow_ = 0;       // bytes of a value row
+  std::vector<uint8_t> v_;  // [held layers, n_kv_heads, ctx] value rows
   int stage_begin_ = 0, stage_n_ = 0;
   std::vector<float> sk_, sv_;  // [held layers, n_kv_heads, stage_n, head_dim]
 };

@@ -16,11 +16,32 @@ namespace {
 using test::of;
 using test::svdq_cfg;
 
+constexpr KeyType kEveryKeyType[] = {KeyType::F32,   KeyType::F16,     KeyType::Q8_0,
+                                     KeyType::Q4_0,  KeyType::Q8_0Rot, KeyType::Q4_0Rot,
+                                     KeyType::Kivi2, KeyType::Svdq};
+
+// n value rows of type t (normal values), encoded.
+struct Values {
+  std::vector<uint8_t> bytes;
+  Rows rows;
+};
+Values values(ValueType t, int64_t n, int d, uint32_t seed) {
+  Values v;
+  const RowFormat f = value_row_format(t, d);
+  const uint64_t rb = row_bytes(f.type, d);
+  v.bytes.resize(size_t(n) * rb);
+  const std::vector<float> x = test::normal(size_t(n) * size_t(d), seed);
+  for (int64_t j = 0; j < n; ++j)
+    encode_row(f, &x[size_t(j) * size_t(d)], d, &v.bytes[size_t(j) * rb]);
+  v.rows = {v.bytes.data(), f, rb};
+  return v;
+}
+
 // Latent scores vs reconstruct-then-dot, every type, GQA 1, 3 and 8.
 TEST(KeyStream, ScoresEqualReconstructThenDot) {
   const int d = 64, n = 150;
   auto k = test::lowrank_keys(n, d, 48, 0.04, 0.01, 9);
-  for (KeyType t : {KeyType::F16, KeyType::Q8_0, KeyType::Q4_0, KeyType::Kivi2, KeyType::Svdq}) {
+  for (KeyType t : kEveryKeyType) {
     KeyCacheConfig c = of(t);
     KeyStream s(c, d, 256);
     s.append(k.data(), n, d);
@@ -77,28 +98,38 @@ TEST(KeyStream, DroppingTheMeanTermBreaksMixedSoftmaxes) {
   EXPECT_GT(std::fabs(qmean), 1.0);  // the term is large here
 }
 
+// Every key type with f16 values, and the f16 keys with every value type
+// (rotated ones summed rotated, then rotated back), head_dim 64 and 128.
 TEST(AttendKeys, KernelMatchesReferenceForEveryType) {
-  const int d = 64, n = 203;
-  auto k = test::lowrank_keys(n, d, 48, 0.04, 0.01, 14);
-  const std::vector<uint16_t> V = test::f16_normal(size_t(n) * d, 15);
-  for (KeyType t : {KeyType::F16, KeyType::Q8_0, KeyType::Q4_0, KeyType::Kivi2, KeyType::Svdq}) {
-    KeyStream s(of(t), d, 256);
-    s.append(k.data(), n, d);
-    for (int g : {1, 3, 8}) {
-      auto q = test::normal(size_t(g) * d, 16 + g);
-      for (auto [j0, j1] : {std::pair<int64_t, int64_t>{0, n}, {32, 96}, {17, 190}, {192, 203}}) {
-        std::vector<float> m(static_cast<size_t>(g)), l(static_cast<size_t>(g)), acc(size_t(g) * d),
-            ref(size_t(g) * d);
-        cpu::attend_keys_partial(s, V.data(), q.data(), g, j0, j1, 0.125f, m.data(), l.data(),
-                                 acc.data());
-        attend_keys_reference(s, V.data(), q.data(), g, j0, j1, 0.125f, ref.data());
-        for (int h = 0; h < g; ++h)
-          for (int i = 0; i < d; ++i)
-            EXPECT_NEAR(acc[size_t(h * d + i)] / l[size_t(h)], ref[size_t(h * d + i)], 2e-5)
-                << key_type_name(t) << " g=" << g << " [" << j0 << "," << j1 << ")";
+  const int n = 203;
+  std::vector<std::pair<KeyType, ValueType>> kinds;
+  for (KeyType t : kEveryKeyType) kinds.emplace_back(t, ValueType::F16);
+  for (ValueType v :
+       {ValueType::F32, ValueType::Q8_0, ValueType::Q4_0, ValueType::Q8_0Rot, ValueType::Q4_0Rot})
+    kinds.emplace_back(KeyType::Q8_0Rot, v);
+  for (int d : {64, 128})
+    for (auto [t, vt] : kinds) {
+      if (d == 128 && t != KeyType::Q4_0Rot && vt == ValueType::F16) continue;
+      auto k = test::lowrank_keys(n, d, 48, 0.04, 0.01, 14);
+      const Values V = values(vt, n, d, 15);
+      KeyStream s(of(t), d, 256);
+      s.append(k.data(), n, d);
+      for (int g : {1, 3, 8}) {
+        auto q = test::normal(size_t(g) * size_t(d), 16 + g);
+        for (auto [j0, j1] : {std::pair<int64_t, int64_t>{0, n}, {32, 96}, {17, 190}, {192, 203}}) {
+          std::vector<float> m(static_cast<size_t>(g)), l(static_cast<size_t>(g)),
+              acc(size_t(g) * size_t(d)), ref(size_t(g) * size_t(d));
+          cpu::attend_keys_partial(s, V.rows, q.data(), g, j0, j1, 0.125f, m.data(), l.data(),
+                                   acc.data());
+          attend_keys_reference(s, V.rows, q.data(), g, j0, j1, 0.125f, ref.data());
+          for (int h = 0; h < g; ++h)
+            for (int i = 0; i < d; ++i)
+              EXPECT_NEAR(acc[size_t(h * d + i)] / l[size_t(h)], ref[size_t(h * d + i)], 2e-5)
+                  << key_type_name(t) << " keys, " << value_type_name(vt) << " values, d=" << d
+                  << " g=" << g << " [" << j0 << "," << j1 << ")";
+        }
       }
     }
-  }
 }
 
 // Blocks shorter than the kernel's 32-position tile: a tile ends inside the
@@ -106,7 +137,7 @@ TEST(AttendKeys, KernelMatchesReferenceForEveryType) {
 TEST(AttendKeys, ShortBlocksMatchReference) {
   const int d = 64, n = 180;
   auto k = test::lowrank_keys(n, d, 48, 0.04, 0.01, 51);
-  const std::vector<uint16_t> V = test::f16_normal(size_t(n) * d, 52);
+  const Values V = values(ValueType::F16, n, d, 52);
   KeyCacheConfig sv;
   sv.type = KeyType::Svdq;
   sv.svdq.group_size = 16;
@@ -121,9 +152,8 @@ TEST(AttendKeys, ShortBlocksMatchReference) {
     ASSERT_NE(s.compressed() % 32, 0);
     auto q = test::normal(size_t(3) * d, 53);
     std::vector<float> m(3), l(3), acc(size_t(3) * d), ref(size_t(3) * d);
-    cpu::attend_keys_partial(s, V.data(), q.data(), 3, 0, n, 0.125f, m.data(), l.data(),
-                             acc.data());
-    attend_keys_reference(s, V.data(), q.data(), 3, 0, n, 0.125f, ref.data());
+    cpu::attend_keys_partial(s, V.rows, q.data(), 3, 0, n, 0.125f, m.data(), l.data(), acc.data());
+    attend_keys_reference(s, V.rows, q.data(), 3, 0, n, 0.125f, ref.data());
     for (int h = 0; h < 3; ++h)
       for (int i = 0; i < d; ++i)
         EXPECT_NEAR(acc[size_t(h * d + i)] / l[size_t(h)], ref[size_t(h * d + i)], 2e-5)

@@ -1,5 +1,5 @@
-// Compressed key caches in batched steps (backend/batch.h over
-// backend/cpu/exec/seq_cache.h). Every kind is invariant to what else a
+// Typed KV caches (compressed keys, quantized values) in batched steps
+// (backend/batch.h over backend/cpu/exec/seq_cache.h). Every kind is invariant to what else a
 // step holds; every kind whose blocks do not depend on where a prompt is
 // cut (all but SVDq fitting a basis on each sequence's first keys) is
 // invariant to how the prompt is cut; and each kind's logits lie as near
@@ -59,9 +59,24 @@ std::vector<Kind> kinds() {
   };
   kv::KeyCacheConfig cal = k(kv::KeyType::Svdq);
   cal.svdq.basis = kv::BasisSource::Calibrated;
-  return {{"f16", k(kv::KeyType::F16), 2e-3},   {"q8_0", k(kv::KeyType::Q8_0), 1e-2},
-          {"q4_0", k(kv::KeyType::Q4_0), 1e-1}, {"kivi2", k(kv::KeyType::Kivi2), 4e-1},
-          {"svdq", k(kv::KeyType::Svdq), 4e-1}, {"svdq calibrated", cal, 4e-1}};
+  auto kv_ = [&](kv::KeyType t, kv::ValueType v) {
+    kv::KeyCacheConfig c = k(t);
+    c.value_type = v;
+    return c;
+  };
+  using K = kv::KeyType;
+  using V = kv::ValueType;
+  return {{"f16", k(K::F16), 2e-3},
+          {"q8_0", k(K::Q8_0), 1e-2},
+          {"q4_0", k(K::Q4_0), 1e-1},
+          {"q8_0-rot", k(K::Q8_0Rot), 1e-2},
+          {"q4_0-rot", k(K::Q4_0Rot), 1e-1},
+          {"kivi2", k(K::Kivi2), 4e-1},
+          {"svdq", k(K::Svdq), 4e-1},
+          {"svdq calibrated", cal, 4e-1},
+          {"f32 keys, q8_0 values", kv_(K::F32, V::Q8_0), 1e-2},
+          {"f16 keys, q4_0-rot values", kv_(K::F16, V::Q4_0Rot), 1e-1},
+          {"q4_0 keys and values", kv_(K::Q4_0, V::Q4_0), 2e-1}};
 }
 
 // The tiny model with a calibrated key basis in its file.

@@ -125,6 +125,43 @@ TEST(KeyCache, AccountingMatchesTheAllocations) {
   EXPECT_DOUBLE_EQ(q.stats.true_bits(), 4.5);
 }
 
+// Rotated keys and typed values (kv/row_codec.h) in a session: each within
+// its type's tolerance of the f32 cache and not equal to it, the values'
+// bytes exact for the whole context (128 positions x 2 layers x 2 heads of 32).
+TEST(KeyCache, ValueTypesAndRotatedKeysTrackTheF32Cache) {
+  test::TempDir t;
+  Model m = load_model(test::write_tiny(t, spec(), "tiny.gguf"), DType::F32);
+  const Outcome ref = run(m, keys(kv::KeyType::F32), 1);
+  using K = kv::KeyType;
+  using V = kv::ValueType;
+  struct Want {
+    K k;
+    V v;
+    double tol;
+    uint64_t row_bytes;  // of a value row of 32
+  } wants[] = {{K::Q8_0Rot, V::F16, 1e-2, 64}, {K::Q4_0Rot, V::F16, 1e-1, 64},
+               {K::F32, V::Q8_0, 1e-2, 34},    {K::F32, V::Q4_0, 1e-1, 18},
+               {K::F16, V::Q8_0Rot, 1e-2, 34}, {K::F16, V::Q4_0Rot, 1e-1, 18},
+               {K::F32, V::F16, 2e-3, 64}};
+  for (const Want& w : wants) {
+    kv::KeyCacheConfig c = keys(w.k);
+    c.value_type = w.v;
+    SCOPED_TRACE(
+        fmt::format("{} keys, {} values", kv::key_type_name(w.k), kv::value_type_name(w.v)));
+    const Outcome r = run(m, c, 2);
+    const double e = rel_err(r.logits, ref.logits);
+    EXPECT_LT(e, w.tol);
+    EXPECT_GT(e, 0.0);
+    EXPECT_EQ(r.stats.value_type, w.v);
+    EXPECT_EQ(r.stats.value_bytes, 128u * 2 * 2 * w.row_bytes);
+    EXPECT_EQ(r.cache_bytes, r.stats.allocated.total() + r.stats.value_bytes);
+  }
+  // f32 keys and values named: the dense cache, the same bits as the default.
+  kv::KeyCacheConfig f32 = keys(K::F32);
+  f32.value_type = V::F32;
+  EXPECT_EQ(run(m, f32, 1).logits, ref.logits);
+}
+
 TEST(KeyCache, SvdqIsDeterministicAcrossThreadCounts) {
   test::TempDir t;
   Model m = load_model(test::write_tiny(t, spec(), "tiny.gguf"), DType::F32);
@@ -217,8 +254,9 @@ TEST(KeyCache, BadCalibrationTensorsAndModesAreClearErrors) {
     make_session(m, ExecPath::Fast, o);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--cache-type-k svdq runs with --kv dense"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("--cache-type-k svdq --cache-type-v f16 run with --kv dense"),
+        std::string::npos)
         << e.what();
   }
   // A calibration tensor of the wrong shape names the tensor.

@@ -341,15 +341,19 @@ TEST(Engine, OneSlotRunsTheSessionAsGenerationByHand) {
     const Model& m;
     ExecPath path;
     kv::KeyType keys;
+    std::optional<kv::ValueType> values = std::nullopt;
   };
   for (const Case& c : {Case{"fast", stored, ExecPath::Fast, kv::KeyType::F32},
                         Case{"fast, f16 keys", stored, ExecPath::Fast, kv::KeyType::F16},
+                        Case{"fast, f32 keys, f16 values", stored, ExecPath::Fast, kv::KeyType::F32,
+                             kv::ValueType::F16},
                         Case{"reference", f32, ExecPath::Reference, kv::KeyType::F32}}) {
     SCOPED_TRACE(c.name);
     BackendOptions o;
     o.ctx = 64;
     o.cpu.n_threads = 2;
     o.keys.type = c.keys;
+    o.keys.value_type = c.values;
     EngineOptions eo;
     eo.step_tokens = 8;  // the engine cuts the prompt into chunks of 8
     auto session = make_session(c.m, c.path, o);

@@ -163,9 +163,7 @@ class CudaBackend final : public Backend {
   // The session's device memory, pinned host buffers and state; release()
   // frees whatever of them exists (also after a failure half way).
   void allocate(const BackendOptions& opt) {
-    if (opt.keys.type != kv::KeyType::F32)
-      fail("the CUDA backend keeps an f16 KV cache; --cache-type-k {} runs on the CPU only",
-           kv::key_type_name(opt.keys.type));
+    require_dense_cache(opt, "the CUDA backend");
     dev_.allocate(weights_, exec_, ctx_, plan_, prefill_, cache_slots_);
     stream_ = dev_.stream;
     const Config& c = weights_->cfg;

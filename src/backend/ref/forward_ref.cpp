@@ -216,6 +216,7 @@ class ReferenceBackend final : public Backend {
 
 std::unique_ptr<Backend> make_reference_backend(std::shared_ptr<const Weights> w,
                                                 const BackendOptions& opt) {
+  require_dense_cache(opt, "the scalar reference (--ref)");
   return std::make_unique<ReferenceBackend>(std::move(w), opt.ctx);
 }
 

@@ -243,6 +243,7 @@ class ScalarPlan final : public Backend {
 
 std::unique_ptr<Backend> make_scalar_plan_backend(std::shared_ptr<const Weights> w,
                                                   const BackendOptions& opt, Target target) {
+  require_dense_cache(opt, "the scalar plan executor");
   return std::make_unique<ScalarPlan>(std::move(w), opt, target);
 }
 

@@ -22,8 +22,8 @@ class CpuBatch final : public BatchBackend {
            int max_step_tokens)
       : BatchBackend(std::move(w), slots, opt.ctx, max_step_tokens),
         s_(*weights_, checked(opt), KvMode::Dense, /*own_cache=*/false, cpu::panels_for(weights_)),
-        exec_(s_, derive(*weights_, {Target::Cpu, opt.keys.type != kv::KeyType::F32}, opt.exec),
-              max_step_tokens, nullptr, false, cpu::Rows::AsDecode),
+        exec_(s_, derive(*weights_, {Target::Cpu, !opt.keys.dense()}, opt.exec), max_step_tokens,
+              nullptr, false, cpu::Rows::AsDecode),
         keys_(opt.keys.type) {
     for (int i = 0; i < slots; ++i)
       caches_.push_back(

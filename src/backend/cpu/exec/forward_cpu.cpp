@@ -28,7 +28,7 @@ class CpuBackend final : public Backend {
  public:
   CpuBackend(std::shared_ptr<const Weights> w, const BackendOptions& opt)
       : Backend(std::move(w), opt.ctx),
-        plan_options_{Target::Cpu, opt.keys.type != kv::KeyType::F32},
+        plan_options_{Target::Cpu, !opt.keys.dense()},
         s_(*weights_, opt, check_keys(opt).kv, true, cpu::panels_for(weights_)),
         decode_(s_, derive(*weights_, plan_options_, opt.exec), 1, nullptr, profiling()),
         prefill_(s_, derive(*weights_, plan_options_, prefill_options(opt.exec)),
@@ -72,9 +72,11 @@ class CpuBackend final : public Backend {
   void on_rewind(int n) override { s_.cache->truncate(n); }
   int can_rewind(int n) const override { return s_.cache->rewindable(n_past_, n); }
   static const ExecOptions& check_keys(const BackendOptions& opt) {
-    if (opt.keys.type != kv::KeyType::F32 && opt.exec.kv != KvMode::Dense)
-      fail("--cache-type-k {} runs with --kv dense (the compressed key cache replaces the f32 one)",
-           kv::key_type_name(opt.keys.type));
+    if (!opt.keys.dense() && opt.exec.kv != KvMode::Dense)
+      fail(
+          "--cache-type-k {} --cache-type-v {} run with --kv dense (the typed cache replaces the "
+          "f32 one)",
+          kv::key_type_name(opt.keys.type), kv::value_type_name(opt.keys.values()));
     return opt.exec;
   }
 

@@ -133,7 +133,7 @@ std::shared_ptr<const kv::SvdqBasis> calibrated_basis(const Weights& w, int l, i
   return std::make_shared<const kv::SvdqBasis>(kv::make_basis(e, cfg));
 }
 
-// Compressed keys (kv/stream_cache.h). A session's prompt is staged: its
+// Typed keys and values (kv/stream_cache.h). A session's prompt is staged: its
 // own keys exact, the history from the stored form. A batch slot keeps the
 // rows each append encodes, so a row of a prompt chunk reads the cache as a
 // decode step at its position would (KeyStream::view_at).
@@ -211,10 +211,9 @@ class StreamSeq final : public SeqCache {
   kv::StreamCache c_;
 };
 
-// A model with sliding-window layers under a compressed key type: the
-// windowed layers keep their dense f32 rings (a window of positions: fewer
-// bytes than the compressed whole context), the full layers the compressed
-// keys and f16 values.
+// A model with sliding-window layers under a typed cache: the windowed
+// layers keep their dense f32 rings (a window of positions: fewer bytes than
+// the typed whole context), the full layers the typed keys and values.
 class WindowedSeq final : public SeqCache {
  public:
   WindowedSeq(const Weights& w, const BackendOptions& opt, bool batched, int rows)
@@ -258,7 +257,7 @@ class WindowedSeq final : public SeqCache {
 
 std::unique_ptr<SeqCache> make_seq_cache(const Weights& w, const BackendOptions& opt, KvMode kv,
                                          bool batched, int rows) {
-  const bool compressed = opt.keys.type != kv::KeyType::F32;
+  const bool compressed = !opt.keys.dense();
   int windowed = 0;
   for (int l = 0; l < w.cfg.n_layers; ++l) windowed += w.cfg.windowed(l) ? 1 : 0;
   if (compressed && windowed == 0) return std::make_unique<StreamSeq>(w, opt, batched);

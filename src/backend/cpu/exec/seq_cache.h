@@ -2,8 +2,8 @@
 // chunk of a layer's keys and values and attend for a query, and know no
 // more of what the cache stores. One class per kind (seq_cache.cpp):
 //   dense    f32 keys and values (kv/dense_cache.h)
-//   streams  a compressed key type of --cache-type-k, f16 values
-//            (kv/stream_cache.h): f16, q8_0, q4_0, kivi2, svdq
+//   streams  the key type of --cache-type-k and value type of --cache-type-v
+//            (kv/stream_cache.h): any but f32 for both
 //   latent   the legacy rung's latents and rebuilt history (kv/latent_cache.h)
 // A session keeps one; a batch (backend/batch.h) one per slot.
 #pragma once

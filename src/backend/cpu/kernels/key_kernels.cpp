@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "backend/cpu/kernels/attention_kernels.h"
@@ -149,22 +150,60 @@ void latent_scores(const kv::KeyStream& ks, const float* prep, int g, int64_t bl
   }
 }
 
-// acc_h = acc_h * c_h + sum_b p_h[b] V[b] for NH <= 3 heads, values read as
-// f16 straight into registers, 32 dimensions (12 accumulators) at a time.
-template <int NH>
-void accumulate_f16(float* acc, int d, const float* c, const float* p, int64_t lds,
-                    const uint16_t* V, int nb) {
+// Dimensions [d0, d0 + 32) of value row r as four vectors of 8, times
+// *scale: f16 as stored (scale 1); q8_0 and q4_0 as their integer codes
+// (q - 8 for q4_0), *scale the block's f16 scale.
+template <DType T>
+inline void load_value32(const uint8_t* r, int d0, __m256 v[4], float* scale) {
+  if constexpr (T == DType::F16) {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(r) + d0;
+    for (int k = 0; k < 4; ++k) v[k] = load_f16x8(h + 8 * k);
+    *scale = 1.f;
+  } else if constexpr (T == DType::Q8_0) {
+    const uint8_t* blk = r + (d0 / 32) * 34;
+    uint16_t dh;
+    std::memcpy(&dh, blk, 2);
+    *scale = f16_to_f32(dh);
+    for (int k = 0; k < 4; ++k)
+      v[k] = _mm256_cvtepi32_ps(
+          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * k))));
+  } else {
+    static_assert(T == DType::Q4_0);
+    const uint8_t* blk = r + (d0 / 32) * 18;
+    uint16_t dh;
+    std::memcpy(&dh, blk, 2);
+    *scale = f16_to_f32(dh);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+    const __m128i m4 = _mm_set1_epi8(15);
+    const __m128i lo = _mm_and_si128(q, m4), hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
+    const __m256 eight = _mm256_set1_ps(8.f);
+    auto widen = [&](__m128i x) {
+      return _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(x)), eight);
+    };
+    v[0] = widen(lo);  // values 0..15: the low nibbles
+    v[1] = widen(_mm_srli_si128(lo, 8));
+    v[2] = widen(hi);  // values 16..31: the high nibbles
+    v[3] = widen(_mm_srli_si128(hi, 8));
+  }
+}
+
+// acc_h = acc_h * c_h + sum_b p_h[b] V[b] for NH <= 3 heads, value rows of
+// type T (row_bytes apart) read straight into registers, 32 dimensions (12
+// accumulators) at a time; a block's scale is folded into p_h[b].
+template <int NH, DType T>
+void accumulate_rows(float* acc, int d, const float* c, const float* p, int64_t lds,
+                     const uint8_t* V, uint64_t row_bytes, int nb) {
   for (int d0 = 0; d0 < d; d0 += 32) {
     __m256 a[NH][4];
     for (int h = 0; h < NH; ++h)
       for (int k = 0; k < 4; ++k)
         a[h][k] = _mm256_mul_ps(_mm256_loadu_ps(acc + h * d + d0 + 8 * k), _mm256_set1_ps(c[h]));
     for (int b = 0; b < nb; ++b) {
-      const uint16_t* v = V + int64_t(b) * d + d0;
       __m256 vk[4];
-      for (int k = 0; k < 4; ++k) vk[k] = load_f16x8(v + 8 * k);
+      float sc;
+      load_value32<T>(V + uint64_t(b) * row_bytes, d0, vk, &sc);
       for (int h = 0; h < NH; ++h) {
-        const __m256 pb = _mm256_set1_ps(p[h * lds + b]);
+        const __m256 pb = _mm256_set1_ps(p[h * lds + b] * sc);
         for (int k = 0; k < 4; ++k) a[h][k] = _mm256_fmadd_ps(pb, vk[k], a[h][k]);
       }
     }
@@ -173,9 +212,25 @@ void accumulate_f16(float* acc, int d, const float* c, const float* p, int64_t l
   }
 }
 
-// softmax_update with f16 values (head_dim a multiple of 32).
-void softmax_update_f16(int g, int d, float* s, int64_t lds, int nb, const uint16_t* V, float* m,
-                        float* l, float* acc) {
+template <int NH>
+void accumulate(float* acc, int d, const float* c, const float* p, int64_t lds, const kv::Rows& V,
+                int64_t j0, int nb) {
+  switch (V.fmt.type) {
+    case DType::F16:
+      return accumulate_rows<NH, DType::F16>(acc, d, c, p, lds, V.row(j0), V.bytes, nb);
+    case DType::Q8_0:
+      return accumulate_rows<NH, DType::Q8_0>(acc, d, c, p, lds, V.row(j0), V.bytes, nb);
+    case DType::Q4_0:
+      return accumulate_rows<NH, DType::Q4_0>(acc, d, c, p, lds, V.row(j0), V.bytes, nb);
+    default:
+      LR_ASSERT(false);  // f32 rows take softmax_update
+  }
+}
+
+// softmax_update with value rows of f16, q8_0 or q4_0 (head_dim a multiple
+// of 32), rows [j0, j0 + nb) of V.
+void softmax_update_rows(int g, int d, float* s, int64_t lds, int nb, const kv::Rows& V, int64_t j0,
+                         float* m, float* l, float* acc) {
   using detail::exp_ps;
   float c[3];
   for (int h0 = 0; h0 < g; h0 += 3) {
@@ -212,13 +267,13 @@ void softmax_update_f16(int g, int d, float* s, int64_t lds, int nb, const uint1
     const float* sh = s + h0 * lds;
     switch (nh) {
       case 1:
-        accumulate_f16<1>(ah, d, c, sh, lds, V, nb);
+        accumulate<1>(ah, d, c, sh, lds, V, j0, nb);
         break;
       case 2:
-        accumulate_f16<2>(ah, d, c, sh, lds, V, nb);
+        accumulate<2>(ah, d, c, sh, lds, V, j0, nb);
         break;
       default:
-        accumulate_f16<3>(ah, d, c, sh, lds, V, nb);
+        accumulate<3>(ah, d, c, sh, lds, V, j0, nb);
         break;
     }
   }
@@ -235,6 +290,7 @@ void prepare_queries(const kv::KeyStream& ks, const float* q, int g, float scale
   for (int h = 0; h < g; ++h) {
     float* p = prep + size_t(h) * size_t(pf);
     for (int i = 0; i < d; ++i) p[i] = scale * q[size_t(h) * size_t(d) + size_t(i)];
+    if (ks.rotation()) kv::hadamard(p, d, ks.rotation());  // the stored rows' space
     if (!ks.latent()) continue;
     float* qt = p + d;
     const int C = ks.layout().channels();
@@ -283,12 +339,12 @@ void key_scores(const kv::KeyStream& ks, const float* prep, int g, int64_t j0, i
   }
 }
 
-void attend_keys_partial(const kv::KeyStream& ks, const uint16_t* V, const float* q, int g,
+void attend_keys_partial(const kv::KeyStream& ks, const kv::Rows& V, const float* q, int g,
                          int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc) {
   attend_keys_partial(ks.view(), V, q, g, j0, j1, scale, m, l, acc);
 }
 
-void attend_keys_partial(const kv::KeyView& view, const uint16_t* V, const float* q, int g,
+void attend_keys_partial(const kv::KeyView& view, const kv::Rows& V, const float* q, int g,
                          int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc) {
   const kv::KeyStream& ks = *view.ks;
   const int64_t blocks = view.blocks;  // latent blocks below, f16 rows from here on
@@ -302,8 +358,14 @@ void attend_keys_partial(const kv::KeyView& view, const uint16_t* V, const float
   const bool latent = ks.latent();
   const int T =
       latent ? std::max(32, ks.block_tokens()) / ks.block_tokens() * ks.block_tokens() : 32;
-  // Per-thread scratch: prepared queries, scores, a decoded tile of keys and values.
-  thread_local std::vector<float> prep, s, kt, vt;
+  // Per-thread scratch: prepared queries, scores, a decoded tile of keys and
+  // values, the queries rotated as the stored keys are.
+  thread_local std::vector<float> prep, s, kt, vt, qr;
+  if (ks.rotation()) {
+    qr.assign(q, q + int64_t(g) * d);
+    for (int h = 0; h < g; ++h) kv::hadamard(&qr[size_t(h) * size_t(d)], d, ks.rotation());
+    q = qr.data();
+  }
   prep.resize(size_t(g) * size_t(key_prep_floats(ks)));
   s.resize(size_t(g) * size_t(T));
   kt.resize(size_t(T) * size_t(d));
@@ -323,14 +385,21 @@ void attend_keys_partial(const kv::KeyView& view, const uint16_t* V, const float
       ks.decode_rows(jb, te, kt.data());
       scores_tile(q, g, d, kt.data(), d, nb, scale, s.data(), T);
     }
-    if (d % 32 == 0) {
-      softmax_update_f16(g, d, s.data(), T, nb, V + jb * d, m, l, acc);
-    } else {
-      f16_to_f32_row(V + jb * d, vt.data(), int64_t(nb) * d);
+    if (V.fmt.type == DType::F32) {
+      softmax_update(g, d, s.data(), T, nb, reinterpret_cast<const float*>(V.row(jb)), d, m, l,
+                     acc);
+    } else if (d % 32 == 0) {  // f16, q8_0, q4_0 read into registers
+      softmax_update_rows(g, d, s.data(), T, nb, V, jb, m, l, acc);
+    } else {  // f16 rows of another length, decoded a tile at a time
+      for (int b = 0; b < nb; ++b)
+        kv::decode_row(V.fmt.type, V.row(jb + b), d, &vt[size_t(b) * size_t(d)]);
       softmax_update(g, d, s.data(), T, nb, vt.data(), d, m, l, acc);
     }
     jb = te;
   }
+  // Summed from rotated values: rotated back (acc is linear in them).
+  if (V.fmt.rot)
+    for (int h = 0; h < g; ++h) kv::hadamard(acc + int64_t(h) * d, d, V.fmt.rot);
 }
 
 }  // namespace lr::cpu

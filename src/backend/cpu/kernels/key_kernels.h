@@ -1,15 +1,17 @@
-// Scoring queries against compressed key streams (kv/key_stream.h) from
-// their stored form, and decode attention over them with f16 values: the
-// online-softmax kernel of attention_kernels.h with the scores taken from the
-// stored form. SVDq and KIVI blocks are scored in latent space (integer codes
-// times per-block folded weights, three query heads per pass); f16, q8_0 and
-// q4_0 keys and the f16 window are decoded a tile at a time and scored
-// densely. Scalar twins: KeyStream::reconstruct and kv::attend_keys_reference.
+// Scoring queries against typed key streams (kv/key_stream.h) from their
+// stored form, and decode attention over them with value rows of any type
+// (kv/row_codec.h; f16 read straight into registers): the online-softmax kernel of
+// attention_kernels.h with the scores taken from the stored form. SVDq and KIVI blocks are scored
+// in latent space (integer codes times per-block folded weights, three query heads per pass); the
+// per-token types' keys (rotated: scored with a rotated query) and the f16 window are decoded a
+// tile at a time and scored densely. Scalar twins: KeyStream::reconstruct and
+// kv::attend_keys_reference.
 #pragma once
 
 #include <cstdint>
 
 #include "kv/key_stream.h"
+#include "kv/row_codec.h"
 
 namespace lr::cpu {
 
@@ -24,13 +26,14 @@ void key_scores(const kv::KeyStream& ks, const float* prep, int g, int64_t j0, i
                 int64_t lds);
 
 // Same contract as attend_partial: g query heads q [g, d] sharing the
-// stream's KV head, positions [j0, j1), values V [capacity, d] f16. Writes
-// the running max m[g], sum l[g] and unnormalized acc [g, d].
-void attend_keys_partial(const kv::KeyStream& ks, const uint16_t* V, const float* q, int g,
+// stream's KV head, positions [j0, j1), the value rows V of those positions
+// (rotated ones are summed rotated and acc rotated back). Writes the running
+// max m[g], sum l[g] and unnormalized acc [g, d].
+void attend_keys_partial(const kv::KeyStream& ks, const kv::Rows& V, const float* q, int g,
                          int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc);
 // The same over a view of the stream (kv::KeyStream::view_at): positions
 // below view.blocks scored from the blocks, the rest from f16 rows.
-void attend_keys_partial(const kv::KeyView& view, const uint16_t* V, const float* q, int g,
+void attend_keys_partial(const kv::KeyView& view, const kv::Rows& V, const float* q, int g,
                          int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc);
 
 }  // namespace lr::cpu
