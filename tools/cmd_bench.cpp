@@ -203,7 +203,12 @@ Runner add_bench_command(CLI::App& app) {
   sub->add_option("--gen", o->gen, "generated lengths, comma-separated (paired with --prompt)")->delimiter(',')->capture_default_str();
   sub->add_option("-t,--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));
   sub->add_option("--reps", o->reps, "repetitions per mode (medians reported)")->capture_default_str()->check(CLI::Range(1, 1000));
-  sub->add_option("--modes", o->modes, "all (the ablation: dense, naive, legacy, densekv, packed, fused, per-op-spin, per-layer, per-token), or a comma-separated list of those and the key-cache modes k-f16, k-q8_0, k-q4_0, k-kivi2, k-svdq")->capture_default_str();
+  sub->add_option("--modes", o->modes,
+                  "all (the ablation: dense, naive, legacy, densekv, packed, fused, per-op-spin, "
+                  "per-layer, per-token), or a comma-separated list of those and the cache modes "
+                  "k-f16, k-q8_0, k-q4_0, k-kivi2, k-svdq (that key type, f16 values) and kv-q8_0, "
+                  "kv-q4_0, kv-q8_0-rot, kv-q4_0-rot (keys and values of the type)")
+      ->capture_default_str();
   sub->add_option("--wtype", o->wtype, kWeightTypeHelp)->capture_default_str()->check(CLI::IsMember({"auto", "f16", "bf16", "f32", "q8_0"}));
   sub->add_option("--json", o->json, "also write the results as JSON");
   sub->add_flag("--roofline", o->roofline, "only measure and print this machine's read bandwidth");

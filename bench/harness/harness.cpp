@@ -57,6 +57,7 @@ Sample run_once(const Model& m, const BenchMode& mode, const BenchShape& sh, int
   o.exec = mode.exec;
   o.keys = keys;
   o.keys.type = mode.keys;
+  o.keys.value_type = mode.values;
   auto b = make_session(m, path, o);
   const int vocab = m.weights->cfg.vocab;
   std::mt19937_64 rng(seed);
@@ -82,15 +83,18 @@ Sample run_once(const Model& m, const BenchMode& mode, const BenchShape& sh, int
   s.cache_mb = double(b->cache_bytes()) / 1e6;
   const KeyCacheStats ks = b->key_stats();
   const Config& cfg = m.weights->cfg;
-  if (mode.keys == kv::KeyType::F32) {
+  if (!mode.typed()) {
     s.key_mb = s.cache_mb / 2;
     s.key_bits = 32;
   } else {
     s.key_mb = double(ks.allocated.total()) / 1e6;
     s.key_bits = ks.true_bits();
-    // Bytes the last step read: the keys held and the f16 values of every position.
-    s.kv_read_mb = (double(ks.held.total()) +
-                    double(ks.tokens) * cfg.kv_dim() * cfg.n_layers * 2.0) / 1e6;
+    // Bytes the last step read: the keys held and the values of every cached position.
+    const double value_row =
+        double(kv::row_bytes(kv::value_row_format(ks.value_type, cfg.head_dim).type, cfg.head_dim));
+    s.kv_read_mb =
+        (double(ks.held.total()) + double(ks.tokens) * cfg.n_kv_heads * cfg.n_layers * value_row) /
+        1e6;
   }
   return s;
 }
@@ -160,7 +164,7 @@ std::vector<BenchRow> run_bench(const Model& lowrank_model, const Model* dense_m
       double kv = 0;
       for (int i = 0; i < sh.gen; ++i) kv += double(decode_cache_bytes(*model.weights, m.exec.kv, sh.prompt + i,
                                                                   opt.path == ExecPath::Cuda ? 2 : 4));
-      r.kv_mb = m.keys == kv::KeyType::F32 ? kv / sh.gen / 1e6 : med(&Sample::kv_read_mb);
+      r.kv_mb = !m.typed() ? kv / sh.gen / 1e6 : med(&Sample::kv_read_mb);
       r.gbs = (r.weight_mb + r.kv_mb) / r.decode_ms;  // MB per ms = GB/s
       r.pct_bw = opt.read_bw_gbs > 0 ? 100.0 * r.gbs / opt.read_bw_gbs : 0;
       r.cache_mb = med(&Sample::cache_mb);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,12 +21,16 @@ struct BenchMode {
   bool dense_model = false;
   ExecOptions exec;
   const char* what = "";
-  kv::KeyType keys = kv::KeyType::F32;  // the k-* modes: fastest execution with this key cache
+  kv::KeyType keys =
+      kv::KeyType::F32;  // the k-* and kv-* modes: fastest execution with this key cache
+  std::optional<kv::ValueType> values{};  // the kv-* modes' values (else f16 beside typed keys)
+  bool typed() const { return keys != kv::KeyType::F32 || values; }
 };
 
 // dense, naive, legacy, densekv, packed, fused, per-layer, per-token, and
-// k-f16, k-q8_0, k-q4_0, k-kivi2, k-svdq (per-token with that key cache;
-// not part of "all").
+// k-f16, k-q8_0, k-q4_0, k-kivi2, k-svdq (per-token with that key cache,
+// f16 values), kv-q8_0, kv-q4_0, kv-q8_0-rot, kv-q4_0-rot (keys and values
+// of the type); those not part of "all".
 const std::vector<BenchMode>& bench_modes();
 // "all" or a comma-separated list of mode names; throws lr::Error naming an
 // unknown one and the accepted names.

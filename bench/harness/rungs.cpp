@@ -80,6 +80,30 @@ const std::vector<BenchMode>& bench_modes() {
        {K::Dense, true, true, U::PerToken, true},
        "per-token, SVDq keys, f16 values",
        kv::KeyType::Svdq},
+      {"kv-q8_0",
+       false,
+       {K::Dense, true, true, U::PerToken, true},
+       "per-token, q8_0 keys and values",
+       kv::KeyType::Q8_0,
+       kv::ValueType::Q8_0},
+      {"kv-q4_0",
+       false,
+       {K::Dense, true, true, U::PerToken, true},
+       "per-token, q4_0 keys and values",
+       kv::KeyType::Q4_0,
+       kv::ValueType::Q4_0},
+      {"kv-q8_0-rot",
+       false,
+       {K::Dense, true, true, U::PerToken, true},
+       "per-token, rotated q8_0 keys and values",
+       kv::KeyType::Q8_0Rot,
+       kv::ValueType::Q8_0Rot},
+      {"kv-q4_0-rot",
+       false,
+       {K::Dense, true, true, U::PerToken, true},
+       "per-token, rotated q4_0 keys and values",
+       kv::KeyType::Q4_0Rot,
+       kv::ValueType::Q4_0Rot},
   };
   return modes;
 }
@@ -88,7 +112,7 @@ std::vector<BenchMode> parse_bench_modes(const std::string& list) {
   if (list == "all") {  // the ablation ladder; the key-cache modes are asked for by name
     std::vector<BenchMode> out;
     for (const BenchMode& m : bench_modes())
-      if (m.keys == kv::KeyType::F32) out.push_back(m);
+      if (!m.typed()) out.push_back(m);
     return out;
   }
   std::vector<BenchMode> out;

@@ -54,7 +54,14 @@ TEST_F(Gpu, LongPrefillInBlocksAndTheDefaultModelShape) {
   Model tiny = load_model(synth(0.5), DType::BF16);
   compare(tiny, ExecOptions{}, 700, 4, "700-token prompt (two prefill blocks), per-token graph");
   Model s = load_model(synth(0.5, "smollm2-135m"), DType::BF16);
+#ifdef LOWRANK_CUDA_EMU
+  // Over the emulator (sanitized in CI) this shape's 49152-row head over every
+  // prompt row is most of the suite's time; the 700-token prompt above
+  // already crosses whole tiles, so a short prompt keeps the coverage.
+  compare(s, ExecOptions{}, 24, 4, "default model's shape, keep 0.5");
+#else
   compare(s, ExecOptions{}, 64, 8, "default model's shape, keep 0.5");
+#endif
 }
 
 // The fused rung (norms, SiLU*mul, residuals and the merge folded into the
