@@ -4,7 +4,7 @@
 # forms), beside llama.cpp's llama-perplexity with the same -ctk/-ctv (its
 # quantized caches rotated, as it does by default, and with
 # LLAMA_ATTN_ROT_DISABLE=1). Prints a markdown table.
-#   [MODEL=qwen2.5-coder-1.5b] [CTX=4096] [CHUNKS=1] [LLAMA_PERPLEXITY=path] [EXTRA_ROWS="K V ..."] \
+#   [MODEL=qwen2.5-coder-1.5b] [CTX=4096] [CHUNKS=1] [LLAMA_PERPLEXITY=path] \
 #     scripts/kv-types-table.sh [OUTDIR]
 # (OUTDIR keeps each row's log; a row whose log is there is not run again.)
 # lowrank rows: the first half of each window runs as a prompt, the second
@@ -25,7 +25,7 @@ echo "| tool | keys | values | ppl | vs the tool's f16 |"
 echo "| --- | --- | --- | ---: | ---: |"
 base=""
 for kv in "f16 f16" "q4_0 f16" "q4_0-rot f16" "q8_0-rot f16" "f16 q8_0" "f16 q4_0" "f16 q4_0-rot" \
-          "q8_0-rot q8_0-rot" "q4_0-rot q4_0-rot" ${EXTRA_ROWS:-}; do
+          "q8_0-rot q8_0-rot" "q4_0-rot q4_0-rot"; do
   set -- $kv
   log="$out/lowrank-$1-$2.txt"
   [ -s "$log" ] || $bin perplexity -m "$model" -f ../shared/data/wiki.eval.raw -c "$ctx" --chunks "$chunks" \

@@ -106,6 +106,9 @@ class KeyStream {
   bool latent() const { return cfg_.type == KeyType::Kivi2 || cfg_.type == KeyType::Svdq; }
   const BlockLayout& layout() const { return layout_; }
   const uint8_t* block(int64_t b) const { return &blocks_[size_t(b) * block_bytes()]; }
+  // A per-token type's rows, position j at rows().row(j) (stored: rotated
+  // where rotation() is).
+  Rows rows() const { return {blocks_.data(), row_, block_bytes()}; }
   // Window position i (that is, position compressed() + i), f16 [d].
   const uint16_t* window_f16(int64_t i) const { return &window_[size_t(i) * size_t(d_)]; }
   // SVDq: the f16 reconstruction rows [channels, d] of the stored channels and
