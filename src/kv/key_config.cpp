@@ -83,21 +83,12 @@ RowFormat key_row_format(KeyType t, int head_dim) {
 }
 
 RowFormat value_row_format(ValueType t, int head_dim) {
-  switch (t) {
-    case ValueType::F32:
-      return {DType::F32, 0};
-    case ValueType::F16:
-      return {DType::F16, 0};
-    case ValueType::Q8_0:
-      return {DType::Q8_0, 0};
-    case ValueType::Q4_0:
-      return {DType::Q4_0, 0};
-    case ValueType::Q8_0Rot:
-      return {DType::Q8_0, value_rotation(head_dim)};
-    case ValueType::Q4_0Rot:
-      return {DType::Q4_0, value_rotation(head_dim)};
-  }
-  return {};
+  // The key type of the same name's row, rotated over the values' blocks.
+  constexpr KeyType kSameName[] = {KeyType::F32,  KeyType::F16,     KeyType::Q8_0,
+                                   KeyType::Q4_0, KeyType::Q8_0Rot, KeyType::Q4_0Rot};
+  RowFormat f = key_row_format(kSameName[size_t(t)], head_dim);
+  if (f.rot) f.rot = value_rotation(head_dim);
+  return f;
 }
 
 void SvdqConfig::validate() const {
