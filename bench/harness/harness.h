@@ -21,9 +21,10 @@ struct BenchMode {
   bool dense_model = false;
   ExecOptions exec;
   const char* what = "";
-  kv::KeyType keys =
-      kv::KeyType::F32;  // the k-* and kv-* modes: fastest execution with this key cache
-  std::optional<kv::ValueType> values{};  // the kv-* modes' values (else f16 beside typed keys)
+  // The k-* and kv-* modes: the fastest execution with this key type, and
+  // the kv-* modes' value type (else f16 beside typed keys).
+  kv::KeyType keys = kv::KeyType::F32;
+  std::optional<kv::ValueType> values{};
   bool typed() const { return keys != kv::KeyType::F32 || values; }
 };
 

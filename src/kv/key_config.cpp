@@ -8,27 +8,35 @@
 namespace lr::kv {
 
 namespace {
+template <typename T>
 struct Named {
   const char* name;
-  KeyType type;
+  T type;
 };
-constexpr Named kTypes[] = {{"f32", KeyType::F32},          {"f16", KeyType::F16},
-                            {"q8_0", KeyType::Q8_0},        {"q4_0", KeyType::Q4_0},
-                            {"q8_0-rot", KeyType::Q8_0Rot}, {"q4_0-rot", KeyType::Q4_0Rot},
-                            {"kivi2", KeyType::Kivi2},      {"svdq", KeyType::Svdq}};
-struct NamedValue {
-  const char* name;
-  ValueType type;
-};
-constexpr NamedValue kValueTypes[] = {
+constexpr Named<KeyType> kTypes[] = {{"f32", KeyType::F32},          {"f16", KeyType::F16},
+                                     {"q8_0", KeyType::Q8_0},        {"q4_0", KeyType::Q4_0},
+                                     {"q8_0-rot", KeyType::Q8_0Rot}, {"q4_0-rot", KeyType::Q4_0Rot},
+                                     {"kivi2", KeyType::Kivi2},      {"svdq", KeyType::Svdq}};
+constexpr Named<ValueType> kValueTypes[] = {
     {"f32", ValueType::F32},   {"f16", ValueType::F16},          {"q8_0", ValueType::Q8_0},
     {"q4_0", ValueType::Q4_0}, {"q8_0-rot", ValueType::Q8_0Rot}, {"q4_0-rot", ValueType::Q4_0Rot}};
 
-template <typename Table>
-std::string names(const Table& t) {
-  std::string s;
-  for (const auto& n : t) s += (s.empty() ? "" : ", ") + std::string(n.name);
-  return s;
+// The type named `name` in table t; lr::Error listing the names otherwise.
+template <typename T, size_t N>
+T parse(const Named<T> (&t)[N], const std::string& name, const char* flag, const char* what) {
+  std::string names;
+  for (const Named<T>& n : t) {
+    if (name == n.name) return n.type;
+    names += (names.empty() ? "" : ", ") + std::string(n.name);
+  }
+  fail("{}: unknown {} cache type '{}' (expected {})", flag, what, name, names);
+}
+
+template <typename T, size_t N>
+const char* name_of(const Named<T> (&t)[N], T type) {
+  for (const Named<T>& n : t)
+    if (n.type == type) return n.name;
+  return "?";
 }
 
 // Blocks of 32 along head_dim (a rotation's too).
@@ -39,27 +47,16 @@ void check_blocks(const char* flag, const char* name, bool blocks, int head_dim)
 }  // namespace
 
 KeyType parse_key_type(const std::string& name) {
-  for (const Named& n : kTypes)
-    if (name == n.name) return n.type;
-  fail("--cache-type-k: unknown key cache type '{}' (expected {})", name, names(kTypes));
+  return parse(kTypes, name, "--cache-type-k", "key");
 }
-
 const char* key_type_name(KeyType t) {
-  for (const Named& n : kTypes)
-    if (n.type == t) return n.name;
-  return "?";
+  return name_of(kTypes, t);
 }
-
 ValueType parse_value_type(const std::string& name) {
-  for (const NamedValue& n : kValueTypes)
-    if (name == n.name) return n.type;
-  fail("--cache-type-v: unknown value cache type '{}' (expected {})", name, names(kValueTypes));
+  return parse(kValueTypes, name, "--cache-type-v", "value");
 }
-
 const char* value_type_name(ValueType t) {
-  for (const NamedValue& n : kValueTypes)
-    if (n.type == t) return n.name;
-  return "?";
+  return name_of(kValueTypes, t);
 }
 
 RowFormat key_row_format(KeyType t, int head_dim) {

@@ -1,11 +1,13 @@
 // Scoring queries against typed key streams (kv/key_stream.h) from their
 // stored form, and decode attention over them with value rows of any type
-// (kv/row_codec.h; f16 read straight into registers): the online-softmax kernel of
-// attention_kernels.h with the scores taken from the stored form. SVDq and KIVI blocks are scored
-// in latent space (integer codes times per-block folded weights, three query heads per pass); the
-// per-token types' keys (rotated: scored with a rotated query) and the f16 window are decoded a
-// tile at a time and scored densely. Scalar twins: KeyStream::reconstruct and
-// kv::attend_keys_reference.
+// (kv/row_codec.h): the online-softmax kernel of attention_kernels.h with the
+// scores taken from the stored form. SVDq and KIVI blocks are scored in
+// latent space (integer codes times per-block folded weights, three query
+// heads per pass); q8_0 and q4_0 keys from their codes in registers; f32 and
+// f16 keys and the f16 window decoded a tile at a time and scored densely.
+// Rotated keys are scored with a rotated query. f16, q8_0 and q4_0 values are
+// summed from registers, f32 ones as stored. Scalar twins:
+// KeyStream::reconstruct and kv::attend_keys_reference.
 #pragma once
 
 #include <cstdint>
