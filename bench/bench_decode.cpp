@@ -3,6 +3,10 @@
 //
 //   attend_partial   one KV head's group of 3 query heads over n cached
 //                    positions; bytes/s of K and V read (n * 2 * 64 * 4).
+//   prompt_attention 64 prompt rows at depth n of the 0.5B's group (7 query
+//                    heads of 64 per KV head, keys head-major): row by row
+//                    (/0) and in attend_causal's tiles (/1); FLOP/s of
+//                    q.k and p.v (4 * rows * heads * keys * 64).
 //   lowrank_matvec   y = U (V x) for the keep-0.5 ranks of the default model
 //                    (attn_q: rank 144 of 576x576, ffn_gate: rank 209 of
 //                    1536x576), f16 factors; bytes/s of both factors.
@@ -43,6 +47,32 @@ void BM_attend_partial(benchmark::State& st) {
   st.SetBytesProcessed(int64_t(st.iterations()) * n * 2 * d * int64_t(sizeof(float)));
 }
 BENCHMARK(BM_attend_partial)->Arg(512)->Arg(2048)->Arg(8192);
+
+void BM_prompt_attention(benchmark::State& st) {
+  const int64_t n0 = st.range(0), d = 64, g = 7;
+  const int rows = 64;
+  const bool tiled = st.range(1) != 0;
+  const int64_t keys = n0 + rows;
+  const auto K = randn(size_t(keys * d), 1), V = randn(size_t(keys * d), 2);
+  const auto q = randn(size_t(rows * g * d), 3);
+  std::vector<float> m(size_t(rows * g)), l(m), acc(size_t(rows * g * d));
+  for (auto _ : st) {
+    if (tiled) {
+      cpu::attend_causal(q.data(), g * d, rows, n0 + 1, int(g), int(d), K.data(), V.data(), d,
+                         0.125f, m.data(), l.data(), acc.data(), g);
+    } else {
+      for (int t = 0; t < rows; ++t)
+        cpu::attend_partial(q.data() + t * g * d, int(g), int(d), K.data(), V.data(), d, 0,
+                            n0 + 1 + t, 0.125f, &m[size_t(t * g)], &l[size_t(t * g)],
+                            &acc[size_t(t * g * d)]);
+    }
+    benchmark::DoNotOptimize(acc.data());
+  }
+  const double flops = 4.0 * rows * g * double(n0 + rows / 2) * d;
+  st.counters["FLOP/s"] =
+      benchmark::Counter(flops * double(st.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_prompt_attention)->ArgsProduct({{512, 4096, 8192}, {0, 1}});
 
 void BM_lowrank_matvec_f16(benchmark::State& st) {
   const int64_t out = st.range(0), in = st.range(1), r = st.range(2);

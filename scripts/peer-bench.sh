@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # lowrank against llama.cpp on the same GGUF files, interleaved: decode (128
 # tokens after a 512-token prompt) and prefill (512 tokens) at 1 and 2
-# threads, both sides alternating round by round, medians reported with the
-# ratios and each side's share of the read bandwidth lowrank's probe
-# measured in the same run. Not run in CI.
+# threads (--prompt and --gen change the lengths, --gen at least 1; --fa
+# runs llama.cpp with flash attention, its fastest for long prompts), both
+# sides alternating round by round, medians reported with the ratios and
+# each side's share of the read bandwidth lowrank's probe measured in the
+# same run. Not run in CI.
 #
-#   scripts/peer-bench.sh [--rounds N] [--threads "1 2"] [--native|--avx512] [--isa "avx2 avx512vnni"] MODEL.gguf ...
+#   scripts/peer-bench.sh [--rounds N] [--threads "1 2"] [--native|--avx512] [--isa "avx2 avx512vnni"]
+#                         [--prompt 512] [--gen 128] [--fa] MODEL.gguf ...
 #
 # --isa runs lowrank once per kernel path (LOWRANK_ISA) in every round, each
 # a row of its own (default: the path lowrank picks by itself).
@@ -20,7 +23,7 @@
 # VNNI, BF16) and AVX-VNNI but no AMX: the fastest build that runs on the
 # Intel hosts whose AMX kernel dies (its -march=native build does there).
 # Output: a markdown table on stdout; raw results in $OUT_DIR (default
-# /tmp/lowrank-peer-bench).
+# /tmp/lowrank-peer-bench-p<prompt>-g<gen>-fa<0/1>).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +32,9 @@ rounds=3
 threads="1 2"
 flavour=avx2
 isas=auto
+prompt=512
+gen=128
+fa=0
 models=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -37,7 +43,10 @@ while [[ $# -gt 0 ]]; do
     --native) flavour=native; shift ;;
     --avx512) flavour=avx512; shift ;;
     --isa) isas=$2; shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --prompt) prompt=$2; shift 2 ;;
+    --gen) gen=$2; shift 2 ;;
+    --fa) fa=1; shift ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "peer-bench: unknown option $1" >&2; exit 2 ;;
     *) models+=("$1"); shift ;;
   esac
@@ -68,7 +77,7 @@ if [[ ! -x "$bench" ]]; then
 fi
 export LD_LIBRARY_PATH="$cache/llama.cpp/build/bin:${LD_LIBRARY_PATH:-}"
 
-out=${OUT_DIR:-/tmp/lowrank-peer-bench}
+out=${OUT_DIR:-/tmp/lowrank-peer-bench-p$prompt-g$gen-fa$fa}
 mkdir -p "$out"
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 for m in "${models[@]}"; do
@@ -76,20 +85,21 @@ for m in "${models[@]}"; do
     for r in $(seq 1 "$rounds"); do
       tag="$(basename "$m" .gguf)-t$t-r$r"
       echo "peer-bench: $tag" >&2
-      "$bench" -m "$m" -t "$t" -p 512 -n 128 -r 1 -o json >"$out/$tag.llama.json" 2>"$out/$tag.llama.err"
+      "$bench" -m "$m" -t "$t" -p "$prompt" -n "$gen" -fa "$fa" -r 1 -o json >"$out/$tag.llama.json" 2>"$out/$tag.llama.err"
       for isa in $isas; do
-        LOWRANK_ISA=$isa build/lowrank bench -m "$m" --dense "$m" --modes dense --prompt 512 --gen 128 --reps 1 \
+        LOWRANK_ISA=$isa build/lowrank bench -m "$m" --dense "$m" --modes dense --prompt "$prompt" --gen "$gen" --reps 1 \
           -t "$t" --json "$out/$tag.lowrank-$isa.json" >"$out/$tag.lowrank-$isa.txt" 2>/dev/null
       done
     done
   done
 done
 
-python3 - "$out" "$cpu" "$flavour" "$PEER_VERSION" "$rounds" "$isas" "${models[@]}" <<'PY'
+python3 - "$out" "$cpu" "$flavour" "$PEER_VERSION" "$rounds" "$isas" "$prompt" "$gen" "$fa" "${models[@]}" <<'PY'
 import glob, json, os, statistics, sys
-out, cpu, flavour, version, rounds, isas, *models = sys.argv[1:]
-print(f"CPU: {cpu}; llama.cpp from llama-cpp-python {version} ({flavour} build); {rounds} interleaved rounds, medians\n")
-print("| model | threads | lowrank kernels | llama.cpp pp512 tok/s | lowrank pp512 tok/s | prefill ratio | llama.cpp tg128 tok/s | lowrank tg128 tok/s | decode ratio | lowrank MB/token | llama.cpp % of probe | lowrank % of probe | probe GB/s |")
+out, cpu, flavour, version, rounds, isas, P, G, fa, *models = sys.argv[1:]
+fa = ", flash attention" if fa == "1" else ""
+print(f"CPU: {cpu}; llama.cpp from llama-cpp-python {version} ({flavour} build{fa}); {rounds} interleaved rounds, medians\n")
+print(f"| model | threads | lowrank kernels | llama.cpp pp{P} tok/s | lowrank pp{P} tok/s | prefill ratio | llama.cpp tg{G} tok/s | lowrank tg{G} tok/s | decode ratio | lowrank MB/token | llama.cpp % of probe | lowrank % of probe | probe GB/s |")
 print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for m in models:
     name = os.path.basename(m)[:-5]
@@ -101,7 +111,7 @@ for m in models:
                 (lp if row["n_prompt"] > 0 else lt).append(row["avg_ts"])
             lj = json.load(open(f.replace(".llama.json", f".lowrank-{isa}.json")))
             row = lj["rows"][0]
-            wp.append(512 / (row["prefill_ms"] / 1000))
+            wp.append(int(P) / (row["prefill_ms"] / 1000))
             wt.append(row["tokens_per_s"])
             mb.append(row["weight_mb_per_token"] + row["kv_mb_per_token"])
             bw.append(lj["read_bandwidth_gbs"])

@@ -1,15 +1,18 @@
 // The decode attention kernels against their scalar twins: head sizes that
 // are and are not multiples of 8 (including the register paths 64 and 128),
 // GQA group sizes 1, 3 and 8, ranges that are empty, one key, not a multiple
-// of the block of 32, and split into parts that are merged.
+// of the block of 32, and split into parts that are merged; a prompt's
+// causal rows in tiles against the same rows one by one.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "backend/cpu/kernels/attention_kernels.h"
 #include "backend/cpu/kernels/ref_kernels.h"
+#include "isa_util.h"
 
 namespace {
 
@@ -102,6 +105,56 @@ TEST(AttentionKernels, OneKeyReturnsItsValue) {
   EXPECT_FLOAT_EQ(l, 1.f);
   cpu::attend_merge(1, &m, &l, 1, acc.data(), 64, 64, out.data());
   for (int i = 0; i < 64; ++i) EXPECT_FLOAT_EQ(out[size_t(i)], V[size_t(i)]);
+}
+
+// attend_causal gives every row the bits attend_partial gives it alone:
+// tiles of rows over whole blocks, the diagonal row by row, head sizes on
+// and off the tiled path (not a multiple of 8), groups larger than a tile,
+// prompts starting inside and at the edge of a block, more rows than a tile;
+// on every instruction-set path of the host.
+TEST(AttentionKernels, CausalRowsAreEachRowsOwnBits) {
+  struct C {
+    int d, g;
+  };
+  for (lr::Isa isa : lr::test::supported_isas()) {
+    SCOPED_TRACE(lr::isa_name(isa));
+    lr::test::IsaScope scope(isa);
+    for (C cs :
+         {C{64, 7}, C{128, 6}, C{64, 1}, C{24, 3}, C{96, 4}, C{112, 2}, C{12, 2}, C{16, 100}}) {
+      for (int64_t n0 : {1, 5, 32, 33, 70}) {
+        for (int n : {1, 7, 40}) {
+          SCOPED_TRACE(testing::Message()
+                       << "d=" << cs.d << " g=" << cs.g << " n0=" << n0 << " n=" << n);
+          const int64_t keys = n0 + n - 1, stride = 2 * cs.d;  // another KV head between rows
+          auto K = rand_vec(size_t(keys * stride), 11, 1.f);
+          auto V = rand_vec(size_t(keys * stride), 12, 1.f);
+          const int64_t q_stride = int64_t(cs.g) * cs.d + 8, ml = cs.g + 3;  // padded rows
+          auto q = rand_vec(size_t(n * q_stride), 13, 2.f);
+          const float scale = 1.f / std::sqrt(float(cs.d));
+          std::vector<float> m(size_t(n * ml), 9.f), l(m), acc(size_t(n * ml * cs.d), 9.f);
+          cpu::attend_causal(q.data(), q_stride, n, n0, cs.g, cs.d, K.data(), V.data(), stride,
+                             scale, m.data(), l.data(), acc.data(), ml);
+          for (int t = 0; t < n; ++t) {
+            std::vector<float> rm(size_t(cs.g)), rl(rm), racc(size_t(cs.g * cs.d));
+            std::vector<float> sm(rm), sl(rm), sacc(racc);
+            cpu::attend_partial(q.data() + t * q_stride, cs.g, cs.d, K.data(), V.data(), stride, 0,
+                                n0 + t, scale, rm.data(), rl.data(), racc.data());
+            ref::attend_partial(q.data() + t * q_stride, cs.g, cs.d, K.data(), V.data(), stride, 0,
+                                n0 + t, scale, sm.data(), sl.data(), sacc.data());
+            const size_t at = size_t(t * ml);
+            EXPECT_EQ(0, std::memcmp(&m[at], rm.data(), rm.size() * 4)) << "row " << t;
+            EXPECT_EQ(0, std::memcmp(&l[at], rl.data(), rl.size() * 4)) << "row " << t;
+            EXPECT_EQ(0, std::memcmp(&acc[at * size_t(cs.d)], racc.data(), racc.size() * 4))
+                << "row " << t;
+            EXPECT_LT(max_rel(rl, sl), 1e-4);
+            EXPECT_LT(max_rel(racc, sacc), 1e-4);
+            // The padding between rows is left alone.
+            for (int64_t h = cs.g; h < ml && t + 1 < n; ++h) EXPECT_EQ(m[size_t(at + h)], 9.f);
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

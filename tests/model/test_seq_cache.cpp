@@ -1,6 +1,7 @@
 // The KV-cache interface of the CPU executors (backend/cpu/exec/seq_cache.h)
 // taken directly: what a kind's append stores and what its attend returns,
-// against the attention kernel over the same rows.
+// against the attention kernel over the same rows; a prompt's rows attended
+// together against each row's own attend.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -9,6 +10,7 @@
 
 #include "backend/cpu/exec/seq_cache.h"
 #include "backend/cpu/kernels/attention_kernels.h"
+#include "core/thread_pool.h"
 #include "model_test_util.h"
 
 namespace lr {
@@ -77,6 +79,57 @@ TEST(SeqCache, DenseAppendsTheRowsAndAttendsOverThem) {
                       hd, out.data());
     for (int i = 0; i < hd; ++i)
       EXPECT_NEAR(out[size_t(i)], a2[size_t(h * hd + i)] / l2[size_t(h)], 1e-5);
+  }
+}
+
+// attend_rows gives each of a prompt's rows the bits attend gives it alone:
+// a dense cache (in tiles), a session's typed cache while the prompt is
+// staged (its own rows in tiles, the history from the stored form) and a
+// batch slot's (row by row). Row partials land `stride` apart and nothing
+// else is written.
+TEST(SeqCache, PromptRowsTogetherAreEachRowsAttend) {
+  test::TempDir t;
+  const Model m = load_model(test::write_tiny(t, test::key_cache_spec(), "m.gguf"), std::nullopt);
+  const Config& c = m.weights->cfg;
+  const int hd = c.head_dim, g = c.n_heads / c.n_kv_heads, kv = c.kv_dim(), ctx = 96;
+  const int p0 = 37, n = 41;  // the prompt's second call: rows p0 .. p0 + n - 1
+  const std::vector<float> K = normal(size_t(p0 + n) * kv, 4), V = normal(K.size(), 5),
+                           Q = normal(size_t(p0 + n) * size_t(c.n_heads) * hd, 6);
+  const int64_t q_stride = int64_t(c.n_heads) * hd, stride = g + 2;
+  ThreadPool pool(1);
+  for (kv::KeyType type : {kv::KeyType::F32, kv::KeyType::Q8_0, kv::KeyType::Q4_0Rot}) {
+    for (bool batched : {false, true}) {
+      SCOPED_TRACE(testing::Message() << kv::key_type_name(type) << (batched ? " batch" : ""));
+      BackendOptions o;
+      o.ctx = ctx;
+      o.keys.type = type;
+      auto cache = cpu::make_seq_cache(*m.weights, o, KvMode::Dense, batched, ctx);
+      for (auto [from, count] : {std::pair{0, p0}, std::pair{p0, n}}) {
+        if (!batched) cache->begin_call(from, count);  // a batch slot encodes as it appends
+        for (int l = 0; l < c.n_layers; ++l)
+          for (int h = 0; h < c.n_kv_heads; ++h)
+            cache->append(l, h, from, &K[size_t(from * kv + h * hd)],
+                          &V[size_t(from * kv + h * hd)], count, kv,
+                          &Q[size_t(from * q_stride + h * g * hd)], q_stride, g);
+        if (from == 0 && !batched) cache->end_call(pool);
+      }
+      const int l = c.n_layers - 1, h = 1;
+      const float* q = &Q[size_t(p0 * q_stride + h * g * hd)];
+      std::vector<float> rm(size_t(n * stride), 7.f), rl(rm), racc(rm.size() * size_t(hd), 7.f);
+      cache->attend_rows(l, h, p0, n, q, q_stride, g, 0.125f,
+                         {rm.data(), rl.data(), racc.data(), stride, stride * hd});
+      for (int r = 0; r < n; ++r) {
+        std::vector<float> m1(static_cast<size_t>(g)), l1(m1), a1(static_cast<size_t>(g * hd));
+        cache->attend(l, h, 0, p0 + r, q + r * q_stride, g, 0, 1, 0.125f, m1.data(), l1.data(),
+                      a1.data());
+        const size_t at = size_t(r * stride);
+        EXPECT_EQ(std::memcmp(&rm[at], m1.data(), m1.size() * 4), 0) << "row " << r;
+        EXPECT_EQ(std::memcmp(&rl[at], l1.data(), l1.size() * 4), 0) << "row " << r;
+        EXPECT_EQ(std::memcmp(&racc[at * size_t(hd)], a1.data(), a1.size() * 4), 0) << "row " << r;
+        for (int64_t i = g; i < stride; ++i) EXPECT_EQ(rm[at + size_t(i)], 7.f);
+      }
+      if (!batched) cache->end_call(pool);
+    }
   }
 }
 

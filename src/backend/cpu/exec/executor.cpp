@@ -338,17 +338,21 @@ Executor::Fn Executor::append(const Step& s) {
 
 // Attention: each row's cache does the work (seq_cache.h).
 
-// Online-softmax partials per (token, KV head, chunk): each unit reads its
-// keys and values once for all query heads of the group. One token: the
-// positions of every KV head are cut into one chunk per thread
-// (flash-decoding; compressed keys in chunks of whole blocks). More tokens:
-// one chunk, every (token, KV head) an item.
+// Online-softmax partials. Rows computed as a decode step computes them
+// (one token, or run_rows' generated rows): per (token, KV head, chunk),
+// the positions cut into one chunk per thread (flash-decoding; compressed
+// keys in chunks of whole blocks), each unit reading its keys and values
+// once for all query heads of the group. Prompt rows: one chunk each, the
+// rows of a sequence in tiles (attend_tiles); in a windowed layer, as
+// decode rows. Either way a row's bits do not depend on what else the call
+// holds.
 Executor::Fn Executor::attend(const Step& s) {
   LR_ASSERT(!s.rope_append);  // a GPU fold
   return [this, &s](int tid, int nth) {
     const Config& c = s_.c;
     const int g = c.n_heads / c.n_kv_heads, hd = c.head_dim, l = s.layer, C = chunks_;
-    const Span sp = split(int64_t(count(s)) * c.n_kv_heads * C, tid, nth);
+    const int split_rows = s.window ? n_ : C == 1 ? 0 : rows_ == Rows::AsDecode ? generated_ : n_;
+    const Span sp = split(int64_t(split_rows) * c.n_kv_heads * C, tid, nth);
     for (int64_t u = sp.begin; u < sp.end; ++u) {
       const int t = int(u / (int64_t(c.n_kv_heads) * C)), kvh = int(u / C % c.n_kv_heads),
                 chunk = int(u % C);
@@ -358,7 +362,39 @@ Executor::Fn Executor::attend(const Step& s) {
       const int p = pos(t), from = s.window ? std::max(0, p - s.window + 1) : 0;
       cache(t).attend(l, kvh, from, p, q, g, chunk, C, s.scale, m, sum, acc);
     }
+    attend_tiles(s, split_rows, tid, nth);
   };
+}
+
+// Rows [first, n) of the call, one chunk each: per (tile of a run's rows,
+// KV head), the tile's queries attended together (SeqCache::attend_rows),
+// each row with the bits it gets alone; the other chunks of the rows left
+// empty. A causal prompt's later tiles see more keys: the items are dealt
+// round robin so every thread gets early and late ones.
+void Executor::attend_tiles(const Step& s, int first, int tid, int nth) {
+  const Config& c = s_.c;
+  const int g = c.n_heads / c.n_kv_heads, hd = c.head_dim, H = c.n_kv_heads, C = chunks_;
+  const int T = causal_tile_rows(g);
+  int64_t item = 0;
+  for (const Run& r : runs_) {
+    const int end = r.first + r.count;
+    for (int t0 = std::max(first, r.first); t0 < end; t0 += T)
+      for (int kvh = 0; kvh < H; ++kvh, ++item) {
+        if (item % nth != tid) continue;
+        const int n = std::min(T, end - t0);
+        const size_t at = part(t0, 0, kvh * g);
+        const SeqCache::RowPartials out{&part_m_[at], &part_l_[at], &part_acc_[at * size_t(hd)],
+                                        int64_t(C) * c.n_heads, int64_t(C) * c.n_heads * hd};
+        cache(t0).attend_rows(s.layer, kvh, pos(t0), n, row(Buf::Q, t0) + kvh * g * hd,
+                              width(Buf::Q), g, s.scale, out);
+        for (int t = t0; t < t0 + n; ++t)
+          for (int chunk = 1; chunk < C; ++chunk)
+            for (int h = 0; h < g; ++h) {
+              part_m_[part(t, chunk, kvh * g + h)] = -INFINITY;
+              part_l_[part(t, chunk, kvh * g + h)] = 0.f;
+            }
+      }
+  }
 }
 
 // att = the partials merged, per (token, query head).

@@ -15,8 +15,8 @@
 // means: buffers, products and their folded inputs and outputs, attention
 // over the session's cache. One executor runs one plan for up to max_tokens
 // tokens per call; a session has one for decode steps (one token, attention
-// split across the threads) and one for prompts (unfused, token by token
-// attention).
+// split across the threads) and one for prompts (unfused; attention in
+// tiles of rows, attention_kernels.h attend_causal).
 //
 // A server's step (backend/batch.h) runs one executor over the rows of
 // several sequences at once (run_rows): row t is a token of the sequence
@@ -43,7 +43,8 @@ enum class Head { All, Last, None };
 // invariance): the first rows of a call, generated tokens fed back, as a
 // one-token decode step computes them; the rest, prompt tokens, through the
 // register tiles for any number of tokens (kernels.h MatmulPath::Tiles);
-// attention in the decode split for all.
+// attention of the generated rows in the decode split, of the prompt rows
+// in one chunk each, in tiles that give each row its own bits.
 enum class Rows { Matrix, AsDecode };
 
 class Executor {
@@ -91,6 +92,7 @@ class Executor {
   Fn append(const Step& s);
   Fn attend(const Step& s);
   Fn merge(const Step& s);
+  void attend_tiles(const Step& s, int first, int tid, int nth);
   Fn static_attention(const Step& s);
   Fn latent(const Step& s);
   // A Linear step's parts (exec_linear.cpp).

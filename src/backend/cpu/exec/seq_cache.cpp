@@ -21,6 +21,17 @@ Span part_of(int64_t n, int chunk, int chunks) {
   return {n * chunk / chunks, n * (chunk + 1) / chunks};
 }
 
+}  // namespace
+
+void SeqCache::attend_rows(int l, int h, int p0, int n, const float* q, int64_t q_stride, int g,
+                           float scale, const RowPartials& out) const {
+  for (int t = 0; t < n; ++t)
+    attend(l, h, 0, p0 + t, q + t * q_stride, g, 0, 1, scale, out.m + t * out.stride,
+           out.sum + t * out.stride, out.acc + t * out.acc_stride);
+}
+
+namespace {
+
 class DenseSeq final : public SeqCache {
  public:
   DenseSeq(const Config& c, int ctx, int rows, bool windowed_only = false)
@@ -36,6 +47,12 @@ class DenseSeq final : public SeqCache {
     const int a = int(from + r.begin);  // the part's positions follow one another from a on
     attend_partial(q, g, hd_, c_.key(l, h, a), c_.value(l, h, a), hd_, 0, r.end - r.begin, scale, m,
                    sum, acc);
+  }
+  void attend_rows(int l, int h, int p0, int n, const float* q, int64_t q_stride, int g,
+                   float scale, const RowPartials& out) const override {
+    LR_ASSERT(out.acc_stride == out.stride * hd_ && c_.layout().ring[size_t(l)] == 0);
+    attend_causal(q, q_stride, n, p0 + 1, g, hd_, c_.key(l, h, 0), c_.value(l, h, 0), hd_, scale,
+                  out.m, out.sum, out.acc, out.stride);
   }
   int rewindable(int n_past, int n) const override { return c_.rewindable(n_past, n); }
   bool copy_prefix(const SeqCache& from, int n) override {
@@ -186,6 +203,29 @@ class StreamSeq final : public SeqCache {
     attend_keys_partial(ks, c_.values(l, h), q, g, 0, hist, scale, m2.data(), l2.data(),
                         acc2.data());
     combine(g, hd_, m, sum, acc, m2.data(), l2.data(), acc2.data());
+  }
+
+  // A staged prompt's rows: its own positions in tiles, then each row's
+  // history from the stored form (the bits attend gives).
+  void attend_rows(int l, int h, int p0, int n, const float* q, int64_t q_stride, int g,
+                   float scale, const RowPartials& out) const override {
+    if (!c_.staging()) return SeqCache::attend_rows(l, h, p0, n, q, q_stride, g, scale, out);
+    LR_ASSERT(out.acc_stride == out.stride * hd_);
+    const int hist = c_.stage_begin();
+    attend_causal(q, q_stride, n, p0 + 1 - hist, g, hd_, c_.staged_key(l, h), c_.staged_value(l, h),
+                  hd_, scale, out.m, out.sum, out.acc, out.stride);
+    if (hist == 0) return;
+    const kv::KeyStream& ks = c_.stream(l, h);
+    thread_local std::vector<float> m2, l2, acc2;
+    m2.resize(size_t(g));
+    l2.resize(size_t(g));
+    acc2.resize(size_t(g) * size_t(hd_));
+    for (int t = 0; t < n; ++t) {
+      attend_keys_partial(ks, c_.values(l, h), q + t * q_stride, g, 0, hist, scale, m2.data(),
+                          l2.data(), acc2.data());
+      combine(g, hd_, out.m + t * out.stride, out.sum + t * out.stride,
+              out.acc + t * out.acc_stride, m2.data(), l2.data(), acc2.data());
+    }
   }
 
   void truncate(int n) override { c_.truncate(n); }

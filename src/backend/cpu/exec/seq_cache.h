@@ -45,6 +45,18 @@ class SeqCache {
   virtual void attend(int l, int h, int from, int p, const float* q, int g, int chunk, int chunks,
                       float scale, float* m, float* sum, float* acc) const = 0;
 
+  // attend for n consecutive rows of a prompt: row t, at position p0 + t,
+  // over positions [0, p0 + t] (a layer without a window; one chunk), its
+  // query heads at q + t * q_stride, its partials where `out` says. The
+  // bits attend gives each row alone; a dense cache and a prompt's staged
+  // rows are computed in tiles (attention_kernels.h attend_causal).
+  struct RowPartials {
+    float *m, *sum, *acc;
+    int64_t stride, acc_stride;  // row t's: m + t * stride, acc + t * acc_stride
+  };
+  virtual void attend_rows(int l, int h, int p0, int n, const float* q, int64_t q_stride, int g,
+                           float scale, const RowPartials& out) const;
+
   // Forgets positions >= n (n: what rewindable allows).
   virtual void truncate(int /*n*/) {}
   // The largest m <= n the cache can be cut back to from n_past positions

@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cpu/kernels/kernels.h"
 #include "backend/cpu/kernels/kernels_simd.h"
+#include "core/cpu_features.h"
+#include "core/error.h"
 
 namespace lr::cpu {
 
@@ -59,6 +62,249 @@ inline void accumulate_block_any(float* acc, int d, float c, const float* p, con
   for (int b = 0; b < nb; ++b) axpy(p[b], V + (jb + b) * stride, acc, d);
 }
 
+// One head's online-softmax step over a block's scores sh[0, nb), which
+// become their weights exp(s - m): updates the running maximum m and sum l
+// and returns the factor the head's accumulated output is rescaled by.
+inline float block_weights(float* sh, int nb, float& m, float& l) {
+  int b = 0;
+  __m256 mx = _mm256_set1_ps(-INFINITY);
+  for (; b + 8 <= nb; b += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(sh + b));
+  float bm = hmax(mx);
+  for (; b < nb; ++b) bm = std::max(bm, sh[b]);
+  float c = 1.f;  // rescale of what was accumulated under the old maximum
+  if (bm > m) {
+    if (l > 0.f) c = std::exp(m - bm);
+    l *= c;
+    m = bm;
+  }
+  // The weights 8 at a time, summed lane by lane, then the lanes and the rest.
+  const __m256 mh = _mm256_set1_ps(m);
+  __m256 sum = _mm256_setzero_ps();
+  for (b = 0; b + 8 <= nb; b += 8) {
+    const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(sh + b), mh));
+    _mm256_storeu_ps(sh + b, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  float total = hsum(sum);
+  for (; b < nb; ++b) total += sh[b] = std::exp(sh[b] - m);
+  l += total;
+  return c;
+}
+
+// The tiles of attend_causal: a block of kB keys every row of the tile sees
+// whole. block_scores writes the scores of the tile's R query rows (s, kB
+// apart); block_values, after each row's softmax step, adds the weighted
+// values to the rows' outputs. Per row, the same multiply-adds in the same
+// order as scores_block and accumulate_block (the same bits), for up to 6
+// rows at once so that every key and value loaded serves them all.
+constexpr int kB = 32;     // keys a block (attend_partial's)
+constexpr int kMaxG = 16;  // query heads attend_partial scores a block for at once
+
+// Rows [r0, r0 + R): scores of the block's keys four at a time.
+template <int R>
+void scores_of(int r0, const float* const* qr, int d, const float* K, int64_t stride, int nb,
+               float scale, float* s) {
+  const float* const* q = qr + r0;
+  const __m128 sc = _mm_set1_ps(scale);
+  for (int b = 0; b < nb; b += 4) {
+    const float* k = K + b * stride;
+    __m256 a[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < 4; ++i) a[r][i] = _mm256_setzero_ps();
+    for (int c = 0; c < d; c += 8) {
+      __m256 qv[R];
+      for (int r = 0; r < R; ++r) qv[r] = _mm256_loadu_ps(q[r] + c);
+      for (int i = 0; i < 4; ++i) {
+        const __m256 kv = _mm256_loadu_ps(k + i * stride + c);
+        for (int r = 0; r < R; ++r) a[r][i] = _mm256_fmadd_ps(kv, qv[r], a[r][i]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      _mm_storeu_ps(s + (r0 + r) * kB + b,
+                    _mm_mul_ps(hsum4(a[r][0], a[r][1], a[r][2], a[r][3]), sc));
+  }
+}
+
+// Rows [r0, r0 + R), columns [col, col + 8W): acc = acc * c + sum_b w[b] V[b].
+template <int R, int W>
+void values_of(int r0, float* const* acc, const float* c, const float* const* w, const float* V,
+               int64_t stride, int nb, int col) {
+  __m256 a[R][W];
+  for (int r = 0; r < R; ++r) {
+    const __m256 cv = _mm256_set1_ps(c[r0 + r]);
+    for (int i = 0; i < W; ++i)
+      a[r][i] = _mm256_mul_ps(_mm256_loadu_ps(acc[r0 + r] + col + 8 * i), cv);
+  }
+  for (int b = 0; b < nb; ++b) {
+    __m256 v[W];
+    for (int i = 0; i < W; ++i) v[i] = _mm256_loadu_ps(V + b * stride + col + 8 * i);
+    for (int r = 0; r < R; ++r) {
+      const __m256 p = _mm256_set1_ps(w[r0 + r][b]);
+      for (int i = 0; i < W; ++i) a[r][i] = _mm256_fmadd_ps(p, v[i], a[r][i]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < W; ++i) _mm256_storeu_ps(acc[r0 + r] + col + 8 * i, a[r][i]);
+}
+
+// Rows [0, R) by the kernel of `widest` rows while that many remain, then
+// by the one of the rest. F[k]: the kernel of k rows.
+using ScoresFn = void (*)(int, const float* const*, int, const float*, int64_t, int, float, float*);
+using ValuesFn = void (*)(int, float* const*, const float*, const float* const*, const float*,
+                          int64_t, int, int);
+template <typename Fn, typename... A>
+inline void by_rows(const Fn* F, int widest, int R, A... a) {
+  int r = 0;
+  for (; r + widest <= R; r += widest) F[widest](r, a...);
+  if (r < R) F[R - r](r, a...);
+}
+constexpr ScoresFn kScores[] = {nullptr, scores_of<1>, scores_of<2>, scores_of<3>};
+template <int W>
+constexpr ValuesFn kValues[] = {nullptr,         values_of<1, W>, values_of<2, W>, values_of<3, W>,
+                                values_of<4, W>, values_of<5, W>, values_of<6, W>};
+
+void block_scores(const float* const* q, int R, int d, const float* K, int64_t stride, int nb,
+                  float scale, float* s) {
+  by_rows(kScores, 3, R, q, d, K, stride, nb, scale, s);
+}
+void block_values(float* const* acc, const float* c, const float* const* w, int R, int d,
+                  const float* V, int64_t stride, int nb) {
+  int col = 0;
+  for (; col + 16 <= d; col += 16) by_rows(kValues<2>, 6, R, acc, c, w, V, stride, nb, col);
+  if (col < d) by_rows(kValues<1>, 6, R, acc, c, w, V, stride, nb, col);
+}
+
+}  // namespace
+
+// The same tiles in 512-bit registers (the same multiply-adds, so the same
+// bits): a register holds two keys' 8 lanes against the query's 8 lanes
+// twice over, or 16 columns of the values.
+LR_BEGIN_AVX512VNNI
+namespace avx512 {
+namespace {
+
+// [lo | hi]; the high half of v. (The masked forms: GCC 12 warns of the
+// undefined source the unmasked ones pass.)
+inline __m512 pair(__m256 lo, __m256 hi) {
+  const __m512d l = _mm512_castpd256_pd512(_mm256_castps_pd(lo));
+  return _mm512_castpd_ps(_mm512_mask_insertf64x4(l, 0xff, l, _mm256_castps_pd(hi), 1));
+}
+template <int I>
+inline __m256 half(__m512 v) {
+  return _mm256_castpd_ps(
+      _mm512_mask_extractf64x4_pd(_mm256_setzero_pd(), 0xf, _mm512_castps_pd(v), I));
+}
+
+template <int R>
+void scores_of(int r0, const float* const* qr, int d, const float* K, int64_t stride, int nb,
+               float scale, float* s) {
+  const float* const* q = qr + r0;
+  const __m128 sc = _mm_set1_ps(scale);
+  for (int b = 0; b < nb; b += 4) {
+    const float* k = K + b * stride;
+    __m512 a[R][2];
+    for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm512_setzero_ps();
+    for (int c = 0; c < d; c += 8) {
+      const __m512 k01 = pair(_mm256_loadu_ps(k + c), _mm256_loadu_ps(k + stride + c));
+      const __m512 k23 =
+          pair(_mm256_loadu_ps(k + 2 * stride + c), _mm256_loadu_ps(k + 3 * stride + c));
+      for (int r = 0; r < R; ++r) {
+        const __m256 q8 = _mm256_loadu_ps(q[r] + c);
+        const __m512 qv = pair(q8, q8);
+        a[r][0] = _mm512_fmadd_ps(k01, qv, a[r][0]);
+        a[r][1] = _mm512_fmadd_ps(k23, qv, a[r][1]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      _mm_storeu_ps(s + (r0 + r) * kB + b, _mm_mul_ps(hsum4(half<0>(a[r][0]), half<1>(a[r][0]),
+                                                            half<0>(a[r][1]), half<1>(a[r][1])),
+                                                      sc));
+  }
+}
+
+template <int R, int W>
+void values_of(int r0, float* const* acc, const float* c, const float* const* w, const float* V,
+               int64_t stride, int nb, int col) {
+  __m512 a[R][W];
+  for (int r = 0; r < R; ++r) {
+    const __m512 cv = _mm512_set1_ps(c[r0 + r]);
+    for (int i = 0; i < W; ++i)
+      a[r][i] = _mm512_mul_ps(_mm512_loadu_ps(acc[r0 + r] + col + 16 * i), cv);
+  }
+  for (int b = 0; b < nb; ++b) {
+    __m512 v[W];
+    for (int i = 0; i < W; ++i) v[i] = _mm512_loadu_ps(V + b * stride + col + 16 * i);
+    for (int r = 0; r < R; ++r) {
+      const __m512 p = _mm512_set1_ps(w[r0 + r][b]);
+      for (int i = 0; i < W; ++i) a[r][i] = _mm512_fmadd_ps(p, v[i], a[r][i]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < W; ++i) _mm512_storeu_ps(acc[r0 + r] + col + 16 * i, a[r][i]);
+}
+
+constexpr ScoresFn kScores[] = {nullptr,      scores_of<1>, scores_of<2>, scores_of<3>,
+                                scores_of<4>, scores_of<5>, scores_of<6>};
+template <int W>
+constexpr ValuesFn kValues[] = {nullptr,         values_of<1, W>, values_of<2, W>, values_of<3, W>,
+                                values_of<4, W>, values_of<5, W>, values_of<6, W>};
+
+}  // namespace
+
+void block_scores(const float* const* q, int R, int d, const float* K, int64_t stride, int nb,
+                  float scale, float* s) {
+  by_rows(kScores, 6, R, q, d, K, stride, nb, scale, s);
+}
+void block_values(float* const* acc, const float* c, const float* const* w, int R, int d,
+                  const float* V, int64_t stride, int nb) {
+  int col = 0;
+  for (; col + 64 <= d; col += 64) by_rows(kValues<4>, 6, R, acc, c, w, V, stride, nb, col);
+  if (d - col >= 48) by_rows(kValues<3>, 6, R, acc, c, w, V, stride, nb, col), col += 48;
+  if (d - col >= 32) by_rows(kValues<2>, 6, R, acc, c, w, V, stride, nb, col), col += 32;
+  if (d - col >= 16) by_rows(kValues<1>, 6, R, acc, c, w, V, stride, nb, col), col += 16;
+  if (col < d) by_rows(cpu::kValues<1>, 6, R, acc, c, w, V, stride, nb, col);  // 8 columns
+}
+
+}  // namespace avx512
+LR_END_AVX512VNNI
+
+namespace {
+
+// A tile of query row-heads (a row's query heads one after another, at most
+// kCausalRowHeads) and their online-softmax state.
+struct RowTile {
+  int R = 0;
+  const float* q[kCausalRowHeads];
+  float* acc[kCausalRowHeads];  // [head_dim] each
+  float* m[kCausalRowHeads];
+  float* l[kCausalRowHeads];
+};
+
+// The online-softmax step of every row-head of the tile over one block of
+// 32 keys and values (f32 rows `stride` apart; d a multiple of 8): the bits
+// attend_partial's block gives each row-head.
+void tile_block(RowTile& t, int d, const float* K, const float* V, int64_t stride, float scale) {
+  LR_ASSERT(t.R <= kCausalRowHeads && d % 8 == 0);
+  alignas(32) float s[kCausalRowHeads * kB];  // row-head r's scores, then weights, at s + r * kB
+  const float* w[kCausalRowHeads];
+  float c[kCausalRowHeads];
+  const bool wide = kernel_isa() == Isa::Avx512Vnni;
+  if (wide) {
+    avx512::block_scores(t.q, t.R, d, K, stride, kB, scale, s);
+  } else {
+    block_scores(t.q, t.R, d, K, stride, kB, scale, s);
+  }
+  for (int r = 0; r < t.R; ++r) {
+    w[r] = s + r * kB;
+    c[r] = block_weights(s + r * kB, kB, *t.m[r], *t.l[r]);
+  }
+  if (wide) {
+    avx512::block_values(t.acc, c, w, t.R, d, V, stride, kB);
+  } else {
+    block_values(t.acc, c, w, t.R, d, V, stride, kB);
+  }
+}
+
 }  // namespace
 
 void scores_tile(const float* q, int g, int d, const float* K, int64_t stride, int nb, float scale,
@@ -79,22 +325,7 @@ void softmax_update(int g, int d, float* s, int64_t lds, int nb, const float* V,
   for (int h = 0; h < g; ++h) {
     float* sh = s + h * lds;
     float* ah = acc + int64_t(h) * d;
-    float bm = -INFINITY;
-    for (int b = 0; b < nb; ++b) bm = std::max(bm, sh[b]);
-    float c = 1.f;  // rescale of what was accumulated under the old maximum
-    if (bm > m[h]) {
-      if (l[h] > 0.f) c = std::exp(m[h] - bm);
-      l[h] *= c;
-      m[h] = bm;
-    }
-    const __m256 mh = _mm256_set1_ps(m[h]);
-    int b = 0;
-    for (; b + 8 <= nb; b += 8)
-      _mm256_storeu_ps(sh + b, exp_ps(_mm256_sub_ps(_mm256_loadu_ps(sh + b), mh)));
-    for (; b < nb; ++b) sh[b] = std::exp(sh[b] - m[h]);
-    float sum = 0.f;
-    for (b = 0; b < nb; ++b) sum += sh[b];
-    l[h] += sum;
+    const float c = block_weights(sh, nb, m[h], l[h]);
     if (d == 64) accumulate_block<64>(ah, c, sh, V, stride, 0, nb);
     else if (d == 128) accumulate_block<128>(ah, c, sh, V, stride, 0, nb);
     else accumulate_block_any(ah, d, c, sh, V, stride, 0, nb);
@@ -112,7 +343,6 @@ void attend_partial(const float* q, int g, int d, const float* K, const float* V
   // per block (not per key), exponentials 8 at a time, the weighted values
   // summed in registers (head_dim 64 and 128). The group's heads share each
   // block of keys and values while it is in cache.
-  constexpr int kB = 32, kMaxG = 16;
   alignas(32) float s[kMaxG * kB];
   for (int h0 = 0; h0 < g; h0 += kMaxG) {
     const int gg = std::min(kMaxG, g - h0);
@@ -123,6 +353,64 @@ void attend_partial(const float* q, int g, int d, const float* K, const float* V
       softmax_update(gg, d, s, kB, nb, V + jb * stride, stride, m + h0, l + h0, acc + int64_t(h0) * d);
     }
   }
+}
+
+int causal_tile_rows(int g) {
+  return std::max(1, kCausalRowHeads / std::max(1, g));
+}
+
+void attend_causal(const float* q, int64_t q_stride, int n, int64_t n0, int g, int d,
+                   const float* K, const float* V, int64_t stride, float scale, float* m, float* l,
+                   float* acc, int64_t ml_stride) {
+  auto row_m = [&](int t) { return m + t * ml_stride; };
+  auto row_l = [&](int t) { return l + t * ml_stride; };
+  auto row_acc = [&](int t) { return acc + t * ml_stride * d; };
+  if (d % 8 != 0 || g > kCausalRowHeads) {
+    for (int t = 0; t < n; ++t)
+      attend_partial(q + t * q_stride, g, d, K, V, stride, 0, n0 + t, scale, row_m(t), row_l(t),
+                     row_acc(t));
+    return;
+  }
+  const int T = causal_tile_rows(g);
+  if (n > T) {  // tiles of T rows, each a call of its own
+    for (int t0 = 0; t0 < n; t0 += T)
+      attend_causal(q + t0 * q_stride, q_stride, std::min(T, n - t0), n0 + t0, g, d, K, V, stride,
+                    scale, row_m(t0), row_l(t0), row_acc(t0), ml_stride);
+    return;
+  }
+  RowTile tile;
+  tile.R = n * g;
+  for (int t = 0; t < n; ++t)
+    for (int h = 0; h < g; ++h) {
+      const int r = t * g + h;
+      tile.q[r] = q + t * q_stride + int64_t(h) * d;
+      tile.acc[r] = row_acc(t) + int64_t(h) * d;
+      tile.m[r] = row_m(t) + h;
+      tile.l[r] = row_l(t) + h;
+      *tile.m[r] = -INFINITY;
+      *tile.l[r] = 0.f;
+      std::fill_n(tile.acc[r], d, 0.f);
+    }
+  // Blocks every row sees whole, for the whole tile at once.
+  int64_t jb = 0;
+  for (; jb + kB <= n0; jb += kB)
+    tile_block(tile, d, K + jb * stride, V + jb * stride, stride, scale);
+  // The diagonal: blocks some rows see in part (or not at all), row by row
+  // as attend_partial computes them.
+  alignas(32) float s[kMaxG * kB];
+  for (; jb < n0 + n - 1; jb += kB)
+    for (int t = 0; t < n; ++t) {
+      const int64_t seen = n0 + t - jb;
+      if (seen <= 0) continue;
+      const int nb = int(std::min<int64_t>(kB, seen));
+      for (int h0 = 0; h0 < g; h0 += kMaxG) {
+        const int gg = std::min(kMaxG, g - h0);
+        scores_tile(q + t * q_stride + int64_t(h0) * d, gg, d, K + jb * stride, stride, nb, scale,
+                    s, kB);
+        softmax_update(gg, d, s, kB, nb, V + jb * stride, stride, row_m(t) + h0, row_l(t) + h0,
+                       row_acc(t) + int64_t(h0) * d);
+      }
+    }
 }
 
 void attend_merge(int n, const float* m, const float* l, int64_t ml_stride, const float* acc,

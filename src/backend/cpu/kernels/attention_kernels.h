@@ -25,6 +25,22 @@ void scores_tile(const float* q, int g, int d, const float* K, int64_t stride, i
 void softmax_update(int g, int d, float* s, int64_t lds, int nb, const float* V, int64_t stride,
                     float* m, float* l, float* acc);
 
+// Causal attention of n consecutive query rows over one KV head, as a
+// prompt's rows see the cache: row t (g query heads [g, d] at q + t *
+// q_stride) over keys [0, n0 + t). Writes, per row t and head h, at
+// m[t * ml_stride + h], l[...] and acc + (t * ml_stride + h) * d, what
+// attend_partial(q_t, g, d, K, V, stride, 0, n0 + t, ...) writes, bit for
+// bit: the keys and values of a block every row of a tile sees whole are
+// loaded once for the tile's causal_tile_rows(g) rows (flash attention's
+// tiles; a block stays in L1 while the tile uses it); the diagonal runs row
+// by row.
+void attend_causal(const float* q, int64_t q_stride, int n, int64_t n0, int g, int d,
+                   const float* K, const float* V, int64_t stride, float scale, float* m, float* l,
+                   float* acc, int64_t ml_stride);
+// Rows of one tile of attend_causal: query heads (rows x g) up to kCausalRowHeads.
+constexpr int kCausalRowHeads = 96;
+int causal_tile_rows(int g);
+
 // Combines n partial results of one head (m[p*ml_stride], l[p*ml_stride],
 // acc + p*acc_stride)
 // into the normalized output out[d]. Parts with l = 0 are skipped.
