@@ -5,7 +5,8 @@
 # runs llama.cpp with flash attention, its fastest for long prompts), both
 # sides alternating round by round, medians reported with the ratios and
 # each side's share of the read bandwidth lowrank's probe measured in the
-# same run. Not run in CI.
+# same run. lowrank runs with its default KV cache, f16 keys and values
+# (bench mode k-f16), as llama.cpp does. Not run in CI.
 #
 #   scripts/peer-bench.sh [--rounds N] [--threads "1 2"] [--native|--avx512] [--isa "avx2 avx512vnni"]
 #                         [--prompt 512] [--gen 128] [--fa] MODEL.gguf ...
@@ -87,7 +88,7 @@ for m in "${models[@]}"; do
       echo "peer-bench: $tag" >&2
       "$bench" -m "$m" -t "$t" -p "$prompt" -n "$gen" -fa "$fa" -r 1 -o json >"$out/$tag.llama.json" 2>"$out/$tag.llama.err"
       for isa in $isas; do
-        LOWRANK_ISA=$isa build/lowrank bench -m "$m" --dense "$m" --modes dense --prompt "$prompt" --gen "$gen" --reps 1 \
+        LOWRANK_ISA=$isa build/lowrank bench -m "$m" --dense "$m" --modes k-f16 --prompt "$prompt" --gen "$gen" --reps 1 \
           -t "$t" --json "$out/$tag.lowrank-$isa.json" >"$out/$tag.lowrank-$isa.txt" 2>/dev/null
       done
     done

@@ -19,7 +19,9 @@ struct ModelOptions {
   std::string device = "cpu";  // --device: cpu or cuda
   std::string wtype = "auto";  // --wtype: fast path weight type
   struct KeyCacheCli {
-    std::string type = "f32";
+    // --cache-type-k; empty: f16 on the CPU's fast path (as llama.cpp's
+    // default), f32 on the paths that keep f32 caches alone (--ref, --device cuda).
+    std::string type;
     std::string value_type;  // --cache-type-v; empty: f32 beside f32 keys, f16 beside the others
     int svdq_rank = 0;
     double svdq_energy = 0.95;
@@ -30,7 +32,8 @@ struct ModelOptions {
     int svdq_group = 32, svdq_min_fit = 64, kivi_window = 128;
     // --svdq-* and --kivi-window; --cache-type-k and -v too when with_type.
     void add_to(CLI::App& app, bool with_type);
-    kv::KeyCacheConfig config() const;
+    // fast_cpu: the path runs on the CPU's fast path (where the default is f16).
+    kv::KeyCacheConfig config(bool fast_cpu = false) const;
   } keys;
 
   void add_to(CLI::App& app, int default_ctx);

@@ -30,8 +30,8 @@ void ModelOptions::KeyCacheCli::add_to(CLI::App& app, bool with_type) {
   if (with_type) {
     app.add_option("--cache-type-k", type,
                    "key cache: f32, f16, q8_0, q4_0, q8_0-rot, q4_0-rot (Hadamard-rotated), kivi2 "
-                   "or svdq (docs/kv-cache.md)")
-        ->capture_default_str()
+                   "or svdq (docs/kv-cache.md; default: f16 on the CPU's fast path, f32 with --ref "
+                   "or --device cuda)")
         ->check(
             CLI::IsMember({"f32", "f16", "q8_0", "q4_0", "q8_0-rot", "q4_0-rot", "kivi2", "svdq"}));
     app.add_option("--cache-type-v", value_type,
@@ -51,9 +51,10 @@ void ModelOptions::KeyCacheCli::add_to(CLI::App& app, bool with_type) {
   app.add_option("--kivi-window", kivi_window, "kivi2: f16 tokens gathered before they are quantized (a multiple of 32)")->capture_default_str();
 }
 
-kv::KeyCacheConfig ModelOptions::KeyCacheCli::config() const {
+kv::KeyCacheConfig ModelOptions::KeyCacheCli::config(bool fast_cpu) const {
   kv::KeyCacheConfig k;
-  k.type = kv::parse_key_type(type);
+  k.type =
+      type.empty() ? (fast_cpu ? kv::KeyType::F16 : kv::KeyType::F32) : kv::parse_key_type(type);
   if (!value_type.empty()) k.value_type = kv::parse_value_type(value_type);
   k.svdq.rank = svdq_rank;
   k.svdq.energy = svdq_energy;
@@ -75,7 +76,7 @@ BackendOptions ModelOptions::backend_options() const {
   BackendOptions o;
   o.ctx = ctx;
   o.cpu.n_threads = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
-  o.keys = keys.config();
+  o.keys = keys.config(path() == ExecPath::Fast);
   return o;
 }
 

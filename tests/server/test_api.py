@@ -106,8 +106,10 @@ def test_stream_never_splits_a_character(server):
     chunks = [ch.choices[0].text for ch in client(server).completions.create(stream=True, **body) if ch.choices]
     text = full.choices[0].text
     assert "".join(chunks) == text and full.usage.completion_tokens == 12
-    assert sum(ord(ch) > 0x3000 for ch in text) >= 4 and "\ufffd" not in text
-    assert all("\ufffd" not in c for c in chunks)
+    # Only the end may hold a character cut short: the 12th token can stop inside one.
+    assert sum(ord(ch) > 0x3000 for ch in text) >= 4 and "\ufffd" not in text.rstrip("\ufffd")
+    said = [c for c in chunks if c]
+    assert all("\ufffd" not in c for c in said[:-1]) and "\ufffd" not in said[-1].rstrip("\ufffd")
 
 
 def test_completion_usage_counts_the_prompt_tokens(server):

@@ -63,9 +63,10 @@ inline void accumulate_block_any(float* acc, int d, float c, const float* p, con
 }
 
 // One head's online-softmax step over a block's scores sh[0, nb), which
-// become their weights exp(s - m): updates the running maximum m and sum l
-// and returns the factor the head's accumulated output is rescaled by.
-inline float block_weights(float* sh, int nb, float& m, float& l) {
+// become their weights exp(s - m), but for the weights' sum: updates the
+// running maximum m, rescales the running sum l, and returns the factor
+// the head's accumulated output is rescaled by.
+inline float block_exp(float* sh, int nb, float& m, float& l) {
   int b = 0;
   __m256 mx = _mm256_set1_ps(-INFINITY);
   for (; b + 8 <= nb; b += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(sh + b));
@@ -77,18 +78,52 @@ inline float block_weights(float* sh, int nb, float& m, float& l) {
     l *= c;
     m = bm;
   }
-  // The weights 8 at a time, summed lane by lane, then the lanes and the rest.
   const __m256 mh = _mm256_set1_ps(m);
-  __m256 sum = _mm256_setzero_ps();
-  for (b = 0; b + 8 <= nb; b += 8) {
-    const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(sh + b), mh));
-    _mm256_storeu_ps(sh + b, e);
-    sum = _mm256_add_ps(sum, e);
-  }
-  float total = hsum(sum);
-  for (; b < nb; ++b) total += sh[b] = std::exp(sh[b] - m);
+  for (b = 0; b + 8 <= nb; b += 8)
+    _mm256_storeu_ps(sh + b, exp_ps(_mm256_sub_ps(_mm256_loadu_ps(sh + b), mh)));
+  for (; b < nb; ++b) sh[b] = std::exp(sh[b] - m);
+  return c;
+}
+
+// block_exp, then the weights added to l one by one in order.
+inline float block_weights(float* sh, int nb, float& m, float& l) {
+  const float c = block_exp(sh, nb, m, l);
+  float total = 0.f;
+  for (int b = 0; b < nb; ++b) total += sh[b];
   l += total;
   return c;
+}
+
+// Rows r[0..8) as columns: r[j] = (r0[j], r1[j], ..., r7[j]).
+inline void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+// The sums block_weights takes, of 8 heads' weights w + h * lds [0, nb) (nb
+// a multiple of 8), a head a lane: the same additions in the same order.
+inline __m256 sums8_in_order(const float* w, int64_t lds, int nb) {
+  __m256 sum = _mm256_setzero_ps();
+  for (int b = 0; b < nb; b += 8) {
+    __m256 r[8];
+    for (int h = 0; h < 8; ++h) r[h] = _mm256_loadu_ps(w + h * lds + b);
+    transpose8(r);
+    for (int j = 0; j < 8; ++j) sum = _mm256_add_ps(sum, r[j]);
+  }
+  return sum;
 }
 
 // The tiles of attend_causal: a block of kB keys every row of the tile sees
@@ -125,28 +160,6 @@ void scores_of(int r0, const float* const* qr, int d, const float* K, int64_t st
   }
 }
 
-// Rows [r0, r0 + R), columns [col, col + 8W): acc = acc * c + sum_b w[b] V[b].
-template <int R, int W>
-void values_of(int r0, float* const* acc, const float* c, const float* const* w, const float* V,
-               int64_t stride, int nb, int col) {
-  __m256 a[R][W];
-  for (int r = 0; r < R; ++r) {
-    const __m256 cv = _mm256_set1_ps(c[r0 + r]);
-    for (int i = 0; i < W; ++i)
-      a[r][i] = _mm256_mul_ps(_mm256_loadu_ps(acc[r0 + r] + col + 8 * i), cv);
-  }
-  for (int b = 0; b < nb; ++b) {
-    __m256 v[W];
-    for (int i = 0; i < W; ++i) v[i] = _mm256_loadu_ps(V + b * stride + col + 8 * i);
-    for (int r = 0; r < R; ++r) {
-      const __m256 p = _mm256_set1_ps(w[r0 + r][b]);
-      for (int i = 0; i < W; ++i) a[r][i] = _mm256_fmadd_ps(p, v[i], a[r][i]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int i = 0; i < W; ++i) _mm256_storeu_ps(acc[r0 + r] + col + 8 * i, a[r][i]);
-}
-
 // Rows [0, R) by the kernel of `widest` rows while that many remain, then
 // by the one of the rest. F[k]: the kernel of k rows.
 using ScoresFn = void (*)(int, const float* const*, int, const float*, int64_t, int, float, float*);
@@ -159,9 +172,14 @@ inline void by_rows(const Fn* F, int widest, int R, A... a) {
   if (r < R) F[R - r](r, a...);
 }
 constexpr ScoresFn kScores[] = {nullptr, scores_of<1>, scores_of<2>, scores_of<3>};
-template <int W>
-constexpr ValuesFn kValues[] = {nullptr,         values_of<1, W>, values_of<2, W>, values_of<3, W>,
-                                values_of<4, W>, values_of<5, W>, values_of<6, W>};
+
+}  // namespace
+
+#define LR_TILE_BITS 256
+#include "backend/cpu/kernels/attention_tiles_isa.h"
+#undef LR_TILE_BITS
+
+namespace {
 
 void block_scores(const float* const* q, int R, int d, const float* K, int64_t stride, int nb,
                   float scale, float* s) {
@@ -169,9 +187,7 @@ void block_scores(const float* const* q, int R, int d, const float* K, int64_t s
 }
 void block_values(float* const* acc, const float* c, const float* const* w, int R, int d,
                   const float* V, int64_t stride, int nb) {
-  int col = 0;
-  for (; col + 16 <= d; col += 16) by_rows(kValues<2>, 6, R, acc, c, w, V, stride, nb, col);
-  if (col < d) by_rows(kValues<1>, 6, R, acc, c, w, V, stride, nb, col);
+  values_by_width(acc, c, w, R, d, V, stride, nb);
 }
 
 }  // namespace
@@ -222,34 +238,14 @@ void scores_of(int r0, const float* const* qr, int d, const float* K, int64_t st
   }
 }
 
-template <int R, int W>
-void values_of(int r0, float* const* acc, const float* c, const float* const* w, const float* V,
-               int64_t stride, int nb, int col) {
-  __m512 a[R][W];
-  for (int r = 0; r < R; ++r) {
-    const __m512 cv = _mm512_set1_ps(c[r0 + r]);
-    for (int i = 0; i < W; ++i)
-      a[r][i] = _mm512_mul_ps(_mm512_loadu_ps(acc[r0 + r] + col + 16 * i), cv);
-  }
-  for (int b = 0; b < nb; ++b) {
-    __m512 v[W];
-    for (int i = 0; i < W; ++i) v[i] = _mm512_loadu_ps(V + b * stride + col + 16 * i);
-    for (int r = 0; r < R; ++r) {
-      const __m512 p = _mm512_set1_ps(w[r0 + r][b]);
-      for (int i = 0; i < W; ++i) a[r][i] = _mm512_fmadd_ps(p, v[i], a[r][i]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int i = 0; i < W; ++i) _mm512_storeu_ps(acc[r0 + r] + col + 16 * i, a[r][i]);
-}
-
 constexpr ScoresFn kScores[] = {nullptr,      scores_of<1>, scores_of<2>, scores_of<3>,
                                 scores_of<4>, scores_of<5>, scores_of<6>};
-template <int W>
-constexpr ValuesFn kValues[] = {nullptr,         values_of<1, W>, values_of<2, W>, values_of<3, W>,
-                                values_of<4, W>, values_of<5, W>, values_of<6, W>};
 
 }  // namespace
+
+#define LR_TILE_BITS 512
+#include "backend/cpu/kernels/attention_tiles_isa.h"
+#undef LR_TILE_BITS
 
 void block_scores(const float* const* q, int R, int d, const float* K, int64_t stride, int nb,
                   float scale, float* s) {
@@ -257,11 +253,7 @@ void block_scores(const float* const* q, int R, int d, const float* K, int64_t s
 }
 void block_values(float* const* acc, const float* c, const float* const* w, int R, int d,
                   const float* V, int64_t stride, int nb) {
-  int col = 0;
-  for (; col + 64 <= d; col += 64) by_rows(kValues<4>, 6, R, acc, c, w, V, stride, nb, col);
-  if (d - col >= 48) by_rows(kValues<3>, 6, R, acc, c, w, V, stride, nb, col), col += 48;
-  if (d - col >= 32) by_rows(kValues<2>, 6, R, acc, c, w, V, stride, nb, col), col += 32;
-  if (d - col >= 16) by_rows(kValues<1>, 6, R, acc, c, w, V, stride, nb, col), col += 16;
+  const int col = values_by_width(acc, c, w, R, d, V, stride, nb);
   if (col < d) by_rows(cpu::kValues<1>, 6, R, acc, c, w, V, stride, nb, col);  // 8 columns
 }
 
@@ -296,7 +288,18 @@ void tile_block(RowTile& t, int d, const float* K, const float* V, int64_t strid
   }
   for (int r = 0; r < t.R; ++r) {
     w[r] = s + r * kB;
-    c[r] = block_weights(s + r * kB, kB, *t.m[r], *t.l[r]);
+    c[r] = block_exp(s + r * kB, kB, *t.m[r], *t.l[r]);
+  }
+  int r = 0;
+  for (; r + 8 <= t.R; r += 8) {  // the weights' sums, 8 row-heads at a time
+    alignas(32) float sum[8];
+    _mm256_store_ps(sum, sums8_in_order(s + r * kB, kB, kB));
+    for (int i = 0; i < 8; ++i) *t.l[r + i] += sum[i];
+  }
+  for (; r < t.R; ++r) {
+    float total = 0.f;
+    for (int b = 0; b < kB; ++b) total += s[r * kB + b];
+    *t.l[r] += total;
   }
   if (wide) {
     avx512::block_values(t.acc, c, w, t.R, d, V, stride, kB);

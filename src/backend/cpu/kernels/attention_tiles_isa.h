@@ -1,0 +1,90 @@
+// The weighted-value tile of attend_causal (attention_kernels.cpp), written
+// once and compiled once per register width: attention_kernels.cpp includes
+// this file in its AVX2 code with LR_TILE_BITS 256 and inside namespace
+// avx512, under the AVX-512 target pragma, with 512. Every lane gets the
+// same multiply and multiply-adds at either width, so both give the same
+// bits. (Internal linkage only, no includes: kernels_blocks_isa.h's reasons.)
+
+namespace {
+
+#if LR_TILE_BITS == 512
+using Vec = __m512;
+constexpr int kLanes = 16, kWidest = 4;  // a pass: 4 registers, 64 columns
+inline Vec vload(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+inline void vstore(float* p, Vec v) {
+  _mm512_storeu_ps(p, v);
+}
+inline Vec vset1(float x) {
+  return _mm512_set1_ps(x);
+}
+inline Vec vmul(Vec a, Vec b) {
+  return _mm512_mul_ps(a, b);
+}
+inline Vec vfmadd(Vec a, Vec b, Vec c) {
+  return _mm512_fmadd_ps(a, b, c);
+}
+#else
+using Vec = __m256;
+constexpr int kLanes = 8, kWidest = 2;  // a pass: 2 registers, 16 columns
+inline Vec vload(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+inline void vstore(float* p, Vec v) {
+  _mm256_storeu_ps(p, v);
+}
+inline Vec vset1(float x) {
+  return _mm256_set1_ps(x);
+}
+inline Vec vmul(Vec a, Vec b) {
+  return _mm256_mul_ps(a, b);
+}
+inline Vec vfmadd(Vec a, Vec b, Vec c) {
+  return _mm256_fmadd_ps(a, b, c);
+}
+#endif
+
+// Rows [r0, r0 + R), columns [col, col + W * kLanes): acc = acc * c + sum_b w[b] V[b].
+template <int R, int W>
+void values_of(int r0, float* const* acc, const float* c, const float* const* w, const float* V,
+               int64_t stride, int nb, int col) {
+  Vec a[R][W];
+  for (int r = 0; r < R; ++r) {
+    const Vec cv = vset1(c[r0 + r]);
+    for (int i = 0; i < W; ++i) a[r][i] = vmul(vload(acc[r0 + r] + col + kLanes * i), cv);
+  }
+  for (int b = 0; b < nb; ++b) {
+    Vec v[W];
+    for (int i = 0; i < W; ++i) v[i] = vload(V + b * stride + col + kLanes * i);
+    for (int r = 0; r < R; ++r) {
+      const Vec p = vset1(w[r0 + r][b]);
+      for (int i = 0; i < W; ++i) a[r][i] = vfmadd(p, v[i], a[r][i]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < W; ++i) vstore(acc[r0 + r] + col + kLanes * i, a[r][i]);
+}
+
+template <int W>
+constexpr ValuesFn kValues[] = {nullptr,         values_of<1, W>, values_of<2, W>, values_of<3, W>,
+                                values_of<4, W>, values_of<5, W>, values_of<6, W>};
+constexpr const ValuesFn* kValuesOfWidth[] = {nullptr, kValues<1>, kValues<2>, kValues<3>,
+                                              kValues<4>};
+
+// The weighted values of the tile's R rows, columns [col, d) in passes of
+// kWidest registers, then the whole registers left; returns the first
+// column left (d, or 8 columns short of it at 512 bits).
+int values_by_width(float* const* acc, const float* c, const float* const* w, int R, int d,
+                    const float* V, int64_t stride, int nb) {
+  int col = 0;
+  for (; col + kWidest * kLanes <= d; col += kWidest * kLanes)
+    by_rows(kValues<kWidest>, 6, R, acc, c, w, V, stride, nb, col);
+  if (const int W = (d - col) / kLanes; W > 0) {
+    by_rows(kValuesOfWidth[W], 6, R, acc, c, w, V, stride, nb, col);
+    col += W * kLanes;
+  }
+  return col;
+}
+
+}  // namespace
