@@ -188,25 +188,15 @@ class StreamSeq final : public SeqCache {
       return attend_keys_partial(ks.view_at(p), c_.values(l, h), q, g, r.begin, r.end, scale, m,
                                  sum, acc);
     }
-    // The call's own positions exact, the history from the stored form, all
-    // in the first part (a prompt's rows are not split).
-    const int hist = c_.stage_begin();
+    // A staged prompt's row, as attend_rows computes it, all in the first
+    // part (a prompt's rows are not split).
     if (chunk > 0)
       return attend_partial(q, g, hd_, nullptr, nullptr, hd_, 0, 0, scale, m, sum, acc);
-    attend_partial(q, g, hd_, c_.staged_key(l, h), c_.staged_value(l, h), hd_, 0, n - hist, scale,
-                   m, sum, acc);
-    if (hist == 0) return;
-    thread_local std::vector<float> m2, l2, acc2;
-    m2.resize(size_t(g));
-    l2.resize(size_t(g));
-    acc2.resize(size_t(g) * size_t(hd_));
-    attend_keys_partial(ks, c_.values(l, h), q, g, 0, hist, scale, m2.data(), l2.data(),
-                        acc2.data());
-    combine(g, hd_, m, sum, acc, m2.data(), l2.data(), acc2.data());
+    attend_rows(l, h, p, 1, q, 0, g, scale, {m, sum, acc, g, int64_t(g) * hd_});
   }
 
-  // A staged prompt's rows: its own positions in tiles, then each row's
-  // history from the stored form (the bits attend gives).
+  // A staged prompt's rows: the call's own positions exact, in tiles, then
+  // each row's history from the stored form.
   void attend_rows(int l, int h, int p0, int n, const float* q, int64_t q_stride, int g,
                    float scale, const RowPartials& out) const override {
     if (!c_.staging()) return SeqCache::attend_rows(l, h, p0, n, q, q_stride, g, scale, out);

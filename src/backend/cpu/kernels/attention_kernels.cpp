@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 
 #include "backend/cpu/kernels/kernels.h"
 #include "backend/cpu/kernels/kernels_simd.h"
@@ -335,6 +334,22 @@ void softmax_update(int g, int d, float* s, int64_t lds, int nb, const float* V,
   }
 }
 
+namespace {
+
+// One block of nb keys and values for g heads: scores, then the online
+// softmax step, kMaxG heads at a time.
+void heads_block(const float* q, int g, int d, const float* K, const float* V, int64_t stride,
+                 int nb, float scale, float* m, float* l, float* acc) {
+  alignas(32) float s[kMaxG * kB];
+  for (int h0 = 0; h0 < g; h0 += kMaxG) {
+    const int gg = std::min(kMaxG, g - h0);
+    scores_tile(q + int64_t(h0) * d, gg, d, K, stride, nb, scale, s, kB);
+    softmax_update(gg, d, s, kB, nb, V, stride, m + h0, l + h0, acc + int64_t(h0) * d);
+  }
+}
+
+}  // namespace
+
 void attend_partial(const float* q, int g, int d, const float* K, const float* V, int64_t stride,
                     int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc) {
   for (int h = 0; h < g; ++h) {
@@ -346,16 +361,9 @@ void attend_partial(const float* q, int g, int d, const float* K, const float* V
   // per block (not per key), exponentials 8 at a time, the weighted values
   // summed in registers (head_dim 64 and 128). The group's heads share each
   // block of keys and values while it is in cache.
-  alignas(32) float s[kMaxG * kB];
-  for (int h0 = 0; h0 < g; h0 += kMaxG) {
-    const int gg = std::min(kMaxG, g - h0);
-    const float* qg = q + int64_t(h0) * d;
-    for (int64_t jb = j0; jb < j1; jb += kB) {
-      const int nb = int(std::min<int64_t>(kB, j1 - jb));
-      scores_tile(qg, gg, d, K + jb * stride, stride, nb, scale, s, kB);
-      softmax_update(gg, d, s, kB, nb, V + jb * stride, stride, m + h0, l + h0, acc + int64_t(h0) * d);
-    }
-  }
+  for (int64_t jb = j0; jb < j1; jb += kB)
+    heads_block(q, g, d, K + jb * stride, V + jb * stride, stride,
+                int(std::min<int64_t>(kB, j1 - jb)), scale, m, l, acc);
 }
 
 int causal_tile_rows(int g) {
@@ -400,19 +408,12 @@ void attend_causal(const float* q, int64_t q_stride, int n, int64_t n0, int g, i
     tile_block(tile, d, K + jb * stride, V + jb * stride, stride, scale);
   // The diagonal: blocks some rows see in part (or not at all), row by row
   // as attend_partial computes them.
-  alignas(32) float s[kMaxG * kB];
   for (; jb < n0 + n - 1; jb += kB)
     for (int t = 0; t < n; ++t) {
       const int64_t seen = n0 + t - jb;
-      if (seen <= 0) continue;
-      const int nb = int(std::min<int64_t>(kB, seen));
-      for (int h0 = 0; h0 < g; h0 += kMaxG) {
-        const int gg = std::min(kMaxG, g - h0);
-        scores_tile(q + t * q_stride + int64_t(h0) * d, gg, d, K + jb * stride, stride, nb, scale,
-                    s, kB);
-        softmax_update(gg, d, s, kB, nb, V + jb * stride, stride, row_m(t) + h0, row_l(t) + h0,
-                       row_acc(t) + int64_t(h0) * d);
-      }
+      if (seen > 0)
+        heads_block(q + t * q_stride, g, d, K + jb * stride, V + jb * stride, stride,
+                    int(std::min<int64_t>(kB, seen)), scale, row_m(t), row_l(t), row_acc(t));
     }
 }
 
