@@ -122,15 +122,18 @@ void BM_matvec_q8_0(benchmark::State& st) {
   const int64_t rows = st.range(0), cols = st.range(1), nb = (cols + 31) / 32;
   auto w = randn(size_t(rows * cols), 7);
   std::vector<int8_t> q(size_t(rows * cols));
-  std::vector<float> s(size_t(rows * nb));
-  for (int64_t r = 0; r < rows; ++r) cpu::quantize_q8_row(&w[size_t(r * cols)], &q[size_t(r * cols)], &s[size_t(r * nb)], cols);
+  std::vector<float> sf(size_t(rows * nb));
+  for (int64_t r = 0; r < rows; ++r)
+    cpu::quantize_q8_row(&w[size_t(r * cols)], &q[size_t(r * cols)], &sf[size_t(r * nb)], cols);
+  std::vector<uint16_t> s;  // the weights' scales are f16 (model/weights.h)
+  for (float v : sf) s.push_back(lr::f32_to_f16(v));
   const auto x = randn(size_t(cols), 8);
   std::vector<float> y(static_cast<size_t>(rows));
   for (auto _ : st) {
     cpu::matvec_q8_0(q.data(), s.data(), x.data(), y.data(), cols, 0, rows);
     benchmark::DoNotOptimize(y.data());
   }
-  st.SetBytesProcessed(int64_t(st.iterations()) * (rows * cols + rows * nb * 4));
+  st.SetBytesProcessed(int64_t(st.iterations()) * (rows * cols + rows * nb * 2));
 }
 BENCHMARK(BM_matvec_q8_0)->Args({1536, 209})->Args({209, 1536})->Args({49152, 576})
     ->Args({8960, 96})->Args({96, 8960})->Args({1536, 64});  // a residual correction's U and V (the 1.5B)

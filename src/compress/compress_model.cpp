@@ -145,7 +145,7 @@ RankCandidate Compressor::candidate(const Matrix& w) const {
 void Compressor::check_factor_memory() const {
   auto held = [&](const CompressOptions& o, int64_t rows, int64_t cols) {  // a factor [rows, cols]
     const DType t = o.sequential ? DType::F32 : factor_storage_type(o.factor_type, cols);
-    return uint64_t(rows) * (t == DType::Q8_0 ? uint64_t(cols + 4 * q8_blocks(cols))
+    return uint64_t(rows) * (t == DType::Q8_0 ? uint64_t(cols + 2 * q8_blocks(cols))
                                               : *row_bytes(t, uint64_t(cols)));
   };
   uint64_t factor_bytes = 0;

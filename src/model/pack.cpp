@@ -74,7 +74,7 @@ void pack_group(Weights& w, Matrix Layer::*packed_field,
                     m.data_bytes());
         if (m.scales)
           std::memcpy(packed.scales.get() + r0 * q8_blocks(m.cols), m.scales.get(),
-                      size_t(m.rows * q8_blocks(m.cols)) * sizeof(float));
+                      size_t(m.rows * q8_blocks(m.cols)) * sizeof(uint16_t));
         views.push_back(packed.rows_view(r0, m.rows));
         r0 += m.rows;
       }

@@ -7,25 +7,23 @@
 #include <new>
 #include <set>
 #include <type_traits>
+#include <vector>
 
 #include "core/error.h"
 #include "core/half.h"
 
 namespace lr {
 
-void q8_0_row_from_blocks(const uint8_t* blocks, int64_t cols, int8_t* q, float* scales) {
+void q8_0_row_from_blocks(const uint8_t* blocks, int64_t cols, int8_t* q, uint16_t* scales) {
   for (int64_t b = 0; b < cols / 32; ++b) {
-    uint16_t d;
-    std::memcpy(&d, blocks + b * 34, 2);
-    scales[b] = f16_to_f32(d);
+    std::memcpy(scales + b, blocks + b * 34, 2);
     std::memcpy(q + b * 32, blocks + b * 34 + 2, 32);
   }
 }
 
-void q8_0_row_to_blocks(const int8_t* q, const float* scales, int64_t cols, uint8_t* blocks) {
+void q8_0_row_to_blocks(const int8_t* q, const uint16_t* scales, int64_t cols, uint8_t* blocks) {
   for (int64_t b = 0; b < cols / 32; ++b) {
-    const uint16_t d = f32_to_f16(scales[b]);
-    std::memcpy(blocks + b * 34, &d, 2);
+    std::memcpy(blocks + b * 34, scales + b, 2);
     std::memcpy(blocks + b * 34 + 2, q + b * 32, 32);
   }
 }
@@ -44,7 +42,8 @@ Matrix Matrix::allocate(DType dtype, int64_t rows, int64_t cols) {
   std::memset(p, 0, padded == 0 ? 64 : padded);
   m.data = std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
   if (dtype == DType::Q8_0)
-    m.scales = std::shared_ptr<float[]>(new float[size_t(std::max<int64_t>(rows * q8_blocks(cols), 1))]());
+    m.scales = std::shared_ptr<uint16_t[]>(
+        new uint16_t[size_t(std::max<int64_t>(rows * q8_blocks(cols), 1))]());
   return m;
 }
 
@@ -94,15 +93,15 @@ uint16_t* Matrix::half_mut() {
 uint64_t Matrix::data_bytes() const { return uint64_t(rows) * row_bytes(); }
 
 uint64_t Matrix::bytes() const {
-  return data_bytes() + (dtype == DType::Q8_0 ? uint64_t(rows) * uint64_t(q8_blocks(cols)) * 4 : 0);
+  return data_bytes() + (dtype == DType::Q8_0 ? uint64_t(rows) * uint64_t(q8_blocks(cols)) * 2 : 0);
 }
 
 void Matrix::row_to_f32(int64_t r, float* out) const {
   LR_ASSERT(r >= 0 && r < rows);
   if (dtype == DType::Q8_0) {
     const int8_t* q = q8() + r * cols;
-    const float* s = scales.get() + r * q8_blocks(cols);
-    for (int64_t c = 0; c < cols; ++c) out[c] = s[c / 32] * float(q[c]);
+    const uint16_t* s = scales.get() + r * q8_blocks(cols);
+    for (int64_t c = 0; c < cols; ++c) out[c] = f16_to_f32(s[c / 32]) * float(q[c]);
     return;
   }
   dequantize(dtype, data.get() + uint64_t(r) * row_bytes(), out, cols);
@@ -116,7 +115,7 @@ Matrix Matrix::rows_view(int64_t r0, int64_t n) const {
   m.cols = cols;
   // Aliasing constructors: share ownership of the whole buffers.
   m.data = std::shared_ptr<uint8_t[]>(data, data.get() + uint64_t(r0) * row_bytes());
-  if (scales) m.scales = std::shared_ptr<float[]>(scales, scales.get() + r0 * q8_blocks(cols));
+  if (scales) m.scales = std::shared_ptr<uint16_t[]>(scales, scales.get() + r0 * q8_blocks(cols));
   return m;
 }
 
@@ -126,8 +125,12 @@ void Matrix::set_row(int64_t r, const float* x) {
     quantize(dtype, x, data.get() + uint64_t(r) * row_bytes(), cols);
     return;
   }
-  quantize_q8_blocks(x, reinterpret_cast<int8_t*>(data.get()) + r * cols, scales.get() + r * q8_blocks(cols),
-                     cols);
+  // As GGUF's Q8_0 (llama.cpp's quantize_row_q8_0): values rounded against
+  // the f32 scale, the scale stored as f16.
+  std::vector<float> s(size_t(q8_blocks(cols)));
+  quantize_q8_blocks(x, reinterpret_cast<int8_t*>(data.get()) + r * cols, s.data(), cols);
+  uint16_t* d = scales.get() + r * q8_blocks(cols);
+  for (size_t b = 0; b < s.size(); ++b) d[b] = f32_to_f16(s[b]);
 }
 
 std::pair<int64_t, int64_t> slot_shape(const Config& c, Slot s) {
@@ -319,7 +322,8 @@ uint64_t matrix_bytes(DType t, int64_t rows, int64_t cols, int64_t row_pad) {
   const uint64_t ld = uint64_t((cols + row_pad - 1) / row_pad * row_pad);
   if (is_block_format(t)) return uint64_t(rows) * lr::row_bytes(t, ld).value_or(0);
   const uint64_t elem = t == DType::F32 ? 4 : t == DType::Q8_0 ? 1 : 2;
-  return uint64_t(rows) * ld * elem + (t == DType::Q8_0 ? uint64_t(rows) * uint64_t(q8_blocks(cols)) * 4 : 0);
+  return uint64_t(rows) * ld * elem +
+         (t == DType::Q8_0 ? uint64_t(rows) * uint64_t(q8_blocks(cols)) * 2 : 0);
 }
 
 uint64_t estimate_bytes(const std::vector<MatrixShape>& shapes, DType wtype, int64_t row_pad) {

@@ -20,25 +20,26 @@ namespace lr {
 // Storage is 64-byte aligned and shared (tied embeddings share it), or a
 // view of the model file's mapping (a block-format matrix used as stored).
 //
-// Q8_0 in memory: int8 values [rows, cols] in `data` and one f32 scale per
+// Q8_0 in memory: int8 values [rows, cols] in `data` and one f16 scale per
 // block of 32 values along each row in `scales` [rows, q8_blocks(cols)]
-// (value = scale * q; the last block of a row may be shorter). Unlike GGUF's
-// interleaved Q8_0 the scales are separate, so a row need not be a multiple
-// of 32 (low-rank factors U [out, rank] have any rank).
+// (value = scale * q; the last block of a row may be shorter): GGUF's 34
+// bytes per 32 values. Unlike GGUF's interleaved Q8_0 the scales are
+// separate, so a row need not be a multiple of 32 (low-rank factors U [out,
+// rank] have any rank).
 // A block format keeps GGUF's layout: each row is cols / block_elems blocks.
 inline int64_t q8_blocks(int64_t cols) { return (cols + 31) / 32; }
 // One row of GGUF's Q8_0 blocks (an f16 scale, then 32 int8 values; cols a
 // multiple of 32) to the in-memory layout (values q, scales apart) and back:
-// exact both ways for scales that came from f16.
-void q8_0_row_from_blocks(const uint8_t* blocks, int64_t cols, int8_t* q, float* scales);
-void q8_0_row_to_blocks(const int8_t* q, const float* scales, int64_t cols, uint8_t* blocks);
+// exact both ways.
+void q8_0_row_from_blocks(const uint8_t* blocks, int64_t cols, int8_t* q, uint16_t* scales);
+void q8_0_row_to_blocks(const int8_t* q, const uint16_t* scales, int64_t cols, uint8_t* blocks);
 
 struct Matrix {
   DType dtype = DType::F32;
   int64_t rows = 0;
   int64_t cols = 0;
   std::shared_ptr<uint8_t[]> data;
-  std::shared_ptr<float[]> scales;  // Q8_0 only
+  std::shared_ptr<uint16_t[]> scales;  // Q8_0 only: f16 bit patterns
   // (A backend's prepared forms of a matrix, the CPU's panels or the GPU's
   // device copy, belong to that backend, which finds them by the matrix's
   // address: backend/cpu/exec/cpu_weights.h, backend/cuda/device_weights.h.)

@@ -5,13 +5,14 @@
 
 #include <cmath>
 #include <cstring>
-#include <string>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/kernels/kernels.h"
 #include "backend/cpu/kernels/ref_kernels.h"
 #include "core/cpu_features.h"
+#include "core/half.h"
 #include "isa_util.h"
 
 namespace {
@@ -29,17 +30,19 @@ std::vector<float> rand_f32(size_t n, uint32_t seed) {
   return v;
 }
 
+// Weights as the runtime holds Q8_0 (model/weights.h): f16 scales.
 struct Q8 {
   std::vector<int8_t> q;
-  std::vector<float> s;
+  std::vector<uint16_t> s;
   int64_t nb;
 };
 
 Q8 quantize(const std::vector<float>& w, int64_t rows, int64_t cols) {
   Q8 m{std::vector<int8_t>(size_t(rows * cols)), {}, (cols + 31) / 32};
-  m.s.resize(size_t(rows * m.nb));
+  std::vector<float> s(size_t(rows * m.nb));
   for (int64_t r = 0; r < rows; ++r)
-    ref::quantize_q8_row(&w[size_t(r * cols)], &m.q[size_t(r * cols)], &m.s[size_t(r * m.nb)], cols);
+    ref::quantize_q8_row(&w[size_t(r * cols)], &m.q[size_t(r * cols)], &s[size_t(r * m.nb)], cols);
+  for (float v : s) m.s.push_back(lr::f32_to_f16(v));
   return m;
 }
 
@@ -152,7 +155,8 @@ TEST(Q8Kernels, MatmulEqualsDequantizedF32Product) {
     std::vector<float> deq(size_t(rows * cols));
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c)
-        deq[size_t(r * cols + c)] = m.s[size_t(r * m.nb + c / 32)] * m.q[size_t(r * cols + c)];
+        deq[size_t(r * cols + c)] =
+            lr::f16_to_f32(m.s[size_t(r * m.nb + c / 32)]) * m.q[size_t(r * cols + c)];
     const int64_t ldy = rows + 3;
     std::vector<float> Y(size_t(n * ldy), -1.f), Yr(size_t(n * ldy), -1.f);
     cpu::matmul_q8_0(m.q.data(), m.s.data(), X.data(), Y.data(), n, cols, cols, ldy, 2, rows);

@@ -172,17 +172,17 @@ TEST(Pivoted, OneRunWritesEachStorageAndFactorTypeAsItsOwnRunDoes) {
   EXPECT_EQ(f->get_ints("lowrank.pivots.blk.0.attn_q").size(), size_t(all[3].matrices[0].rank));
   // The outputs' factors must fit in memory until written: 4 outputs of the
   // tiny model take about 0.1 MB in f32 (attn_q alone at rank 16: 16 x 128 x 4 bytes per layer).
-  o.factor_memory = 50000;
+  o.factor_memory = 40000;
   LR_EXPECT_ERROR_HAS(error_of([&] { compress_model(dense, jobs, o); }),
                       "the 4 outputs' factors take about 0.");
   LR_EXPECT_ERROR_HAS(error_of([&] { compress_model(dense, jobs, o); }),
                       "write fewer at once (fewer --keep, --factor-type or --storage values)");
   // The estimate is the factors' bytes as compress holds them, as they will
-  // be stored (Q8_0: a byte per value and an f32 scale per 32; F16: 2 bytes
+  // be stored (Q8_0: a byte per value and an f16 scale per 32; F16: 2 bytes
   // a value): that limit lets output c through, one byte less refuses it.
   uint64_t need = 0;
   auto held = [](int64_t rows, int64_t cols) {
-    return uint64_t(rows) * uint64_t(cols % 32 == 0 ? cols + cols / 32 * 4 : 2 * cols);
+    return uint64_t(rows) * uint64_t(cols % 32 == 0 ? cols + cols / 32 * 2 : 2 * cols);
   };
   for (const MatrixReport& r : all[2].matrices)
     if (r.rank > 0) need += held(r.m, r.rank) + held(r.rank, r.n);

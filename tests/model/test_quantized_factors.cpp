@@ -131,8 +131,8 @@ TEST(QuantizedFactors, HeldAsStoredWritesTheSameBytes) {
         *x = as_stored_factor(*x, want);
         const DType st = factor_storage_type(want, x->cols);
         EXPECT_EQ(x->dtype, st);
-        // Q8_0 in memory: a byte per value and an f32 scale per 32; others as in the file.
-        const uint64_t row = st == DType::Q8_0 ? uint64_t(x->cols + x->cols / 32 * 4)
+        // Q8_0 in memory: a byte per value and an f16 scale per 32; others as in the file.
+        const uint64_t row = st == DType::Q8_0 ? uint64_t(x->cols + x->cols / 32 * 2)
                                                : *row_bytes(st, uint64_t(x->cols));
         EXPECT_EQ(x->bytes(), uint64_t(x->rows) * row);
         held_bytes += x->bytes();

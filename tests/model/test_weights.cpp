@@ -36,9 +36,9 @@ TEST(Weights, EstimateIsWhatTheLoaderAllocates) {
   EXPECT_EQ(matrix_shapes(c).size(),
             size_t(2 + 9 * c.n_layers));  // embedding, out_norm, 9 per layer
   EXPECT_EQ(estimate_bytes(matrix_shapes(c), DType::BF16), tied.weights->bytes());
-  // By hand for Q8_0: a [3, 40] matrix is 120 int8 values and 3 x 2 f32 scales;
+  // By hand for Q8_0: a [3, 40] matrix is 120 int8 values and 3 x 2 f16 scales;
   // padded to 8-element rows (the GPU's layout) as bf16: 3 x 48 x 2.
-  EXPECT_EQ(matrix_bytes(DType::Q8_0, 3, 40), 120u + 24u);
+  EXPECT_EQ(matrix_bytes(DType::Q8_0, 3, 40), 120u + 12u);
   EXPECT_EQ(matrix_bytes(DType::BF16, 3, 40, 8), 3u * 40 * 2);
   EXPECT_EQ(matrix_bytes(DType::BF16, 3, 41, 8), 3u * 48 * 2);
   // The CUDA memory plan's weights are this estimate at its row padding.

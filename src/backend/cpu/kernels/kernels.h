@@ -37,20 +37,20 @@ void matmul_bf16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t
 void matmul_f16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
                 int64_t ldx, int64_t ldy, int64_t r0, int64_t r1, MatmulPath path = MatmulPath::Any);
 
-// Q8_0 weights (model/weights.h: int8 W [rows, cols], f32 scales [rows,
+// Q8_0 weights (model/weights.h: int8 W [rows, cols], f16 scales [rows,
 // ceil(cols/32)], one per block of 32 along a row). x is quantized the same
 // way on the fly (quantize_q8_row) and every block is an integer dot
 // product: y[r] = sum_b sw[r, b] * sx[b] * sum_{c in b} W[r, c] * xq[c].
-void matvec_q8_0(const int8_t* W, const float* scales, const float* x, float* y, int64_t cols,
+void matvec_q8_0(const int8_t* W, const uint16_t* scales, const float* x, float* y, int64_t cols,
                  int64_t r0, int64_t r1);
 // Y[k, r] for k < n, each row k of X (rows ldx apart; Y rows ldy apart) as
 // matvec_q8_0 computes it alone, bit for bit: every input quantized once,
 // each block of rows read once for four inputs.
-void matvec_q8_0_n(const int8_t* W, const float* scales, const float* X, int64_t ldx, float* Y, int64_t ldy,
-                   int64_t n, int64_t cols, int64_t r0, int64_t r1);
+void matvec_q8_0_n(const int8_t* W, const uint16_t* scales, const float* X, int64_t ldx, float* Y,
+                   int64_t ldy, int64_t n, int64_t cols, int64_t r0, int64_t r1);
 // Prompt path: rows dequantized to f32 16 at a time, then matmul_f32 (x is
 // not quantized). Same arguments as matmul_f32 plus the scales.
-void matmul_q8_0(const int8_t* W, const float* scales, const float* X, float* Y, int64_t n,
+void matmul_q8_0(const int8_t* W, const uint16_t* scales, const float* X, float* Y, int64_t n,
                  int64_t cols, int64_t ldx, int64_t ldy, int64_t r0, int64_t r1,
                  MatmulPath path = MatmulPath::Any);
 // xq[c] = round(x[c] / sx[b]) with sx[b] = max |x[c in b]| / 127 (0 for an

@@ -65,7 +65,7 @@ namespace avx512vnni {
 }  // namespace avx512vnni
 LR_END_AVX512VNNI
 
-void matvec_q8_0(const int8_t* W, const float* scales, const float* x, float* y, int64_t cols,
+void matvec_q8_0(const int8_t* W, const uint16_t* scales, const float* x, float* y, int64_t cols,
                  int64_t r0, int64_t r1) {
   if (r1 <= r0) return;
   const int64_t nb = q8_blocks_of(cols), full = cols / 32;
@@ -83,8 +83,8 @@ void matvec_q8_0(const int8_t* W, const float* scales, const float* x, float* y,
     avx2::matvec_rows<1>(W, scales, xqs, sxs, &y, cols, r0, r1);
 }
 
-void matvec_q8_0_n(const int8_t* W, const float* scales, const float* X, int64_t ldx, float* Y, int64_t ldy,
-                   int64_t n, int64_t cols, int64_t r0, int64_t r1) {
+void matvec_q8_0_n(const int8_t* W, const uint16_t* scales, const float* X, int64_t ldx, float* Y,
+                   int64_t ldy, int64_t n, int64_t cols, int64_t r0, int64_t r1) {
   if (r1 <= r0 || n <= 0) return;
   const int64_t nb = q8_blocks_of(cols), full = cols / 32;
   int8_t* q = reinterpret_cast<int8_t*>(scratch(0, (n * nb * 32 + 3) / 4));
@@ -114,7 +114,7 @@ void matvec_q8_0_n(const int8_t* W, const float* scales, const float* X, int64_t
   }
 }
 
-void matmul_q8_0(const int8_t* W, const float* scales, const float* X, float* Y, int64_t n,
+void matmul_q8_0(const int8_t* W, const uint16_t* scales, const float* X, float* Y, int64_t n,
                  int64_t cols, int64_t ldx, int64_t ldy, int64_t r0, int64_t r1, MatmulPath path) {
   if (r1 <= r0 || n <= 0) return;
   const int64_t nb = q8_blocks_of(cols);
@@ -123,8 +123,12 @@ void matmul_q8_0(const int8_t* W, const float* scales, const float* X, float* Y,
     const int64_t nr = std::min(kDecodedRows, r1 - r);
     for (int64_t i = 0; i < nr; ++i) {
       const int8_t* q = W + (r + i) * cols;
-      const float* s = scales + (r + i) * nb;
-      for (int64_t c = 0; c < cols; ++c) panel[i * cols + c] = s[c / 32] * float(q[c]);
+      const uint16_t* s = scales + (r + i) * nb;
+      for (int64_t b = 0; b < nb; ++b) {
+        const float sb = _cvtsh_ss(s[b]);
+        for (int64_t c = b * 32; c < std::min(cols, b * 32 + 32); ++c)
+          panel[i * cols + c] = sb * float(q[c]);
+      }
     }
     // Y[t, r + i] = panel[i] . X[t]: the panel is a [nr, cols] f32 matrix.
     matmul_f32(panel, X, Y + r, n, cols, ldx, ldy, 0, nr, path);

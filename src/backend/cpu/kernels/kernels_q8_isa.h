@@ -20,6 +20,11 @@ inline __m256 dot32(__m256i w, __m256i x) {
 #endif
 }
 
+// A weight block's f16 scale as f32 (exact).
+inline float scale_of(uint16_t h) {
+  return _cvtsh_ss(h);
+}
+
 inline __m256i load32(const int8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
@@ -39,8 +44,9 @@ inline __m256i load_tail(const int8_t* p, int64_t n) {
 // rows of the same call follow); the bytes past the row meet xq's zero
 // padding.
 template <int T>
-inline void row_dot(const int8_t* w, const float* s, const int8_t* const* xq, const float* const* sx,
-                    int64_t full, int64_t tail, bool tail_over, __m256* out) {
+inline void row_dot(const int8_t* w, const uint16_t* s, const int8_t* const* xq,
+                    const float* const* sx, int64_t full, int64_t tail, bool tail_over,
+                    __m256* out) {
   __m256 a[T], b2[T];
   for (int t = 0; t < T; ++t) a[t] = b2[t] = _mm256_setzero_ps();
   int64_t b = 0;
@@ -53,8 +59,8 @@ inline void row_dot(const int8_t* w, const float* s, const int8_t* const* xq, co
   for (; b + 2 <= full; b += 2) {
     const __m512i w2 = _mm512_loadu_si512(w + b * 32), aw = _mm512_abs_epi8(w2);
     const __mmask64 neg = _mm512_movepi8_mask(w2);
-    // (unaligned 8-byte loads: the scales are 4-byte aligned)
-    const __m128 sw = _mm_castsi128_ps(_mm_loadu_si64(s + b));
+    // (an unaligned 4-byte load: the scales are 2-byte aligned)
+    const __m128 sw = _mm_cvtph_ps(_mm_loadu_si32(s + b));
     for (int t = 0; t < T; ++t) {
       // x * sign(w) (AVX-512 has no vpsignb; where w is 0 the product is 0 either way)
       const __m512i x2 = _mm512_loadu_si512(xq[t] + b * 32);
@@ -76,21 +82,23 @@ inline void row_dot(const int8_t* w, const float* s, const int8_t* const* xq, co
   for (; b + 2 <= full; b += 2) {
     const __m256i w0 = load32(w + b * 32), w1 = load32(w + b * 32 + 32);
     for (int t = 0; t < T; ++t) {
-      a[t] = _mm256_fmadd_ps(dot32(w0, load32(xq[t] + b * 32)), _mm256_set1_ps(s[b] * sx[t][b]), a[t]);
-      b2[t] = _mm256_fmadd_ps(dot32(w1, load32(xq[t] + b * 32 + 32)), _mm256_set1_ps(s[b + 1] * sx[t][b + 1]),
-                              b2[t]);
+      a[t] = _mm256_fmadd_ps(dot32(w0, load32(xq[t] + b * 32)),
+                             _mm256_set1_ps(scale_of(s[b]) * sx[t][b]), a[t]);
+      b2[t] = _mm256_fmadd_ps(dot32(w1, load32(xq[t] + b * 32 + 32)),
+                              _mm256_set1_ps(scale_of(s[b + 1]) * sx[t][b + 1]), b2[t]);
     }
   }
   if (b < full) {
     const __m256i w0 = load32(w + b * 32);
     for (int t = 0; t < T; ++t)
-      a[t] = _mm256_fmadd_ps(dot32(w0, load32(xq[t] + b * 32)), _mm256_set1_ps(s[b] * sx[t][b]), a[t]);
+      a[t] = _mm256_fmadd_ps(dot32(w0, load32(xq[t] + b * 32)),
+                             _mm256_set1_ps(scale_of(s[b]) * sx[t][b]), a[t]);
   }
   if (tail) {
     const __m256i wt = tail_over ? load32(w + full * 32) : load_tail(w + full * 32, tail);
     for (int t = 0; t < T; ++t)
-      b2[t] = _mm256_fmadd_ps(dot32(wt, load32(xq[t] + full * 32)), _mm256_set1_ps(s[full] * sx[t][full]),
-                              b2[t]);
+      b2[t] = _mm256_fmadd_ps(dot32(wt, load32(xq[t] + full * 32)),
+                              _mm256_set1_ps(scale_of(s[full]) * sx[t][full]), b2[t]);
   }
   for (int t = 0; t < T; ++t) out[t] = _mm256_add_ps(a[t], b2[t]);
 }
@@ -98,13 +106,13 @@ inline void row_dot(const int8_t* w, const float* s, const int8_t* const* xq, co
 // y[t][r] for r in [r0, r1) and T inputs quantized to xq[t], sx[t]
 // (zero-padded to whole blocks).
 template <int T>
-void matvec_rows(const int8_t* W, const float* scales, const int8_t* const* xq, const float* const* sx,
-                 float* const* y, int64_t cols, int64_t r0, int64_t r1) {
+void matvec_rows(const int8_t* W, const uint16_t* scales, const int8_t* const* xq,
+                 const float* const* sx, float* const* y, int64_t cols, int64_t r0, int64_t r1) {
   const int64_t nb = q8_blocks_of(cols), full = cols / 32, tail = cols - full * 32;
   int64_t r = r0;
   for (; r + 4 <= r1; r += 4) {
     const int8_t* w = W + r * cols;
-    const float* s = scales + r * nb;
+    const uint16_t* s = scales + r * nb;
     // The 4 rows four groups ahead into L2 (as kernels_blocks_isa.h).
     for (int64_t c = 0; c < 4 * cols; c += 64)
       _mm_prefetch(reinterpret_cast<const char*>(w + 16 * cols + c), _MM_HINT_T1);

@@ -115,7 +115,7 @@ void bf16_to_f32_row(const uint16_t* x, float* y, int64_t n) {
 // The twin of the AVX2 quantizer is the plain one of the weight layout.
 void quantize_q8_row(const float* x, int8_t* xq, float* sx, int64_t n) { quantize_q8_blocks(x, xq, sx, n); }
 
-void matvec_q8_0(const int8_t* W, const float* scales, const float* x, float* y, int64_t cols,
+void matvec_q8_0(const int8_t* W, const uint16_t* scales, const float* x, float* y, int64_t cols,
                  int64_t r0, int64_t r1) {
   const int64_t nb = (cols + 31) / 32;
   std::vector<int8_t> xq(static_cast<size_t>(cols));
@@ -126,7 +126,7 @@ void matvec_q8_0(const int8_t* W, const float* scales, const float* x, float* y,
     for (int64_t b = 0; b < nb; ++b) {
       int64_t dot = 0;
       for (int64_t c = b * 32; c < std::min(cols, b * 32 + 32); ++c) dot += int64_t(W[r * cols + c]) * xq[size_t(c)];
-      s += double(scales[r * nb + b]) * double(sx[size_t(b)]) * double(dot);
+      s += double(f16_to_f32(scales[r * nb + b])) * double(sx[size_t(b)]) * double(dot);
     }
     y[r] = float(s);
   }

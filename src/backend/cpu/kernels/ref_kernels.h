@@ -22,7 +22,7 @@ void matmul_bf16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t
 void matmul_f16(const uint16_t* W, const float* X, float* Y, int64_t n, int64_t cols,
                 int64_t ldx, int64_t ldy, int64_t r0, int64_t r1);
 
-void matvec_q8_0(const int8_t* W, const float* scales, const float* x, float* y, int64_t cols,
+void matvec_q8_0(const int8_t* W, const uint16_t* scales, const float* x, float* y, int64_t cols,
                  int64_t r0, int64_t r1);
 void quantize_q8_row(const float* x, int8_t* xq, float* sx, int64_t n);
 void matvec_blocks(DType t, const uint8_t* W, uint64_t rb, const float* x, float* y, int64_t cols, int64_t r0,
