@@ -106,7 +106,19 @@ Sampler::Verdict Sampler::verify(const float* logits, int n, const std::vector<i
 
 void Sampler::filter(const float* logits, int n, const std::vector<int32_t>& history,
                      size_t n_prompt, const uint8_t* allowed) {
-  LR_ASSERT(n_prompt <= history.size());
+  LR_ASSERT(n_prompt <= history.size() && n > 0);
+  const bool penalties = (p_.repeat_penalty != 1.f && p_.repeat_last_n != 0) ||
+                         p_.presence_penalty != 0.f || p_.frequency_penalty != 0.f;
+  if (p_.temperature <= 0 && !penalties && p_.logit_bias.empty() && !allowed) {
+    // Plain greedy: the largest logit, the lowest id among equals (as the
+    // candidates' order below), without building the candidates.
+    int best = 0;
+    for (int i = 1; i < n; ++i)
+      if (logits[i] > logits[best]) best = i;
+    cand_.assign(1, {logits[best], best});
+    pr_.assign(1, 1.0);
+    return;
+  }
   cand_.resize(size_t(n));
   for (int i = 0; i < n; ++i) cand_[size_t(i)] = {logits[i], i};
 

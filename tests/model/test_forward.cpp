@@ -252,6 +252,14 @@ TEST(Sampler, GreedyAndFilters) {
   g.temperature = 0;
   Sampler greedy(g);
   EXPECT_EQ(greedy.sample(l.data(), 5, {}), 1);
+  // Plain greedy skips the candidates; through them (a zero bias) it is the same token.
+  std::vector<float> last = {0.f, 3.f, 1.f, 3.f, 4.f};
+  EXPECT_EQ(greedy.sample(last.data(), 5, {}), 4);
+  SamplerParams gb = g;
+  gb.logit_bias = {{2, 0.f}};
+  Sampler biased(gb);
+  EXPECT_EQ(biased.sample(l.data(), 5, {}), 1);
+  EXPECT_EQ(biased.sample(last.data(), 5, {}), 4);
   // Repetition penalty demotes token 1 (3/2 = 1.5 < 3), so 3 wins.
   g.repeat_penalty = 2.f;
   Sampler pen(g);
