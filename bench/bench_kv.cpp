@@ -11,8 +11,9 @@
 #include <random>
 #include <vector>
 
-#include "core/half.h"
+#include "backend/cpu/kernels/attention_kernels.h"
 #include "backend/cpu/kernels/key_kernels.h"
+#include "core/half.h"
 
 namespace {
 
@@ -31,12 +32,14 @@ struct Streams {
   std::vector<std::unique_ptr<kv::KeyStream>> ks;
   std::vector<std::vector<uint8_t>> v;  // value rows of `vf`
   kv::RowFormat vf;
-  kv::Rows values(int i) const { return {v[size_t(i)].data(), vf, kv::row_bytes(vf.type, 64)}; }
+  int d = 64;
+  kv::Rows values(int i) const { return {v[size_t(i)].data(), vf, kv::row_bytes(vf.type, d)}; }
 };
 
-Streams make(kv::KeyType t, int64_t n, int count, kv::ValueType vt = kv::ValueType::F16) {
+Streams make(kv::KeyType t, int64_t n, int count, kv::ValueType vt = kv::ValueType::F16,
+             int d = 64) {
   Streams s;
-  const int d = 64;
+  s.d = d;
   kv::KeyCacheConfig c;
   c.type = t;
   const auto k = decaying_keys(n, d, 1);
@@ -116,5 +119,34 @@ BENCHMARK(BM_attend_keys_cold)
     ->Args({8192, 1, 0})
     ->Args({8192, 1, 2})
     ->Args({8192, 1, 3});
+
+// One decode row's attention at the group shapes of the real models (query
+// heads per KV head g, head_dim d): SmolLM2 3 x 64, Qwen2.5-Coder-0.5B 7 x
+// 64, -1.5B 6 x 128, Gemma 3 270M 4 x 256; keys and values f32 (range 3: 0)
+// or f16 (1), hot in cache; FLOP/s of the scores and weighted values.
+void BM_attend_decode(benchmark::State& st) {
+  const int64_t n = st.range(0);
+  const int g = int(st.range(1)), d = int(st.range(2));
+  const bool f16 = st.range(3) != 0;
+  Streams s = make(kv::KeyType::F16, n, 1, kv::ValueType::F16, d);
+  // f32: the dense cache's rows (backend/cpu/exec/seq_cache.h), as attend_partial reads them
+  const auto K = decaying_keys(n, d, 1), V = decaying_keys(n, d, 2);
+  std::vector<float> q(size_t(g) * size_t(d)), m(static_cast<size_t>(g)), l(m), acc(q.size());
+  for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(float(i));
+  for (auto _ : st) {
+    if (f16)
+      cpu::attend_keys_partial(*s.ks[0], s.values(0), q.data(), g, 0, n, 0.0625f, m.data(),
+                               l.data(), acc.data());
+    else
+      cpu::attend_partial(q.data(), g, d, K.data(), V.data(), d, 0, n, 0.0625f, m.data(), l.data(),
+                          acc.data());
+    benchmark::DoNotOptimize(acc.data());
+  }
+  st.counters["FLOP/s"] = benchmark::Counter(4.0 * g * d * double(n) * double(st.iterations()),
+                                             benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_attend_decode)->ArgsProduct({{2048}, {3, 7}, {64}, {0, 1}});
+BENCHMARK(BM_attend_decode)->ArgsProduct({{2048}, {6}, {128}, {0, 1}});
+BENCHMARK(BM_attend_decode)->ArgsProduct({{2048}, {4}, {256}, {0, 1}});
 
 }  // namespace

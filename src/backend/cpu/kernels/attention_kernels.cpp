@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "backend/cpu/kernels/kernels.h"
 #include "backend/cpu/kernels/kernels_simd.h"
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "core/half.h"
 
 namespace lr::cpu {
 
@@ -134,14 +136,24 @@ inline __m256 sums8_in_order(const float* w, int64_t lds, int nb) {
 constexpr int kB = 32;     // keys a block (attend_partial's)
 constexpr int kMaxG = 16;  // query heads attend_partial scores a block for at once
 
+// Eight elements of a key or value row as f32: f32 rows as stored, f16
+// rows converted (exactly), so both element types give the same bits for
+// the same values.
+inline __m256 row8(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+inline __m256 row8(const uint16_t* p) {
+  return load_f16x8(p);
+}
+
 // Rows [r0, r0 + R): scores of the block's keys four at a time.
-template <int R>
-void scores_of(int r0, const float* const* qr, int d, const float* K, int64_t stride, int nb,
+template <int R, typename E>
+void scores_of(int r0, const float* const* qr, int d, const E* K, int64_t stride, int nb,
                float scale, float* s) {
   const float* const* q = qr + r0;
   const __m128 sc = _mm_set1_ps(scale);
   for (int b = 0; b < nb; b += 4) {
-    const float* k = K + b * stride;
+    const E* k = K + b * stride;
     __m256 a[R][4];
     for (int r = 0; r < R; ++r)
       for (int i = 0; i < 4; ++i) a[r][i] = _mm256_setzero_ps();
@@ -149,7 +161,7 @@ void scores_of(int r0, const float* const* qr, int d, const float* K, int64_t st
       __m256 qv[R];
       for (int r = 0; r < R; ++r) qv[r] = _mm256_loadu_ps(q[r] + c);
       for (int i = 0; i < 4; ++i) {
-        const __m256 kv = _mm256_loadu_ps(k + i * stride + c);
+        const __m256 kv = row8(k + i * stride + c);
         for (int r = 0; r < R; ++r) a[r][i] = _mm256_fmadd_ps(kv, qv[r], a[r][i]);
       }
     }
@@ -161,16 +173,19 @@ void scores_of(int r0, const float* const* qr, int d, const float* K, int64_t st
 
 // Rows [0, R) by the kernel of `widest` rows while that many remain, then
 // by the one of the rest. F[k]: the kernel of k rows.
-using ScoresFn = void (*)(int, const float* const*, int, const float*, int64_t, int, float, float*);
-using ValuesFn = void (*)(int, float* const*, const float*, const float* const*, const float*,
-                          int64_t, int, int);
+template <typename E>
+using ScoresFn = void (*)(int, const float* const*, int, const E*, int64_t, int, float, float*);
+template <typename E>
+using ValuesFn = void (*)(int, float* const*, const float*, const float* const*, const E*, int64_t,
+                          int, int);
 template <typename Fn, typename... A>
 inline void by_rows(const Fn* F, int widest, int R, A... a) {
   int r = 0;
   for (; r + widest <= R; r += widest) F[widest](r, a...);
   if (r < R) F[R - r](r, a...);
 }
-constexpr ScoresFn kScores[] = {nullptr, scores_of<1>, scores_of<2>, scores_of<3>};
+template <typename E>
+constexpr ScoresFn<E> kScores[] = {nullptr, scores_of<1, E>, scores_of<2, E>, scores_of<3, E>};
 
 }  // namespace
 
@@ -180,12 +195,14 @@ constexpr ScoresFn kScores[] = {nullptr, scores_of<1>, scores_of<2>, scores_of<3
 
 namespace {
 
-void block_scores(const float* const* q, int R, int d, const float* K, int64_t stride, int nb,
+template <typename E>
+void block_scores(const float* const* q, int R, int d, const E* K, int64_t stride, int nb,
                   float scale, float* s) {
-  by_rows(kScores, 3, R, q, d, K, stride, nb, scale, s);
+  by_rows(kScores<E>, 3, R, q, d, K, stride, nb, scale, s);
 }
+template <typename E>
 void block_values(float* const* acc, const float* c, const float* const* w, int R, int d,
-                  const float* V, int64_t stride, int nb) {
+                  const E* V, int64_t stride, int nb) {
   values_by_width(acc, c, w, R, d, V, stride, nb);
 }
 
@@ -210,19 +227,18 @@ inline __m256 half(__m512 v) {
       _mm512_mask_extractf64x4_pd(_mm256_setzero_pd(), 0xf, _mm512_castps_pd(v), I));
 }
 
-template <int R>
-void scores_of(int r0, const float* const* qr, int d, const float* K, int64_t stride, int nb,
+template <int R, typename E>
+void scores_of(int r0, const float* const* qr, int d, const E* K, int64_t stride, int nb,
                float scale, float* s) {
   const float* const* q = qr + r0;
   const __m128 sc = _mm_set1_ps(scale);
   for (int b = 0; b < nb; b += 4) {
-    const float* k = K + b * stride;
+    const E* k = K + b * stride;
     __m512 a[R][2];
     for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm512_setzero_ps();
     for (int c = 0; c < d; c += 8) {
-      const __m512 k01 = pair(_mm256_loadu_ps(k + c), _mm256_loadu_ps(k + stride + c));
-      const __m512 k23 =
-          pair(_mm256_loadu_ps(k + 2 * stride + c), _mm256_loadu_ps(k + 3 * stride + c));
+      const __m512 k01 = pair(row8(k + c), row8(k + stride + c));
+      const __m512 k23 = pair(row8(k + 2 * stride + c), row8(k + 3 * stride + c));
       for (int r = 0; r < R; ++r) {
         const __m256 q8 = _mm256_loadu_ps(q[r] + c);
         const __m512 qv = pair(q8, q8);
@@ -237,8 +253,10 @@ void scores_of(int r0, const float* const* qr, int d, const float* K, int64_t st
   }
 }
 
-constexpr ScoresFn kScores[] = {nullptr,      scores_of<1>, scores_of<2>, scores_of<3>,
-                                scores_of<4>, scores_of<5>, scores_of<6>};
+template <typename E>
+constexpr ScoresFn<E> kScores[] = {nullptr,         scores_of<1, E>, scores_of<2, E>,
+                                   scores_of<3, E>, scores_of<4, E>, scores_of<5, E>,
+                                   scores_of<6, E>};
 
 }  // namespace
 
@@ -246,14 +264,16 @@ constexpr ScoresFn kScores[] = {nullptr,      scores_of<1>, scores_of<2>, scores
 #include "backend/cpu/kernels/attention_tiles_isa.h"
 #undef LR_TILE_BITS
 
-void block_scores(const float* const* q, int R, int d, const float* K, int64_t stride, int nb,
+template <typename E>
+void block_scores(const float* const* q, int R, int d, const E* K, int64_t stride, int nb,
                   float scale, float* s) {
-  by_rows(kScores, 6, R, q, d, K, stride, nb, scale, s);
+  by_rows(kScores<E>, 6, R, q, d, K, stride, nb, scale, s);
 }
+template <typename E>
 void block_values(float* const* acc, const float* c, const float* const* w, int R, int d,
-                  const float* V, int64_t stride, int nb) {
+                  const E* V, int64_t stride, int nb) {
   const int col = values_by_width(acc, c, w, R, d, V, stride, nb);
-  if (col < d) by_rows(cpu::kValues<1>, 6, R, acc, c, w, V, stride, nb, col);  // 8 columns
+  if (col < d) by_rows(cpu::kValues<1, E>, 6, R, acc, c, w, V, stride, nb, col);  // 8 columns
 }
 
 }  // namespace avx512
@@ -274,7 +294,8 @@ struct RowTile {
 // The online-softmax step of every row-head of the tile over one block of
 // 32 keys and values (f32 rows `stride` apart; d a multiple of 8): the bits
 // attend_partial's block gives each row-head.
-void tile_block(RowTile& t, int d, const float* K, const float* V, int64_t stride, float scale) {
+template <typename E>
+void tile_block(RowTile& t, int d, const E* K, const E* V, int64_t stride, float scale) {
   LR_ASSERT(t.R <= kCausalRowHeads && d % 8 == 0);
   alignas(32) float s[kCausalRowHeads * kB];  // row-head r's scores, then weights, at s + r * kB
   const float* w[kCausalRowHeads];
@@ -350,6 +371,62 @@ void heads_block(const float* q, int g, int d, const float* K, const float* V, i
 
 }  // namespace
 
+namespace {
+
+// Whether a block of nb keys goes through a tile: whole, head_dim a multiple
+// of 8, the group within a tile.
+bool tiled_block(int g, int d, int nb) {
+  return nb == kB && d % 8 == 0 && g <= kCausalRowHeads;
+}
+
+// A whole block: the g heads as the rows of one tile (attend_causal's
+// kernels, the same bits), each key and value loaded once for them all.
+template <typename E>
+void heads_tile(const float* q, int g, int d, const E* K, const E* V, int64_t stride, float scale,
+                float* m, float* l, float* acc) {
+  RowTile tile;
+  tile.R = g;
+  for (int h = 0; h < g; ++h) {
+    tile.q[h] = q + int64_t(h) * d;
+    tile.acc[h] = acc + int64_t(h) * d;
+    tile.m[h] = m + h;
+    tile.l[h] = l + h;
+  }
+  tile_block(tile, d, K, V, stride, scale);
+}
+
+}  // namespace
+
+void attend_block(const float* q, int g, int d, const float* K, const float* V, int64_t stride,
+                  int nb, float scale, float* m, float* l, float* acc) {
+  if (tiled_block(g, d, nb)) return heads_tile(q, g, d, K, V, stride, scale, m, l, acc);
+  heads_block(q, g, d, K, V, stride, nb, scale, m, l, acc);
+}
+
+void attend_block(const float* q, int g, int d, const uint16_t* K, const uint16_t* V,
+                  int64_t stride, int nb, float scale, float* m, float* l, float* acc) {
+  if (tiled_block(g, d, nb)) return heads_tile(q, g, d, K, V, stride, scale, m, l, acc);
+  // A part of a block: its rows as f32 (the same values), then the f32 step.
+  thread_local std::vector<float> k, v;
+  k.resize(size_t(nb) * size_t(d));
+  v.resize(k.size());
+  for (int b = 0; b < nb; ++b) {
+    f16_to_f32_row(K + b * stride, &k[size_t(b) * size_t(d)], d);
+    f16_to_f32_row(V + b * stride, &v[size_t(b) * size_t(d)], d);
+  }
+  heads_block(q, g, d, k.data(), v.data(), d, nb, scale, m, l, acc);
+}
+
+void prefetch_block(const void* K, const void* V, int64_t stride_bytes, int64_t row_bytes, int nb) {
+  const char* k = static_cast<const char*>(K);
+  const char* v = static_cast<const char*>(V);
+  for (int b = 0; b < nb; ++b)
+    for (int64_t o = 0; o < row_bytes; o += 64) {
+      _mm_prefetch(k + b * stride_bytes + o, _MM_HINT_T1);
+      _mm_prefetch(v + b * stride_bytes + o, _MM_HINT_T1);
+    }
+}
+
 void attend_partial(const float* q, int g, int d, const float* K, const float* V, int64_t stride,
                     int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc) {
   for (int h = 0; h < g; ++h) {
@@ -361,9 +438,13 @@ void attend_partial(const float* q, int g, int d, const float* K, const float* V
   // per block (not per key), exponentials 8 at a time, the weighted values
   // summed in registers (head_dim 64 and 128). The group's heads share each
   // block of keys and values while it is in cache.
-  for (int64_t jb = j0; jb < j1; jb += kB)
-    heads_block(q, g, d, K + jb * stride, V + jb * stride, stride,
-                int(std::min<int64_t>(kB, j1 - jb)), scale, m, l, acc);
+  for (int64_t jb = j0; jb < j1; jb += kB) {
+    if (jb + kB < j1)
+      prefetch_block(K + (jb + kB) * stride, V + (jb + kB) * stride, stride * 4, d * 4,
+                     int(std::min<int64_t>(kB, j1 - jb - kB)));
+    attend_block(q, g, d, K + jb * stride, V + jb * stride, stride,
+                 int(std::min<int64_t>(kB, j1 - jb)), scale, m, l, acc);
+  }
 }
 
 int causal_tile_rows(int g) {

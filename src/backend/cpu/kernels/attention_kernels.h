@@ -15,6 +15,18 @@ namespace lr::cpu {
 void attend_partial(const float* q, int g, int d, const float* K, const float* V, int64_t stride,
                     int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc);
 
+// One block of attend_partial: the online-softmax step of g heads over nb
+// <= 32 keys and values (rows `stride` elements apart), updating m, l and
+// acc; f16 rows give the bits of f32 rows holding the same values.
+void attend_block(const float* q, int g, int d, const float* K, const float* V, int64_t stride,
+                  int nb, float scale, float* m, float* l, float* acc);
+void attend_block(const float* q, int g, int d, const uint16_t* K, const uint16_t* V,
+                  int64_t stride, int nb, float scale, float* m, float* l, float* acc);
+
+// Rows [0, nb) of keys and values (row_bytes of each, stride_bytes apart)
+// toward L2: the next block's, while one block is computed.
+void prefetch_block(const void* K, const void* V, int64_t stride_bytes, int64_t row_bytes, int nb);
+
 // The two halves of one block of attend_partial, for callers whose keys are
 // not dense f32 rows (kv/attend_keys.h):
 // s[h * lds + b] = scale * q_h . K[b * stride] for h < g, b < nb;

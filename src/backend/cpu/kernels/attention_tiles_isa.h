@@ -13,6 +13,10 @@ constexpr int kLanes = 16, kWidest = 4;  // a pass: 4 registers, 64 columns
 inline Vec vload(const float* p) {
   return _mm512_loadu_ps(p);
 }
+inline Vec vload(const uint16_t* p) {              // f16 values, converted exactly
+  return _mm512_maskz_cvtph_ps(__mmask16(0xffff),  // (the masked form: GCC 12 warns of the other)
+                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
 inline void vstore(float* p, Vec v) {
   _mm512_storeu_ps(p, v);
 }
@@ -31,6 +35,9 @@ constexpr int kLanes = 8, kWidest = 2;  // a pass: 2 registers, 16 columns
 inline Vec vload(const float* p) {
   return _mm256_loadu_ps(p);
 }
+inline Vec vload(const uint16_t* p) {  // f16 values, converted exactly
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
 inline void vstore(float* p, Vec v) {
   _mm256_storeu_ps(p, v);
 }
@@ -45,9 +52,10 @@ inline Vec vfmadd(Vec a, Vec b, Vec c) {
 }
 #endif
 
-// Rows [r0, r0 + R), columns [col, col + W * kLanes): acc = acc * c + sum_b w[b] V[b].
-template <int R, int W>
-void values_of(int r0, float* const* acc, const float* c, const float* const* w, const float* V,
+// Rows [r0, r0 + R), columns [col, col + W * kLanes): acc = acc * c + sum_b w[b] V[b]
+// (value rows of f32 or f16).
+template <int R, int W, typename E>
+void values_of(int r0, float* const* acc, const float* c, const float* const* w, const E* V,
                int64_t stride, int nb, int col) {
   Vec a[R][W];
   for (int r = 0; r < R; ++r) {
@@ -66,22 +74,29 @@ void values_of(int r0, float* const* acc, const float* c, const float* const* w,
     for (int i = 0; i < W; ++i) vstore(acc[r0 + r] + col + kLanes * i, a[r][i]);
 }
 
-template <int W>
-constexpr ValuesFn kValues[] = {nullptr,         values_of<1, W>, values_of<2, W>, values_of<3, W>,
-                                values_of<4, W>, values_of<5, W>, values_of<6, W>};
-constexpr const ValuesFn* kValuesOfWidth[] = {nullptr, kValues<1>, kValues<2>, kValues<3>,
-                                              kValues<4>};
+template <int W, typename E>
+constexpr ValuesFn<E> kValues[] = {nullptr,
+                                   values_of<1, W, E>,
+                                   values_of<2, W, E>,
+                                   values_of<3, W, E>,
+                                   values_of<4, W, E>,
+                                   values_of<5, W, E>,
+                                   values_of<6, W, E>};
+template <typename E>
+constexpr const ValuesFn<E>* kValuesOfWidth[] = {nullptr, kValues<1, E>, kValues<2, E>,
+                                                 kValues<3, E>, kValues<4, E>};
 
 // The weighted values of the tile's R rows, columns [col, d) in passes of
 // kWidest registers, then the whole registers left; returns the first
 // column left (d, or 8 columns short of it at 512 bits).
+template <typename E>
 int values_by_width(float* const* acc, const float* c, const float* const* w, int R, int d,
-                    const float* V, int64_t stride, int nb) {
+                    const E* V, int64_t stride, int nb) {
   int col = 0;
   for (; col + kWidest * kLanes <= d; col += kWidest * kLanes)
-    by_rows(kValues<kWidest>, 6, R, acc, c, w, V, stride, nb, col);
+    by_rows(kValues<kWidest, E>, 6, R, acc, c, w, V, stride, nb, col);
   if (const int W = (d - col) / kLanes; W > 0) {
-    by_rows(kValuesOfWidth[W], 6, R, acc, c, w, V, stride, nb, col);
+    by_rows(kValuesOfWidth<E>[W], 6, R, acc, c, w, V, stride, nb, col);
     col += W * kLanes;
   }
   return col;

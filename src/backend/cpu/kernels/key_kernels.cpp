@@ -401,9 +401,43 @@ void attend_keys_partial(const kv::KeyView& view, const kv::Rows& V, const float
   kt.resize(size_t(T) * size_t(d));
   vt.resize(size_t(T) * size_t(d));
   if (latent) prepare_queries(ks, q, g, scale, prep.data());
+  const DType vt_type = V.fmt.type;
+  if (!latent && !ks.rotation() && !V.fmt.rot && ks.rows().fmt.type == DType::F16 &&
+      vt_type == DType::F16) {
+    // f16 keys and values (the CPU's default cache), read as stored by the
+    // dense kernel in attend_partial's blocks: the bits of f32 rows holding
+    // the same values
+    const auto* K = reinterpret_cast<const uint16_t*>(ks.rows().row(0));
+    const auto* Vh = reinterpret_cast<const uint16_t*>(V.row(0));
+    for (int64_t jb = j0; jb < j1; jb += 32) {
+      if (jb + 32 < j1)
+        prefetch_block(K + (jb + 32) * d, Vh + (jb + 32) * d, d * 2, d * 2,
+                       int(std::min<int64_t>(32, j1 - jb - 32)));
+      attend_block(q, g, d, K + jb * d, Vh + jb * d, d, int(std::min<int64_t>(32, j1 - jb)), scale,
+                   m, l, acc);
+    }
+    return;
+  }
+  const bool coded_keys =
+      latent ||
+      (d % 32 == 0 && (ks.rows().fmt.type == DType::Q8_0 || ks.rows().fmt.type == DType::Q4_0));
   for (int64_t jb = j0; jb < j1;) {
     const int64_t te = std::min(j1, (jb / T + 1) * T);
     const int nb = int(te - jb);
+    if (!coded_keys && (vt_type == DType::F32 || vt_type == DType::F16)) {
+      // f32 and f16 keys and values: a tile decoded, then the dense kernel
+      // (the bits of f32 rows holding the same values)
+      ks.decode_rows(jb, te, kt.data());
+      const float* vr = reinterpret_cast<const float*>(V.row(jb));
+      if (vt_type == DType::F16) {
+        for (int b = 0; b < nb; ++b)
+          kv::decode_row(vt_type, V.row(jb + b), d, &vt[size_t(b) * size_t(d)]);
+        vr = vt.data();
+      }
+      attend_block(q, g, d, kt.data(), vr, d, nb, scale, m, l, acc);
+      jb = te;
+      continue;
+    }
     if (latent && jb < blocks) {
       key_scores(ks, prep.data(), g, jb, std::min(te, blocks), s.data(), T);
       if (te > blocks) {  // a tile across the end of the blocks (block length < 32)
