@@ -417,16 +417,6 @@ void attend_block(const float* q, int g, int d, const uint16_t* K, const uint16_
   heads_block(q, g, d, k.data(), v.data(), d, nb, scale, m, l, acc);
 }
 
-void prefetch_block(const void* K, const void* V, int64_t stride_bytes, int64_t row_bytes, int nb) {
-  const char* k = static_cast<const char*>(K);
-  const char* v = static_cast<const char*>(V);
-  for (int b = 0; b < nb; ++b)
-    for (int64_t o = 0; o < row_bytes; o += 64) {
-      _mm_prefetch(k + b * stride_bytes + o, _MM_HINT_T1);
-      _mm_prefetch(v + b * stride_bytes + o, _MM_HINT_T1);
-    }
-}
-
 void attend_partial(const float* q, int g, int d, const float* K, const float* V, int64_t stride,
                     int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc) {
   for (int h = 0; h < g; ++h) {
@@ -438,13 +428,9 @@ void attend_partial(const float* q, int g, int d, const float* K, const float* V
   // per block (not per key), exponentials 8 at a time, the weighted values
   // summed in registers (head_dim 64 and 128). The group's heads share each
   // block of keys and values while it is in cache.
-  for (int64_t jb = j0; jb < j1; jb += kB) {
-    if (jb + kB < j1)
-      prefetch_block(K + (jb + kB) * stride, V + (jb + kB) * stride, stride * 4, d * 4,
-                     int(std::min<int64_t>(kB, j1 - jb - kB)));
+  for (int64_t jb = j0; jb < j1; jb += kB)
     attend_block(q, g, d, K + jb * stride, V + jb * stride, stride,
                  int(std::min<int64_t>(kB, j1 - jb)), scale, m, l, acc);
-  }
 }
 
 int causal_tile_rows(int g) {

@@ -23,10 +23,6 @@ void attend_block(const float* q, int g, int d, const float* K, const float* V, 
 void attend_block(const float* q, int g, int d, const uint16_t* K, const uint16_t* V,
                   int64_t stride, int nb, float scale, float* m, float* l, float* acc);
 
-// Rows [0, nb) of keys and values (row_bytes of each, stride_bytes apart)
-// toward L2: the next block's, while one block is computed.
-void prefetch_block(const void* K, const void* V, int64_t stride_bytes, int64_t row_bytes, int nb);
-
 // The two halves of one block of attend_partial, for callers whose keys are
 // not dense f32 rows (kv/attend_keys.h):
 // s[h * lds + b] = scale * q_h . K[b * stride] for h < g, b < nb;

@@ -409,13 +409,9 @@ void attend_keys_partial(const kv::KeyView& view, const kv::Rows& V, const float
     // the same values
     const auto* K = reinterpret_cast<const uint16_t*>(ks.rows().row(0));
     const auto* Vh = reinterpret_cast<const uint16_t*>(V.row(0));
-    for (int64_t jb = j0; jb < j1; jb += 32) {
-      if (jb + 32 < j1)
-        prefetch_block(K + (jb + 32) * d, Vh + (jb + 32) * d, d * 2, d * 2,
-                       int(std::min<int64_t>(32, j1 - jb - 32)));
+    for (int64_t jb = j0; jb < j1; jb += 32)
       attend_block(q, g, d, K + jb * d, Vh + jb * d, d, int(std::min<int64_t>(32, j1 - jb)), scale,
                    m, l, acc);
-    }
     return;
   }
   const bool coded_keys =
