@@ -3,10 +3,13 @@
 // (kv/row_codec.h): the online-softmax kernel of attention_kernels.h with the
 // scores taken from the stored form. SVDq and KIVI blocks are scored in
 // latent space (integer codes times per-block folded weights, three query
-// heads per pass); q8_0 and q4_0 keys from their codes in registers; f32 and
-// f16 keys and the f16 window decoded a tile at a time and scored densely.
-// Rotated keys are scored with a rotated query. f16, q8_0 and q4_0 values are
-// summed from registers, f32 ones as stored. Scalar twins:
+// heads per pass); q8_0 and q4_0 keys from their codes in registers; f16
+// keys beside f16 values (the CPU's default cache) read as stored by the
+// dense kernels (attention_kernels.h attend_block: the bits of f32 rows
+// holding the same values); other f32 and f16 keys and the f16 window
+// decoded a tile at a time and scored densely. Rotated keys are scored with
+// a rotated query. f16, q8_0 and q4_0 values are summed from registers, f32
+// ones as stored. Scalar twins:
 // KeyStream::reconstruct and kv::attend_keys_reference.
 #pragma once
 
