@@ -127,7 +127,8 @@ void Matrix::set_row(int64_t r, const float* x) {
   }
   // As GGUF's Q8_0 (llama.cpp's quantize_row_q8_0): values rounded against
   // the f32 scale, the scale stored as f16.
-  std::vector<float> s(size_t(q8_blocks(cols)));
+  thread_local std::vector<float> s;
+  s.resize(size_t(q8_blocks(cols)));
   quantize_q8_blocks(x, reinterpret_cast<int8_t*>(data.get()) + r * cols, s.data(), cols);
   uint16_t* d = scales.get() + r * q8_blocks(cols);
   for (size_t b = 0; b < s.size(); ++b) d[b] = f32_to_f16(s[b]);

@@ -292,8 +292,8 @@ struct RowTile {
 };
 
 // The online-softmax step of every row-head of the tile over one block of
-// 32 keys and values (f32 rows `stride` apart; d a multiple of 8): the bits
-// attend_partial's block gives each row-head.
+// 32 keys and values (f32 or f16 rows `stride` elements apart; d a multiple
+// of 8): the bits attend_partial's block gives each row-head.
 template <typename E>
 void tile_block(RowTile& t, int d, const E* K, const E* V, int64_t stride, float scale) {
   LR_ASSERT(t.R <= kCausalRowHeads && d % 8 == 0);

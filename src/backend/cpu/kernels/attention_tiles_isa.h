@@ -36,7 +36,7 @@ inline Vec vload(const float* p) {
   return _mm256_loadu_ps(p);
 }
 inline Vec vload(const uint16_t* p) {  // f16 values, converted exactly
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return load_f16x8(p);
 }
 inline void vstore(float* p, Vec v) {
   _mm256_storeu_ps(p, v);

@@ -388,19 +388,6 @@ void attend_keys_partial(const kv::KeyView& view, const kv::Rows& V, const float
   const bool latent = ks.latent();
   const int T =
       latent ? std::max(32, ks.block_tokens()) / ks.block_tokens() * ks.block_tokens() : 32;
-  // Per-thread scratch: prepared queries, scores, a decoded tile of keys and
-  // values, the queries rotated as the stored keys are.
-  thread_local std::vector<float> prep, s, kt, vt, qr;
-  if (ks.rotation()) {
-    qr.assign(q, q + int64_t(g) * d);
-    for (int h = 0; h < g; ++h) kv::hadamard(&qr[size_t(h) * size_t(d)], d, ks.rotation());
-    q = qr.data();
-  }
-  prep.resize(size_t(g) * size_t(key_prep_floats(ks)));
-  s.resize(size_t(g) * size_t(T));
-  kt.resize(size_t(T) * size_t(d));
-  vt.resize(size_t(T) * size_t(d));
-  if (latent) prepare_queries(ks, q, g, scale, prep.data());
   const DType vt_type = V.fmt.type;
   if (!latent && !ks.rotation() && !V.fmt.rot && ks.rows().fmt.type == DType::F16 &&
       vt_type == DType::F16) {
@@ -414,6 +401,19 @@ void attend_keys_partial(const kv::KeyView& view, const kv::Rows& V, const float
                    m, l, acc);
     return;
   }
+  // Per-thread scratch: prepared queries, scores, a decoded tile of keys and
+  // values, the queries rotated as the stored keys are.
+  thread_local std::vector<float> prep, s, kt, vt, qr;
+  if (ks.rotation()) {
+    qr.assign(q, q + int64_t(g) * d);
+    for (int h = 0; h < g; ++h) kv::hadamard(&qr[size_t(h) * size_t(d)], d, ks.rotation());
+    q = qr.data();
+  }
+  prep.resize(size_t(g) * size_t(key_prep_floats(ks)));
+  s.resize(size_t(g) * size_t(T));
+  kt.resize(size_t(T) * size_t(d));
+  vt.resize(size_t(T) * size_t(d));
+  if (latent) prepare_queries(ks, q, g, scale, prep.data());
   const bool coded_keys =
       latent ||
       (d % 32 == 0 && (ks.rows().fmt.type == DType::Q8_0 || ks.rows().fmt.type == DType::Q4_0));
