@@ -61,14 +61,16 @@ std::vector<std::string> split_keys(const std::string& s) {
 void print_slot_cache(const Config& c, const BackendOptions& bo, int step_tokens, uint64_t bytes) {
   if (bytes == 0) return;
   std::fprintf(stderr, "lowrank serve: KV cache %.1f MiB a slot", double(bytes) / (1 << 20));
-  const kv::DenseLayout all = kv::DenseLayout::of(c, bo.ctx, step_tokens);
+  const int elem = bo.keys.ring_elem_bytes();
+  const kv::DenseLayout all = kv::DenseLayout::of(c, bo.ctx, step_tokens, false, elem);
   if (all.max_ring() > 0) {
     const bool compressed = !bo.keys.dense();
+    const char* type = elem == 2 ? "f16" : "f32";
     std::fprintf(stderr,
-                 ": the sliding-window layers keep f32 rings of 2 x %d positions%s (%.1f MiB a "
-                 "slot with the whole context in f32)",
-                 all.max_ring(), compressed ? ", the full layers the typed cache" : "",
-                 double(all.full_bytes()) / (1 << 20));
+                 ": the sliding-window layers keep %s rings of 2 x %d positions%s (%.1f MiB a "
+                 "slot with the whole context in %s)",
+                 type, all.max_ring(), compressed ? ", the full layers the typed cache" : "",
+                 double(all.full_bytes()) / (1 << 20), type);
   }
   std::fprintf(stderr, "\n");
 }

@@ -52,5 +52,7 @@ uint16_t f32_to_f16(float f);
 
 // out[i] = f16_to_f32(h[i]) for i < n (F16C, 8 at a time; exact, subnormals included).
 void f16_to_f32_row(const uint16_t* h, float* out, int64_t n);
+// h[i] = f32_to_f16(x[i]) for i < n (F16C, 8 at a time; round to nearest even).
+void f32_to_f16_row(const float* x, uint16_t* h, int64_t n);
 
 }  // namespace lr

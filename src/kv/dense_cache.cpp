@@ -1,15 +1,21 @@
 #include "kv/dense_cache.h"
 
+#include <type_traits>
+
 #include "core/error.h"
+#include "core/half.h"
 
 namespace lr::kv {
 
-DenseLayout DenseLayout::of(const Config& c, int ctx, int rows, bool windowed_only) {
+DenseLayout DenseLayout::of(const Config& c, int ctx, int rows, bool windowed_only,
+                            int elem_bytes) {
+  LR_ASSERT(elem_bytes == 4 || elem_bytes == 2);
   DenseLayout d;
   d.n_kv_heads = c.n_kv_heads;
   d.head_dim = c.head_dim;
   d.ctx = ctx;
   d.window = c.swa_window;
+  d.elem_bytes = elem_bytes;
   d.ring.assign(size_t(c.n_layers), 0);
   const int ring = c.swa_window + std::max(rows, 1) - 1;
   for (int l = 0; l < c.n_layers; ++l)
@@ -23,35 +29,47 @@ DenseLayout DenseLayout::of(const Config& c, int ctx, int rows, bool windowed_on
 uint64_t DenseLayout::bytes() const {
   uint64_t slots_all = 0;
   for (size_t l = 0; l < ring.size(); ++l) slots_all += uint64_t(slots(int(l)));
-  return 2 * slots_all * uint64_t(n_kv_heads) * uint64_t(head_dim) * sizeof(float);
+  return 2 * slots_all * uint64_t(n_kv_heads) * uint64_t(head_dim) * uint64_t(elem_bytes);
 }
 
 uint64_t DenseLayout::full_bytes() const {
   return 2 * uint64_t(ring.size()) * uint64_t(ctx) * uint64_t(n_kv_heads) * uint64_t(head_dim) *
-         sizeof(float);
+         uint64_t(elem_bytes);
 }
 
-DenseCache::DenseCache(DenseLayout layout) : layout_(std::move(layout)) {
+template <typename E>
+DenseCacheOf<E>::DenseCacheOf(DenseLayout layout) : layout_(std::move(layout)) {
+  LR_ASSERT(size_t(layout_.elem_bytes) == sizeof(E));
   size_t n = 0;
   for (size_t l = 0; l < layout_.ring.size(); ++l) {
     base_.push_back(n);
     n += size_t(layout_.slots(int(l))) * size_t(layout_.n_kv_heads) * size_t(layout_.head_dim);
   }
-  k_.assign(n, 0.f);
-  v_.assign(n, 0.f);
+  k_.assign(n, E(0));
+  v_.assign(n, E(0));
 }
 
-void DenseCache::put(bool value, int l, int h, int p, int64_t off, const float* x, int64_t n) {
+template <typename E>
+template <typename Src>
+void DenseCacheOf<E>::store(std::vector<E>& to, int l, size_t s, const Src* x, int64_t n) {
   LR_ASSERT(layout_.held(l));
-  std::vector<float>& to = value ? v_ : k_;
-  const size_t s = slot(l, h, p) + size_t(off);
-  std::copy_n(x, n, &to[s]);
+  E* d = &to[s];
+  if constexpr (std::is_same_v<E, Src>)
+    std::copy_n(x, n, d);
+  else
+    f32_to_f16_row(x, d, n);
   if (const int r = layout_.ring[size_t(l)]; r > 0)  // the mirror, a ring further on
-    std::copy_n(x, n, &to[s + size_t(r) * size_t(layout_.head_dim)]);
+    std::copy_n(d, n, d + size_t(r) * size_t(layout_.head_dim));
 }
 
-void DenseCache::append(int l, int h, int pos, const float* k, const float* v, int n,
-                        int64_t stride) {
+template <typename E>
+void DenseCacheOf<E>::put(bool value, int l, int h, int p, int64_t off, const float* x, int64_t n) {
+  store(value ? v_ : k_, l, slot(l, h, p) + size_t(off), x, n);
+}
+
+template <typename E>
+void DenseCacheOf<E>::append(int l, int h, int pos, const float* k, const float* v, int n,
+                             int64_t stride) {
   const int hd = layout_.head_dim;
   for (int t = 0; t < n; ++t) {
     put(false, l, h, pos + t, 0, k + t * stride, hd);
@@ -59,7 +77,15 @@ void DenseCache::append(int l, int h, int pos, const float* k, const float* v, i
   }
 }
 
-int DenseCache::rewindable(int n_past, int n) const {
+template <typename E>
+void DenseCacheOf<E>::copy(const DenseCacheOf& from, int l, int h, int p) {
+  const int hd = layout_.head_dim;
+  store(k_, l, slot(l, h, p), from.key(l, h, p), hd);
+  store(v_, l, slot(l, h, p), from.value(l, h, p), hd);
+}
+
+template <typename E>
+int DenseCacheOf<E>::rewindable(int n_past, int n) const {
   LR_ASSERT(0 <= n && n <= n_past);
   for (size_t l = 0; l < layout_.ring.size(); ++l) {
     // A query at n attends to the held positions from n - window + 1 on; the
@@ -69,5 +95,8 @@ int DenseCache::rewindable(int n_past, int n) const {
   }
   return n;
 }
+
+template class DenseCacheOf<float>;
+template class DenseCacheOf<uint16_t>;
 
 }  // namespace lr::kv

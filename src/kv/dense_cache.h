@@ -1,6 +1,6 @@
-// The dense KV cache of a session: post-RoPE f32 keys and values,
-// head-major: the keys of one KV head of one layer are contiguous
-// [positions, head_dim], so attention streams them.
+// The dense KV cache of a session: post-RoPE keys and values, f32 (or f16,
+// the rings beside a typed cache: KeyCacheConfig::ring_elem_bytes), head-major: the keys of one KV
+// head of one layer are contiguous [positions, head_dim], so attention streams them.
 //
 // A layer attends to the whole context, or (a sliding-window layer) to its
 // last `window` positions. A full layer keeps every position of the context.
@@ -24,12 +24,15 @@ namespace lr::kv {
 
 struct DenseLayout {
   int n_kv_heads = 0, head_dim = 0, ctx = 0, window = 0;
+  int elem_bytes = 4;  // 4: f32, 2: f16 keys and values
   static constexpr int kNotHeld = -1;
   std::vector<int> ring;  // [n_layers] 0: the whole context; kNotHeld; else the ring's positions
 
   // The layout for config c, a context of ctx positions and calls of at most
-  // rows tokens; windowed_only: the full layers are not held.
-  static DenseLayout of(const Config& c, int ctx, int rows, bool windowed_only = false);
+  // rows tokens; windowed_only: the full layers are not held; elem_bytes 4
+  // (f32) or 2 (f16).
+  static DenseLayout of(const Config& c, int ctx, int rows, bool windowed_only = false,
+                        int elem_bytes = 4);
   // Slots of one KV head of layer l (a ring's are mirrored).
   int64_t slots(int l) const {
     const int r = ring[size_t(l)];
@@ -40,22 +43,24 @@ struct DenseLayout {
   int max_ring() const {
     return ring.empty() ? 0 : std::max(0, *std::max_element(ring.begin(), ring.end()));
   }
-  // Bytes of the f32 keys and values.
+  // Bytes of the keys and values.
   uint64_t bytes() const;
-  // Bytes a cache of the whole context in every layer would take.
+  // Bytes a cache of the whole context in every layer would take (same type).
   uint64_t full_bytes() const;
 };
 
-class DenseCache {
+// E: float (f32) or uint16_t (f16, rounded to nearest even as it is put).
+template <typename E>
+class DenseCacheOf {
  public:
-  explicit DenseCache(DenseLayout layout);
+  explicit DenseCacheOf(DenseLayout layout);
 
   // Position p of KV head h in layer l; from there on a window's positions
-  // follow one another (head_dim floats apart).
-  float* key(int l, int h, int p) { return &k_[slot(l, h, p)]; }
-  float* value(int l, int h, int p) { return &v_[slot(l, h, p)]; }
-  const float* key(int l, int h, int p) const { return &k_[slot(l, h, p)]; }
-  const float* value(int l, int h, int p) const { return &v_[slot(l, h, p)]; }
+  // follow one another (head_dim elements apart).
+  E* key(int l, int h, int p) { return &k_[slot(l, h, p)]; }
+  E* value(int l, int h, int p) { return &v_[slot(l, h, p)]; }
+  const E* key(int l, int h, int p) const { return &k_[slot(l, h, p)]; }
+  const E* value(int l, int h, int p) const { return &v_[slot(l, h, p)]; }
   int head_dim() const { return layout_.head_dim; }
   const DenseLayout& layout() const { return layout_; }
 
@@ -64,11 +69,13 @@ class DenseCache {
   // Writes the keys and values of KV head h at positions [pos, pos + n)
   // (rows `stride` floats apart).
   void append(int l, int h, int pos, const float* k, const float* v, int n, int64_t stride);
+  // Position p's key and value of KV head h in layer l as `from` holds them.
+  void copy(const DenseCacheOf& from, int l, int h, int p);
   // The largest m <= n such that, after positions [m, n_past) are dropped,
   // every position a query at m attends to is still held: n itself, or 0
   // where a ring has overwritten part of that window.
   int rewindable(int n_past, int n) const;
-  uint64_t bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
+  uint64_t bytes() const { return (k_.size() + v_.size()) * sizeof(E); }
 
  private:
   size_t slot(int l, int h, int p) const {
@@ -76,9 +83,15 @@ class DenseCache {
     return base_[size_t(l)] + size_t(h) * size_t(layout_.slots(l)) * size_t(layout_.head_dim) +
            size_t(r > 0 ? p % r : p) * size_t(layout_.head_dim);
   }
+  // Stores n elements at slot s and, in a ring, at its mirror.
+  template <typename Src>
+  void store(std::vector<E>& to, int l, size_t s, const Src* x, int64_t n);
   DenseLayout layout_;
-  std::vector<size_t> base_;  // [n_layers] first float of each layer
-  std::vector<float> k_, v_;
+  std::vector<size_t> base_;  // [n_layers] first element of each layer
+  std::vector<E> k_, v_;
 };
+
+using DenseCache = DenseCacheOf<float>;
+using DenseCacheF16 = DenseCacheOf<uint16_t>;
 
 }  // namespace lr::kv

@@ -94,6 +94,13 @@ struct KeyCacheConfig {
   }
   // Keys and values both f32: the dense cache (no stream, no encoding).
   bool dense() const { return type == KeyType::F32 && values() == ValueType::F32; }
+  // Keys and values both f16 (the CPU's default cache): held as the dense
+  // cache holds f32 rows (kv/dense_cache.h), rounded as they are put.
+  bool half() const { return type == KeyType::F16 && values() == ValueType::F16; }
+  // Bytes per value of the dense rings that hold a sliding-window layer's
+  // keys and values beside this cache (kv/dense_cache.h): 2 (f16, as the
+  // default cache holds them) unless the keys or the values are f32.
+  int ring_elem_bytes() const { return type == KeyType::F32 || values() == ValueType::F32 ? 4 : 2; }
   // Throws lr::Error naming the type and head_dim where blocks of 32 do not
   // divide head_dim, and for bad KIVI or SVDq settings.
   void validate(int head_dim) const;

@@ -96,6 +96,28 @@ TEST(DType, F16RowWideningIsExactForEveryValue) {
   }
 }
 
+// The row narrowing (F16C, 8 at a time) against the scalar conversion: every
+// finite f16 value, the midpoint between it and the next (ties to even),
+// past the largest (to infinity) and below the smallest subnormal (to zero),
+// at an odd length so the tail runs too.
+TEST(DType, F16RowNarrowingRoundsAsTheScalarConversion) {
+  std::vector<float> x;
+  for (uint32_t i = 0; i < 0x7bff; ++i) {
+    const float a = f16_to_f32(uint16_t(i)), b = f16_to_f32(uint16_t(i + 1));
+    x.insert(x.end(), {a, -a, a + (b - a) / 2, -(a + (b - a) / 2)});
+  }
+  x.insert(x.end(), {65520.f, 1e6f, -1e6f, 1e-9f, -1e-9f, INFINITY});
+  std::vector<uint16_t> h(x.size());
+  f32_to_f16_row(x.data(), h.data(), int64_t(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(h[i], f32_to_f16(x[i])) << x[i];
+  uint16_t one[3];
+  const float ties[3] = {1.f + 0x1p-11f, 1.f + 0x3p-11f, 65520.f};
+  f32_to_f16_row(ties, one, 3);
+  EXPECT_EQ(one[0], 0x3c00);  // 1 + half an ulp: to even, 1
+  EXPECT_EQ(one[1], 0x3c02);  // 1 + 1.5 ulp: to even, 1 + 2 ulp
+  EXPECT_EQ(one[2], 0x7c00);  // past 65504 by half an ulp: infinity
+}
+
 // x_j = j - 16: amax 16, d = 16/127 -> f16 0x3008 (0.1259765625).
 TEST(DType, Q8_0KnownBlock) {
   std::vector<float> x(32);

@@ -12,6 +12,7 @@
 
 #include "backend/cpu/kernels/attention_kernels.h"
 #include "backend/cpu/kernels/ref_kernels.h"
+#include "core/half.h"
 #include "isa_util.h"
 
 namespace {
@@ -111,7 +112,8 @@ TEST(AttentionKernels, OneKeyReturnsItsValue) {
 // tiles of rows over whole blocks, the diagonal row by row, head sizes on
 // and off the tiled path (not a multiple of 8), groups larger than a tile,
 // prompts starting inside and at the edge of a block, more rows than a tile;
-// on every instruction-set path of the host.
+// on every instruction-set path of the host. f16 rows give the bits of f32
+// rows holding their values.
 TEST(AttentionKernels, CausalRowsAreEachRowsOwnBits) {
   struct C {
     int d, g;
@@ -151,6 +153,21 @@ TEST(AttentionKernels, CausalRowsAreEachRowsOwnBits) {
             // The padding between rows is left alone.
             for (int64_t h = cs.g; h < ml && t + 1 < n; ++h) EXPECT_EQ(m[size_t(at + h)], 9.f);
           }
+          // f16 keys and values (the default cache): the bits of f32 rows
+          // holding the same values.
+          std::vector<uint16_t> Kh(K.size()), Vh(V.size());
+          lr::f32_to_f16_row(K.data(), Kh.data(), int64_t(K.size()));
+          lr::f32_to_f16_row(V.data(), Vh.data(), int64_t(V.size()));
+          lr::f16_to_f32_row(Kh.data(), K.data(), int64_t(K.size()));
+          lr::f16_to_f32_row(Vh.data(), V.data(), int64_t(V.size()));
+          std::vector<float> hm(m.size(), 9.f), hl(hm), hacc(acc.size(), 9.f);
+          cpu::attend_causal(q.data(), q_stride, n, n0, cs.g, cs.d, Kh.data(), Vh.data(), stride,
+                             scale, hm.data(), hl.data(), hacc.data(), ml);
+          cpu::attend_causal(q.data(), q_stride, n, n0, cs.g, cs.d, K.data(), V.data(), stride,
+                             scale, m.data(), l.data(), acc.data(), ml);
+          EXPECT_EQ(0, std::memcmp(hm.data(), m.data(), m.size() * 4));
+          EXPECT_EQ(0, std::memcmp(hl.data(), l.data(), l.size() * 4));
+          EXPECT_EQ(0, std::memcmp(hacc.data(), acc.data(), acc.size() * 4));
         }
       }
     }

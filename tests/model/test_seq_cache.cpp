@@ -4,6 +4,7 @@
 // together against each row's own attend.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "backend/cpu/kernels/attention_kernels.h"
 #include "core/thread_pool.h"
 #include "model_test_util.h"
+#include "runtime/session.h"
 
 namespace lr {
 namespace {
@@ -83,7 +85,7 @@ TEST(SeqCache, DenseAppendsTheRowsAndAttendsOverThem) {
 }
 
 // attend_rows gives each of a prompt's rows the bits attend gives it alone:
-// a dense cache (in tiles), a session's typed cache while the prompt is
+// a dense cache, f32 or f16 (in tiles), a session's typed cache while the prompt is
 // staged (its own rows in tiles, the history from the stored form) and a
 // batch slot's (row by row). Row partials land `stride` apart and nothing
 // else is written.
@@ -97,7 +99,8 @@ TEST(SeqCache, PromptRowsTogetherAreEachRowsAttend) {
                            Q = normal(size_t(p0 + n) * size_t(c.n_heads) * hd, 6);
   const int64_t q_stride = int64_t(c.n_heads) * hd, stride = g + 2;
   ThreadPool pool(1);
-  for (kv::KeyType type : {kv::KeyType::F32, kv::KeyType::Q8_0, kv::KeyType::Q4_0Rot}) {
+  for (kv::KeyType type :
+       {kv::KeyType::F32, kv::KeyType::F16, kv::KeyType::Q8_0, kv::KeyType::Q4_0Rot}) {
     for (bool batched : {false, true}) {
       SCOPED_TRACE(testing::Message() << kv::key_type_name(type) << (batched ? " batch" : ""));
       BackendOptions o;
@@ -131,6 +134,47 @@ TEST(SeqCache, PromptRowsTogetherAreEachRowsAttend) {
       if (!batched) cache->end_call(pool);
     }
   }
+}
+
+// The default cache (f16 keys and values) as a session holds it: every row
+// rounded as it is put (logits near the f32 cache's, not equal), its
+// statistics those of 16-bit keys over the positions held, and a rewound
+// session's tokens cut back.
+TEST(SeqCache, F16SessionCacheAndItsStatistics) {
+  test::TempDir t;
+  const Model m = load_model(test::write_tiny(t, test::key_cache_spec(), "m.gguf"), std::nullopt);
+  const Config& c = m.weights->cfg;
+  const int V = c.vocab;
+  BackendOptions o;
+  o.ctx = 128;
+  o.cpu.n_threads = 2;
+  std::vector<int32_t> toks(71);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = int32_t((i * 37 + 11) % size_t(V));
+  std::vector<float> f32(size_t(V) * toks.size()), f16(f32.size());
+  make_session(m, ExecPath::Fast, o)->forward(toks.data(), 71, f32.data(), true);
+  o.keys.type = kv::KeyType::F16;
+  ASSERT_TRUE(o.keys.half());
+  auto s = make_session(m, ExecPath::Fast, o);
+  s->forward(toks.data(), 40, f16.data(), true);
+  s->forward(&toks[40], 31, &f16[size_t(40) * size_t(V)], true);
+  const kv::KeyCacheStats st = s->key_stats();
+  EXPECT_EQ(st.type, kv::KeyType::F16);
+  EXPECT_EQ(st.value_type, kv::ValueType::F16);
+  EXPECT_EQ(st.tokens, 71);
+  EXPECT_EQ(st.streams, c.n_layers * c.n_kv_heads);
+  EXPECT_EQ(st.held.total(), uint64_t(71) * st.streams * c.head_dim * 2);
+  EXPECT_EQ(st.true_bits(), 16.0);
+  EXPECT_EQ(st.allocated.total(), uint64_t(128) * st.streams * c.head_dim * 2);
+  EXPECT_EQ(s->cache_bytes(), 2 * st.allocated.total());
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < f32.size(); ++i) {
+    worst = std::max(worst, double(std::fabs(f16[i] - f32[i])));
+    scale = std::max(scale, double(std::fabs(f32[i])));
+  }
+  EXPECT_LT(worst / scale, 1e-2);
+  EXPECT_GT(worst / scale, 0.0);
+  s->rewind(30);
+  EXPECT_EQ(s->key_stats().tokens, 30);
 }
 
 }  // namespace

@@ -11,6 +11,9 @@
 #include "../batch_runner.h"
 #include "../error_of.h"
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/exec/seq_cache.h"
+#include "backend/cpu/kernels/attention_kernels.h"
+#include "core/half.h"
 #include "kv/dense_cache.h"
 #include "model/load.h"
 #include "model_test_util.h"
@@ -94,24 +97,68 @@ TEST(SlidingWindow, SessionRingsGiveTheReferenceLogits) {
   EXPECT_LT(worst_rel(*fast, *ref, {toks.begin() + 1100, toks.end()}, 12), 1e-5);
 }
 
-// A compressed key type (q8_0) keeps the windowed layers' rings in f32 and
-// compresses the full layers' keys (f16 values): 1100 prompt tokens and 12
-// decoded, near the reference forward's logits (q8_0 keys: within 1e-2 of
-// the logit scale), with the bytes of the rings plus the full layers' q8_0
-// keys (34 bytes a head_dim of 32) and f16 values.
+// A compressed key type (q8_0) keeps the windowed layers' rings in f16
+// beside f16 values (in f32 beside f32 values) and compresses the full
+// layers' keys: 1100 prompt tokens and 12 decoded, near the reference
+// forward's logits (q8_0 keys: within 1e-2 of the logit scale), with the
+// bytes of the rings plus the full layers' q8_0 keys (34 bytes a head_dim of
+// 32) and their values.
 TEST(SlidingWindow, CompressedKeysKeepTheRings) {
   const Model m = load_model(kGemma, DType::F32);
   const int V = m.weights->cfg.vocab;
-  BackendOptions o = test::backend_options(4096, 2);
-  o.keys.type = kv::KeyType::Q8_0;
-  auto fast = make_session(m, ExecPath::Fast, o);
-  auto ref = make_session(m, ExecPath::Reference, test::backend_options(4096, 2));
-  const uint64_t rings = 2ull * 2 * 1054 * 32 * 4, full = 2ull * 4096 * (34 + 32 * 2);
-  EXPECT_EQ(fast->cache_bytes(), rings + full);
   const std::vector<int32_t> toks = random_tokens(1112, V, 7);
-  const double e = worst_rel(*fast, *ref, toks, 1100);
-  EXPECT_LT(e, 1e-2);
-  EXPECT_GT(e, 1e-6);  // the full layers' keys are q8_0
+  for (kv::ValueType values : {kv::ValueType::F16, kv::ValueType::F32}) {
+    const bool f16 = values == kv::ValueType::F16;
+    SCOPED_TRACE(f16 ? "f16 values" : "f32 values");
+    BackendOptions o = test::backend_options(4096, 2);
+    o.keys.type = kv::KeyType::Q8_0;
+    o.keys.value_type = values;
+    EXPECT_EQ(o.keys.ring_elem_bytes(), f16 ? 2 : 4);
+    auto fast = make_session(m, ExecPath::Fast, o);
+    auto ref = make_session(m, ExecPath::Reference, test::backend_options(4096, 2));
+    const uint64_t elem = f16 ? 2 : 4, rings = 2ull * 2 * 1054 * 32 * elem,
+                   full = 2ull * 4096 * (34 + 32 * elem);
+    EXPECT_EQ(fast->cache_bytes(), rings + full);
+    const double e = worst_rel(*fast, *ref, toks, 1100);
+    EXPECT_LT(e, 1e-2);
+    EXPECT_GT(e, 1e-6);  // the full layers' keys are q8_0
+  }
+}
+
+// The default cache's f16 rings hold each row rounded to f16, and a windowed
+// layer's query attends to them as attend_partial does to f32 rows holding
+// those values, bit for bit (a ring of 16 + 3 positions, wrapped twice).
+TEST(SlidingWindow, F16RingsHoldTheRoundedRows) {
+  const Model m = load_model(kGemma, DType::F32);
+  const Config& c = m.weights->cfg;  // 1 KV head of 32, groups of 4, window 16 in layers 0 and 2
+  BackendOptions o = test::backend_options(256, 2);
+  o.keys.type = kv::KeyType::F16;
+  auto cache = cpu::make_seq_cache(*m.weights, o, KvMode::Dense, /*batched=*/true, 4);
+  EXPECT_EQ(kv::DenseLayout::of(c, 256, 4, true, 2).bytes(), 2ull * 2 * 38 * 32 * 2);
+  const int hd = c.head_dim, g = c.n_heads / c.n_kv_heads, n = 50;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> K(size_t(n) * size_t(hd)), Vv(K.size()), q(size_t(g) * size_t(hd));
+  for (float& x : K) x = nd(rng);
+  for (float& x : Vv) x = nd(rng);
+  for (float& x : q) x = nd(rng);
+  for (int p = 0; p < n; p += 2)
+    cache->append(0, 0, p, &K[size_t(p * hd)], &Vv[size_t(p * hd)], 2, hd, nullptr, 0, g);
+  std::vector<float> Kr(K.size()), Vr(K.size());
+  for (size_t i = 0; i < K.size(); ++i) {
+    Kr[i] = f16_to_f32(f32_to_f16(K[i]));
+    Vr[i] = f16_to_f32(f32_to_f16(Vv[i]));
+  }
+  ASSERT_NE(Kr, K);
+  const size_t G = size_t(g);
+  std::vector<float> m1(G), l1(G), a1(G * size_t(hd)), m2(G), l2(G), a2(a1.size());
+  const int p = n - 1, from = p - c.swa_window + 1;
+  cache->attend(0, 0, from, p, q.data(), g, 0, 1, 0.2f, m1.data(), l1.data(), a1.data());
+  cpu::attend_partial(q.data(), g, hd, Kr.data(), Vr.data(), hd, from, p + 1, 0.2f, m2.data(),
+                      l2.data(), a2.data());
+  EXPECT_EQ(m1, m2);
+  EXPECT_EQ(l1, l2);
+  EXPECT_EQ(a1, a2);
 }
 
 // Batch steps of at most 4 tokens: rings of 16 + 3 positions in a context

@@ -1,8 +1,10 @@
 #include "backend/cpu/exec/seq_cache.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/exec/split.h"
@@ -32,14 +34,20 @@ void SeqCache::attend_rows(int l, int h, int p0, int n, const float* q, int64_t 
 
 namespace {
 
+// E: float (f32 keys and values) or uint16_t (f16: the default cache, and the
+// rings beside a typed cache, kv::KeyCacheConfig::ring_elem_bytes). A prompt's
+// rows and decode rows read the same stored rows (f16: rounded as put).
+template <typename E>
 class DenseSeq final : public SeqCache {
  public:
-  DenseSeq(const Config& c, int ctx, int rows, bool windowed_only = false)
-      : hd_(c.head_dim), c_(kv::DenseLayout::of(c, ctx, rows, windowed_only)) {}
+  explicit DenseSeq(kv::DenseLayout layout) : hd_(layout.head_dim), c_(std::move(layout)) {}
 
   void append(int l, int h, int pos, const float* k, const float* v, int n, int64_t stride,
               const float*, int64_t, int) override {
     c_.append(l, h, pos, k, v, n, stride);
+    for (int t = tokens_.load(std::memory_order_relaxed);
+         t < pos + n;)  // (appends run in parallel)
+      if (tokens_.compare_exchange_weak(t, pos + n, std::memory_order_relaxed)) break;
   }
   void attend(int l, int h, int from, int p, const float* q, int g, int chunk, int chunks,
               float scale, float* m, float* sum, float* acc) const override {
@@ -54,29 +62,59 @@ class DenseSeq final : public SeqCache {
     attend_causal(q, q_stride, n, p0 + 1, g, hd_, c_.key(l, h, 0), c_.value(l, h, 0), hd_, scale,
                   out.m, out.sum, out.acc, out.stride);
   }
+  void truncate(int n) override { tokens_ = std::min(tokens_.load(), n); }
   int rewindable(int n_past, int n) const override { return c_.rewindable(n_past, n); }
   bool copy_prefix(const SeqCache& from, int n) override {
     const auto* o = dynamic_cast<const DenseSeq*>(&from);
     if (!o) return false;
+    tokens_ = n;
     const kv::DenseLayout& lay = c_.layout();
     for (int l = 0; l < int(lay.ring.size()); ++l) {
       if (!lay.held(l)) continue;
       const int ring = std::max(0, lay.ring[size_t(l)]);  // a ring holds the last `ring` positions
       for (int h = 0; h < lay.n_kv_heads; ++h)
-        for (int p = ring ? std::max(0, n - ring) : 0; p < n; ++p) {
-          c_.put(false, l, h, p, 0, o->c_.key(l, h, p), hd_);
-          c_.put(true, l, h, p, 0, o->c_.value(l, h, p), hd_);
-        }
+        for (int p = ring ? std::max(0, n - ring) : 0; p < n; ++p) c_.copy(o->c_, l, h, p);
     }
     return true;
   }
   uint64_t bytes() const override { return c_.bytes(); }
-  kv::DenseCache* dense() override { return &c_; }
+  // f16 keys and values as a key cache's statistics (the f32 cache has none).
+  kv::KeyCacheStats key_stats() const override {
+    kv::KeyCacheStats st;
+    if constexpr (std::is_same_v<E, float>) return st;
+    const kv::DenseLayout& lay = c_.layout();
+    st.type = kv::KeyType::F16;
+    st.value_type = kv::ValueType::F16;
+    st.tokens = tokens_;
+    st.head_dim = hd_;
+    const uint64_t row = uint64_t(hd_) * sizeof(E);
+    for (int l = 0; l < int(lay.ring.size()); ++l) {
+      if (!lay.held(l)) continue;
+      const int ring = lay.ring[size_t(l)];  // a ring holds at most its positions
+      st.streams += lay.n_kv_heads;
+      st.held.codes += uint64_t(ring > 0 ? std::min<int64_t>(st.tokens, ring) : st.tokens) *
+                       uint64_t(lay.n_kv_heads) * row;
+    }
+    st.allocated.codes = c_.bytes() / 2;
+    st.value_bytes = c_.bytes() / 2;
+    return st;
+  }
+  kv::DenseCache* dense() override {
+    if constexpr (std::is_same_v<E, float>) return &c_;
+    return nullptr;
+  }
 
  private:
   int hd_;
-  kv::DenseCache c_;
+  kv::DenseCacheOf<E> c_;
+  std::atomic<int> tokens_{0};  // positions appended (the highest + 1)
 };
+
+// The dense cache of layout `lay` (f32 or f16 as it says).
+std::unique_ptr<SeqCache> make_dense(kv::DenseLayout lay) {
+  if (lay.elem_bytes == 2) return std::make_unique<DenseSeq<uint16_t>>(std::move(lay));
+  return std::make_unique<DenseSeq<float>>(std::move(lay));
+}
 
 class LatentSeq final : public SeqCache {
  public:
@@ -191,7 +229,8 @@ class StreamSeq final : public SeqCache {
     // A staged prompt's row, as attend_rows computes it, all in the first
     // part (a prompt's rows are not split).
     if (chunk > 0)
-      return attend_partial(q, g, hd_, nullptr, nullptr, hd_, 0, 0, scale, m, sum, acc);
+      return attend_partial(q, g, hd_, static_cast<const float*>(nullptr), nullptr, hd_, 0, 0,
+                            scale, m, sum, acc);
     attend_rows(l, h, p, 1, q, 0, g, scale, {m, sum, acc, g, int64_t(g) * hd_});
   }
 
@@ -242,13 +281,15 @@ class StreamSeq final : public SeqCache {
 };
 
 // A model with sliding-window layers under a typed cache: the windowed
-// layers keep their dense f32 rings (a window of positions: fewer bytes than
-// the typed whole context), the full layers the typed keys and values.
+// layers keep dense rings (a window of positions: fewer bytes than the typed
+// whole context; f16 unless a type is f32), the full layers the typed keys
+// and values.
 class WindowedSeq final : public SeqCache {
  public:
   WindowedSeq(const Weights& w, const BackendOptions& opt, bool batched, int rows)
       : windowed_(w.cfg.swa_layers),
-        rings_(w.cfg, opt.ctx, rows, true),
+        rings_(make_dense(
+            kv::DenseLayout::of(w.cfg, opt.ctx, rows, true, opt.keys.ring_elem_bytes()))),
         keys_(w, opt, batched, full_layers(w.cfg)) {}
 
   void begin_call(int pos, int n) override { keys_.begin_call(pos, n); }
@@ -263,9 +304,9 @@ class WindowedSeq final : public SeqCache {
     of(l).attend(l, h, from, p, q, g, chunk, chunks, scale, m, sum, acc);
   }
   void truncate(int n) override { keys_.truncate(n); }
-  int rewindable(int n_past, int n) const override { return rings_.rewindable(n_past, n); }
+  int rewindable(int n_past, int n) const override { return rings_->rewindable(n_past, n); }
   void end_step() override { keys_.end_step(); }
-  uint64_t bytes() const override { return rings_.bytes() + keys_.bytes(); }
+  uint64_t bytes() const override { return rings_->bytes() + keys_.bytes(); }
   kv::KeyCacheStats key_stats() const override { return keys_.key_stats(); }
 
  private:
@@ -274,12 +315,12 @@ class WindowedSeq final : public SeqCache {
     for (int l = 0; l < c.n_layers; ++l) held[size_t(l)] = !c.windowed(l);
     return held;
   }
-  SeqCache& of(int l) { return windowed_[size_t(l)] ? static_cast<SeqCache&>(rings_) : keys_; }
+  SeqCache& of(int l) { return windowed_[size_t(l)] ? *rings_ : static_cast<SeqCache&>(keys_); }
   const SeqCache& of(int l) const {
-    return windowed_[size_t(l)] ? static_cast<const SeqCache&>(rings_) : keys_;
+    return windowed_[size_t(l)] ? *rings_ : static_cast<const SeqCache&>(keys_);
   }
   std::vector<uint8_t> windowed_;  // [n_layers]
-  DenseSeq rings_;
+  std::unique_ptr<SeqCache> rings_;
   StreamSeq keys_;
 };
 
@@ -287,15 +328,17 @@ class WindowedSeq final : public SeqCache {
 
 std::unique_ptr<SeqCache> make_seq_cache(const Weights& w, const BackendOptions& opt, KvMode kv,
                                          bool batched, int rows) {
+  if (opt.keys.half() && kv != KvMode::Legacy)  // f16 rows, every layer (windowed ones in rings)
+    return make_dense(kv::DenseLayout::of(w.cfg, opt.ctx, rows, false, 2));
   const bool compressed = !opt.keys.dense();
   int windowed = 0;
   for (int l = 0; l < w.cfg.n_layers; ++l) windowed += w.cfg.windowed(l) ? 1 : 0;
   if (compressed && windowed == 0) return std::make_unique<StreamSeq>(w, opt, batched);
   if (compressed && windowed < w.cfg.n_layers)
     return std::make_unique<WindowedSeq>(w, opt, batched, rows);
-  // (every layer windowed: the rings are the whole cache, f32 whatever the key type)
+  // (every layer windowed: the rings are the whole cache, f16 unless a type is f32)
   if (kv == KvMode::Legacy) return std::make_unique<LatentSeq>(w, opt.ctx);
-  return std::make_unique<DenseSeq>(w.cfg, opt.ctx, rows);
+  return make_dense(kv::DenseLayout::of(w.cfg, opt.ctx, rows, false, opt.keys.ring_elem_bytes()));
 }
 
 }  // namespace lr::cpu

@@ -1,9 +1,9 @@
 // The KV cache of one sequence as the CPU executors use it: they append a
 // chunk of a layer's keys and values and attend for a query, and know no
 // more of what the cache stores. One class per kind (seq_cache.cpp):
-//   dense    f32 keys and values (kv/dense_cache.h)
+//   dense    f32 keys and values, or f16 both (kv/dense_cache.h)
 //   streams  the key type of --cache-type-k and value type of --cache-type-v
-//            (kv/stream_cache.h): any but f32 for both
+//            (kv/stream_cache.h): any other pair
 //   latent   the legacy rung's latents and rebuilt history (kv/latent_cache.h)
 // A session keeps one; a batch (backend/batch.h) one per slot.
 #pragma once

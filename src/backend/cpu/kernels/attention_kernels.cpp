@@ -417,8 +417,11 @@ void attend_block(const float* q, int g, int d, const uint16_t* K, const uint16_
   heads_block(q, g, d, k.data(), v.data(), d, nb, scale, m, l, acc);
 }
 
-void attend_partial(const float* q, int g, int d, const float* K, const float* V, int64_t stride,
-                    int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc) {
+namespace {
+
+template <typename E>
+void attend_range(const float* q, int g, int d, const E* K, const E* V, int64_t stride, int64_t j0,
+                  int64_t j1, float scale, float* m, float* l, float* acc) {
   for (int h = 0; h < g; ++h) {
     m[h] = -INFINITY;
     l[h] = 0.f;
@@ -433,13 +436,40 @@ void attend_partial(const float* q, int g, int d, const float* K, const float* V
                  int(std::min<int64_t>(kB, j1 - jb)), scale, m, l, acc);
 }
 
+}  // namespace
+
+void attend_partial(const float* q, int g, int d, const float* K, const float* V, int64_t stride,
+                    int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc) {
+  attend_range(q, g, d, K, V, stride, j0, j1, scale, m, l, acc);
+}
+
+void attend_partial(const float* q, int g, int d, const uint16_t* K, const uint16_t* V,
+                    int64_t stride, int64_t j0, int64_t j1, float scale, float* m, float* l,
+                    float* acc) {
+  attend_range(q, g, d, K, V, stride, j0, j1, scale, m, l, acc);
+}
+
 int causal_tile_rows(int g) {
   return std::max(1, kCausalRowHeads / std::max(1, g));
 }
 
-void attend_causal(const float* q, int64_t q_stride, int n, int64_t n0, int g, int d,
-                   const float* K, const float* V, int64_t stride, float scale, float* m, float* l,
-                   float* acc, int64_t ml_stride) {
+namespace {
+
+// A diagonal block of attend_causal's row: f32 rows by heads_block, f16 rows
+// as attend_block takes them (their values as f32 rows: the same bits).
+void diagonal_block(const float* q, int g, int d, const float* K, const float* V, int64_t stride,
+                    int nb, float scale, float* m, float* l, float* acc) {
+  heads_block(q, g, d, K, V, stride, nb, scale, m, l, acc);
+}
+void diagonal_block(const float* q, int g, int d, const uint16_t* K, const uint16_t* V,
+                    int64_t stride, int nb, float scale, float* m, float* l, float* acc) {
+  attend_block(q, g, d, K, V, stride, nb, scale, m, l, acc);
+}
+
+template <typename E>
+void causal(const float* q, int64_t q_stride, int n, int64_t n0, int g, int d, const E* K,
+            const E* V, int64_t stride, float scale, float* m, float* l, float* acc,
+            int64_t ml_stride) {
   auto row_m = [&](int t) { return m + t * ml_stride; };
   auto row_l = [&](int t) { return l + t * ml_stride; };
   auto row_acc = [&](int t) { return acc + t * ml_stride * d; };
@@ -452,8 +482,8 @@ void attend_causal(const float* q, int64_t q_stride, int n, int64_t n0, int g, i
   const int T = causal_tile_rows(g);
   if (n > T) {  // tiles of T rows, each a call of its own
     for (int t0 = 0; t0 < n; t0 += T)
-      attend_causal(q + t0 * q_stride, q_stride, std::min(T, n - t0), n0 + t0, g, d, K, V, stride,
-                    scale, row_m(t0), row_l(t0), row_acc(t0), ml_stride);
+      causal(q + t0 * q_stride, q_stride, std::min(T, n - t0), n0 + t0, g, d, K, V, stride, scale,
+             row_m(t0), row_l(t0), row_acc(t0), ml_stride);
     return;
   }
   RowTile tile;
@@ -479,9 +509,23 @@ void attend_causal(const float* q, int64_t q_stride, int n, int64_t n0, int g, i
     for (int t = 0; t < n; ++t) {
       const int64_t seen = n0 + t - jb;
       if (seen > 0)
-        heads_block(q + t * q_stride, g, d, K + jb * stride, V + jb * stride, stride,
-                    int(std::min<int64_t>(kB, seen)), scale, row_m(t), row_l(t), row_acc(t));
+        diagonal_block(q + t * q_stride, g, d, K + jb * stride, V + jb * stride, stride,
+                       int(std::min<int64_t>(kB, seen)), scale, row_m(t), row_l(t), row_acc(t));
     }
+}
+
+}  // namespace
+
+void attend_causal(const float* q, int64_t q_stride, int n, int64_t n0, int g, int d,
+                   const float* K, const float* V, int64_t stride, float scale, float* m, float* l,
+                   float* acc, int64_t ml_stride) {
+  causal(q, q_stride, n, n0, g, d, K, V, stride, scale, m, l, acc, ml_stride);
+}
+
+void attend_causal(const float* q, int64_t q_stride, int n, int64_t n0, int g, int d,
+                   const uint16_t* K, const uint16_t* V, int64_t stride, float scale, float* m,
+                   float* l, float* acc, int64_t ml_stride) {
+  causal(q, q_stride, n, n0, g, d, K, V, stride, scale, m, l, acc, ml_stride);
 }
 
 void attend_merge(int n, const float* m, const float* l, int64_t ml_stride, const float* acc,

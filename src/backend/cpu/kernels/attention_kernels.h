@@ -14,6 +14,11 @@ namespace lr::cpu {
 // An empty range gives m = -inf, l = 0, acc = 0.
 void attend_partial(const float* q, int g, int d, const float* K, const float* V, int64_t stride,
                     int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc);
+// The same over f16 keys and values: the bits of f32 rows holding the same
+// values.
+void attend_partial(const float* q, int g, int d, const uint16_t* K, const uint16_t* V,
+                    int64_t stride, int64_t j0, int64_t j1, float scale, float* m, float* l,
+                    float* acc);
 
 // One block of attend_partial: the online-softmax step of g heads over nb
 // <= 32 keys and values (rows `stride` elements apart), updating m, l and
@@ -45,6 +50,11 @@ void softmax_update(int g, int d, float* s, int64_t lds, int nb, const float* V,
 void attend_causal(const float* q, int64_t q_stride, int n, int64_t n0, int g, int d,
                    const float* K, const float* V, int64_t stride, float scale, float* m, float* l,
                    float* acc, int64_t ml_stride);
+// The same over f16 keys and values: the bits of f32 rows holding the same
+// values.
+void attend_causal(const float* q, int64_t q_stride, int n, int64_t n0, int g, int d,
+                   const uint16_t* K, const uint16_t* V, int64_t stride, float scale, float* m,
+                   float* l, float* acc, int64_t ml_stride);
 // Rows of one tile of attend_causal: query heads (rows x g) up to kCausalRowHeads.
 constexpr int kCausalRowHeads = 96;
 int causal_tile_rows(int g);

@@ -394,12 +394,8 @@ void attend_keys_partial(const kv::KeyView& view, const kv::Rows& V, const float
     // f16 keys and values (the CPU's default cache), read as stored by the
     // dense kernel in attend_partial's blocks: the bits of f32 rows holding
     // the same values
-    const auto* K = reinterpret_cast<const uint16_t*>(ks.rows().row(0));
-    const auto* Vh = reinterpret_cast<const uint16_t*>(V.row(0));
-    for (int64_t jb = j0; jb < j1; jb += 32)
-      attend_block(q, g, d, K + jb * d, Vh + jb * d, d, int(std::min<int64_t>(32, j1 - jb)), scale,
-                   m, l, acc);
-    return;
+    return attend_partial(q, g, d, reinterpret_cast<const uint16_t*>(ks.rows().row(0)),
+                          reinterpret_cast<const uint16_t*>(V.row(0)), d, j0, j1, scale, m, l, acc);
   }
   // Per-thread scratch: prepared queries, scores, a decoded tile of keys and
   // values, the queries rotated as the stored keys are.
