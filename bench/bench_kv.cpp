@@ -122,19 +122,23 @@ BENCHMARK(BM_attend_keys_cold)
 
 // One decode row's attention at the group shapes of the real models (query
 // heads per KV head g, head_dim d): SmolLM2 3 x 64, Qwen2.5-Coder-0.5B 7 x
-// 64, -1.5B 6 x 128, Gemma 3 270M 4 x 256; keys and values f32 (range 3: 0)
-// or f16 (1), hot in cache; FLOP/s of the scores and weighted values.
+// 64, -1.5B 6 x 128, Gemma 3 270M 4 x 256; keys and values (range 3) f32
+// (0: the dense cache's rows, as attend_partial reads them), f16 (1), q8_0
+// (2), q4_0 (3), or q8_0 keys beside f16 values (4), hot in cache; FLOP/s of
+// the scores and weighted values.
 void BM_attend_decode(benchmark::State& st) {
   const int64_t n = st.range(0);
-  const int g = int(st.range(1)), d = int(st.range(2));
-  const bool f16 = st.range(3) != 0;
-  Streams s = make(kv::KeyType::F16, n, 1, kv::ValueType::F16, d);
-  // f32: the dense cache's rows (backend/cpu/exec/seq_cache.h), as attend_partial reads them
+  const int g = int(st.range(1)), d = int(st.range(2)), type = int(st.range(3));
+  const kv::KeyType kt[] = {kv::KeyType::F16, kv::KeyType::F16, kv::KeyType::Q8_0,
+                            kv::KeyType::Q4_0, kv::KeyType::Q8_0};
+  const kv::ValueType vt[] = {kv::ValueType::F16, kv::ValueType::F16, kv::ValueType::Q8_0,
+                              kv::ValueType::Q4_0, kv::ValueType::F16};
+  Streams s = make(kt[type], n, 1, vt[type], d);
   const auto K = decaying_keys(n, d, 1), V = decaying_keys(n, d, 2);
   std::vector<float> q(size_t(g) * size_t(d)), m(static_cast<size_t>(g)), l(m), acc(q.size());
   for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(float(i));
   for (auto _ : st) {
-    if (f16)
+    if (type > 0)
       cpu::attend_keys_partial(*s.ks[0], s.values(0), q.data(), g, 0, n, 0.0625f, m.data(),
                                l.data(), acc.data());
     else
@@ -145,8 +149,8 @@ void BM_attend_decode(benchmark::State& st) {
   st.counters["FLOP/s"] = benchmark::Counter(4.0 * g * d * double(n) * double(st.iterations()),
                                              benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_attend_decode)->ArgsProduct({{2048}, {3, 7}, {64}, {0, 1}});
-BENCHMARK(BM_attend_decode)->ArgsProduct({{2048}, {6}, {128}, {0, 1}});
-BENCHMARK(BM_attend_decode)->ArgsProduct({{2048}, {4}, {256}, {0, 1}});
+BENCHMARK(BM_attend_decode)->ArgsProduct({{2048}, {3, 7}, {64}, {0, 1, 2, 3, 4}});
+BENCHMARK(BM_attend_decode)->ArgsProduct({{2048}, {6}, {128}, {0, 1, 2, 3, 4}});
+BENCHMARK(BM_attend_decode)->ArgsProduct({{2048}, {4}, {256}, {0, 1, 2, 3, 4}});
 
 }  // namespace

@@ -136,39 +136,55 @@ TEST(AttendKeys, KernelMatchesReferenceForEveryType) {
     }
 }
 
-// f16 keys and values (the CPU's default cache) are read as stored by the
-// dense kernels: the bits attend_partial gives f32 rows holding the same
-// values, on every kernel path the host has, over ranges that start and end
-// inside 32-key blocks, for head sizes the tiles take (multiples of 8) and
-// one they do not (12), groups of 1 to 9 heads.
-TEST(AttendKeys, F16RowsGiveTheF32KernelsBits) {
+// f16, q8_0 and q4_0 keys and values are read as stored by the dense
+// kernels' tiles, converted in registers: the bits attend_partial gives f32
+// rows holding the same values, on every kernel path the host has, over
+// ranges that start and end inside 32-key blocks, for head sizes the tiles
+// take (multiples of 8; of 32 for q8_0 and q4_0) and ones they do not (12),
+// groups of 1 to 9 heads, every pair of those key and value types.
+TEST(AttendKeys, StoredRowsGiveTheF32KernelsBits) {
   const int64_t n = 203;
+  struct Types {
+    KeyType k;
+    ValueType v;
+  };
+  const Types types[] = {{KeyType::F16, ValueType::F16},   {KeyType::Q8_0, ValueType::F16},
+                         {KeyType::Q4_0, ValueType::F16},  {KeyType::F16, ValueType::Q8_0},
+                         {KeyType::Q8_0, ValueType::Q8_0}, {KeyType::Q4_0, ValueType::Q4_0},
+                         {KeyType::Q8_0, ValueType::Q4_0}};
   for (Isa isa : lr::test::supported_isas()) {
     lr::test::IsaScope scope(isa);
     for (int d : {64, 128, 256, 96, 24, 12}) {
-      auto k = test::lowrank_keys(n, d, std::min(d, 48), 0.04, 0.01, 61);
-      const Values V = values(ValueType::F16, n, d, 62);
-      KeyStream s(of(KeyType::F16), d, 256);
-      s.append(k.data(), n, d);
-      std::vector<float> K(size_t(n) * size_t(d)), Vf(K.size());
-      s.decode_rows(0, n, K.data());
-      for (int64_t j = 0; j < n; ++j)
-        decode_row(DType::F16, V.rows.row(j), d, &Vf[size_t(j) * size_t(d)]);
-      for (int g : {1, 4, 7, 9}) {
-        auto q = test::normal(size_t(g) * size_t(d), 63 + g);
-        for (auto [j0, j1] : {std::pair<int64_t, int64_t>{0, n}, {32, 96}, {17, 190}, {192, 203}}) {
-          const size_t G = size_t(g), A = G * size_t(d);
-          std::vector<float> m(G), l(G), acc(A), rm(G), rl(G), racc(A);
-          cpu::attend_keys_partial(s, V.rows, q.data(), g, j0, j1, 0.0625f, m.data(), l.data(),
-                                   acc.data());
-          cpu::attend_partial(q.data(), g, d, K.data(), Vf.data(), d, j0, j1, 0.0625f, rm.data(),
-                              rl.data(), racc.data());
-          const std::string at = std::string(isa_name(isa)) + " d=" + std::to_string(d) +
-                                 " g=" + std::to_string(g) + " [" + std::to_string(j0) + "," +
-                                 std::to_string(j1) + ")";
-          EXPECT_EQ(0, std::memcmp(m.data(), rm.data(), G * sizeof(float))) << at;
-          EXPECT_EQ(0, std::memcmp(l.data(), rl.data(), G * sizeof(float))) << at;
-          EXPECT_EQ(0, std::memcmp(acc.data(), racc.data(), A * sizeof(float))) << at;
+      for (Types t : types) {
+        if (d % 32 != 0 && (t.k != KeyType::F16 || t.v != ValueType::F16)) continue;
+        auto k = test::lowrank_keys(n, d, std::min(d, 48), 0.04, 0.01, 61);
+        const Values V = values(t.v, n, d, 62);
+        KeyCacheConfig c = of(t.k);
+        c.value_type = t.v;
+        KeyStream s(c, d, 256);
+        s.append(k.data(), n, d);
+        std::vector<float> K(size_t(n) * size_t(d)), Vf(K.size());
+        s.decode_rows(0, n, K.data());
+        for (int64_t j = 0; j < n; ++j)
+          decode_row(V.rows.fmt.type, V.rows.row(j), d, &Vf[size_t(j) * size_t(d)]);
+        for (int g : {1, 4, 7, 9}) {
+          auto q = test::normal(size_t(g) * size_t(d), 63 + g);
+          for (auto [j0, j1] :
+               {std::pair<int64_t, int64_t>{0, n}, {32, 96}, {17, 190}, {192, 203}}) {
+            const size_t G = size_t(g), A = G * size_t(d);
+            std::vector<float> m(G), l(G), acc(A), rm(G), rl(G), racc(A);
+            cpu::attend_keys_partial(s, V.rows, q.data(), g, j0, j1, 0.0625f, m.data(), l.data(),
+                                     acc.data());
+            cpu::attend_partial(q.data(), g, d, K.data(), Vf.data(), d, j0, j1, 0.0625f, rm.data(),
+                                rl.data(), racc.data());
+            const std::string at = std::string(isa_name(isa)) + " " + key_type_name(t.k) + "/" +
+                                   value_type_name(t.v) + " d=" + std::to_string(d) +
+                                   " g=" + std::to_string(g) + " [" + std::to_string(j0) + "," +
+                                   std::to_string(j1) + ")";
+            EXPECT_EQ(0, std::memcmp(m.data(), rm.data(), G * sizeof(float))) << at;
+            EXPECT_EQ(0, std::memcmp(l.data(), rl.data(), G * sizeof(float))) << at;
+            EXPECT_EQ(0, std::memcmp(acc.data(), racc.data(), A * sizeof(float))) << at;
+          }
         }
       }
     }

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/kernels/kernels.h"
 #include "backend/cpu/kernels/kernels_simd.h"
+#include "backend/cpu/kernels/stored_rows.h"
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/half.h"
@@ -136,16 +138,6 @@ inline __m256 sums8_in_order(const float* w, int64_t lds, int nb) {
 constexpr int kB = 32;     // keys a block (attend_partial's)
 constexpr int kMaxG = 16;  // query heads attend_partial scores a block for at once
 
-// Eight elements of a key or value row as f32: f32 rows as stored, f16
-// rows converted (exactly), so both element types give the same bits for
-// the same values.
-inline __m256 row8(const float* p) {
-  return _mm256_loadu_ps(p);
-}
-inline __m256 row8(const uint16_t* p) {
-  return load_f16x8(p);
-}
-
 // Rows [r0, r0 + R): scores of the block's keys four at a time.
 template <int R, typename E>
 void scores_of(int r0, const float* const* qr, int d, const E* K, int64_t stride, int nb,
@@ -157,12 +149,16 @@ void scores_of(int r0, const float* const* qr, int d, const E* K, int64_t stride
     __m256 a[R][4];
     for (int r = 0; r < R; ++r)
       for (int i = 0; i < 4; ++i) a[r][i] = _mm256_setzero_ps();
-    for (int c = 0; c < d; c += 8) {
-      __m256 qv[R];
-      for (int r = 0; r < R; ++r) qv[r] = _mm256_loadu_ps(q[r] + c);
-      for (int i = 0; i < 4; ++i) {
-        const __m256 kv = row8(k + i * stride + c);
-        for (int r = 0; r < R; ++r) a[r][i] = _mm256_fmadd_ps(kv, qv[r], a[r][i]);
+    for (int c0 = 0; c0 < d; c0 += 32) {  // blocks of 32 columns: one scale a key
+      __m256 ks[4];
+      for (int i = 0; i < 4; ++i) ks[i] = block_scale(k + i * stride, c0);
+      for (int c = c0; c < std::min(d, c0 + 32); c += 8) {
+        __m256 qv[R];
+        for (int r = 0; r < R; ++r) qv[r] = _mm256_loadu_ps(q[r] + c);
+        for (int i = 0; i < 4; ++i) {
+          const __m256 kv = row8(k + i * stride, c, ks[i]);
+          for (int r = 0; r < R; ++r) a[r][i] = _mm256_fmadd_ps(kv, qv[r], a[r][i]);
+        }
       }
     }
     for (int r = 0; r < R; ++r)
@@ -227,6 +223,44 @@ inline __m256 half(__m512 v) {
       _mm512_mask_extractf64x4_pd(_mm256_setzero_pd(), 0xf, _mm512_castps_pd(v), I));
 }
 
+// Elements [c, c + 8) of rows k0 and k1 as [k0 | k1]; the block types' with
+// scale [k0's | k1's] (pair2's), their codes widened 16 at a time.
+inline __m512 row16(const float* k0, const float* k1, int c, __m512) {
+  return pair(row8(k0, c), row8(k1, c));
+}
+inline __m512 row16(const uint16_t* k0, const uint16_t* k1, int c, __m512) {
+  const __m256i h = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k0 + c))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(k1 + c)), 1);
+  return _mm512_maskz_cvtph_ps(__mmask16(0xffff), h);
+}
+inline __m512 row16(const Q8Block* k0, const Q8Block* k1, int c, __m512 scale) {
+  const auto* b0 = reinterpret_cast<const long long*>(k0[c / 32].qs + c % 32);
+  const auto* b1 = reinterpret_cast<const long long*>(k1[c / 32].qs + c % 32);
+  long long x0, x1;
+  std::memcpy(&x0, b0, 8);
+  std::memcpy(&x1, b1, 8);
+  const __m512i q = _mm512_maskz_cvtepi8_epi32(__mmask16(0xffff), _mm_set_epi64x(x1, x0));
+  return _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(__mmask16(0xffff), q), scale);
+}
+inline __m512 row16(const Q4Block* k0, const Q4Block* k1, int c, __m512 scale) {
+  const int o = c % 32;
+  long long x0, x1;
+  std::memcpy(&x0, k0[c / 32].qs + (o & 15), 8);
+  std::memcpy(&x1, k1[c / 32].qs + (o & 15), 8);
+  __m128i q = _mm_set_epi64x(x1, x0);
+  if (o >= 16) q = _mm_srli_epi16(q, 4);  // values 16-31: the high nibbles
+  q = _mm_and_si128(q, _mm_set1_epi8(15));
+  const __m512 v = _mm512_sub_ps(
+      _mm512_maskz_cvtepi32_ps(__mmask16(0xffff), _mm512_maskz_cvtepu8_epi32(__mmask16(0xffff), q)),
+      _mm512_set1_ps(8.f));
+  return _mm512_mul_ps(v, scale);
+}
+template <typename E>
+inline __m512 pair_scale(const E* k0, const E* k1, int c0) {
+  return pair(block_scale(k0, c0), block_scale(k1, c0));
+}
+
 template <int R, typename E>
 void scores_of(int r0, const float* const* qr, int d, const E* K, int64_t stride, int nb,
                float scale, float* s) {
@@ -236,14 +270,18 @@ void scores_of(int r0, const float* const* qr, int d, const E* K, int64_t stride
     const E* k = K + b * stride;
     __m512 a[R][2];
     for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm512_setzero_ps();
-    for (int c = 0; c < d; c += 8) {
-      const __m512 k01 = pair(row8(k + c), row8(k + stride + c));
-      const __m512 k23 = pair(row8(k + 2 * stride + c), row8(k + 3 * stride + c));
-      for (int r = 0; r < R; ++r) {
-        const __m256 q8 = _mm256_loadu_ps(q[r] + c);
-        const __m512 qv = pair(q8, q8);
-        a[r][0] = _mm512_fmadd_ps(k01, qv, a[r][0]);
-        a[r][1] = _mm512_fmadd_ps(k23, qv, a[r][1]);
+    for (int c0 = 0; c0 < d; c0 += 32) {  // blocks of 32 columns: one scale a key
+      const __m512 s01 = pair_scale(k, k + stride, c0),
+                   s23 = pair_scale(k + 2 * stride, k + 3 * stride, c0);
+      for (int c = c0; c < std::min(d, c0 + 32); c += 8) {
+        const __m512 k01 = row16(k, k + stride, c, s01);
+        const __m512 k23 = row16(k + 2 * stride, k + 3 * stride, c, s23);
+        for (int r = 0; r < R; ++r) {
+          const __m256 q8 = _mm256_loadu_ps(q[r] + c);
+          const __m512 qv = pair(q8, q8);
+          a[r][0] = _mm512_fmadd_ps(k01, qv, a[r][0]);
+          a[r][1] = _mm512_fmadd_ps(k23, qv, a[r][1]);
+        }
       }
     }
     for (int r = 0; r < R; ++r)
@@ -292,19 +330,21 @@ struct RowTile {
 };
 
 // The online-softmax step of every row-head of the tile over one block of
-// 32 keys and values (f32 or f16 rows `stride` elements apart; d a multiple
-// of 8): the bits attend_partial's block gives each row-head.
-template <typename E>
-void tile_block(RowTile& t, int d, const E* K, const E* V, int64_t stride, float scale) {
+// 32 keys and values (rows of f32, f16 or q8_0/q4_0 blocks, k_stride and
+// v_stride elements apart; d a multiple of 8): the bits attend_partial's
+// block gives each row-head over f32 rows holding the same values.
+template <typename EK, typename EV>
+void tile_block(RowTile& t, int d, const EK* K, int64_t k_stride, const EV* V, int64_t v_stride,
+                float scale) {
   LR_ASSERT(t.R <= kCausalRowHeads && d % 8 == 0);
   alignas(32) float s[kCausalRowHeads * kB];  // row-head r's scores, then weights, at s + r * kB
   const float* w[kCausalRowHeads];
   float c[kCausalRowHeads];
   const bool wide = kernel_isa() == Isa::Avx512Vnni;
   if (wide) {
-    avx512::block_scores(t.q, t.R, d, K, stride, kB, scale, s);
+    avx512::block_scores(t.q, t.R, d, K, k_stride, kB, scale, s);
   } else {
-    block_scores(t.q, t.R, d, K, stride, kB, scale, s);
+    block_scores(t.q, t.R, d, K, k_stride, kB, scale, s);
   }
   for (int r = 0; r < t.R; ++r) {
     w[r] = s + r * kB;
@@ -322,9 +362,9 @@ void tile_block(RowTile& t, int d, const E* K, const E* V, int64_t stride, float
     *t.l[r] += total;
   }
   if (wide) {
-    avx512::block_values(t.acc, c, w, t.R, d, V, stride, kB);
+    avx512::block_values(t.acc, c, w, t.R, d, V, v_stride, kB);
   } else {
-    block_values(t.acc, c, w, t.R, d, V, stride, kB);
+    block_values(t.acc, c, w, t.R, d, V, v_stride, kB);
   }
 }
 
@@ -381,9 +421,9 @@ bool tiled_block(int g, int d, int nb) {
 
 // A whole block: the g heads as the rows of one tile (attend_causal's
 // kernels, the same bits), each key and value loaded once for them all.
-template <typename E>
-void heads_tile(const float* q, int g, int d, const E* K, const E* V, int64_t stride, float scale,
-                float* m, float* l, float* acc) {
+template <typename EK, typename EV>
+void heads_tile(const float* q, int g, int d, const EK* K, int64_t k_stride, const EV* V,
+                int64_t v_stride, float scale, float* m, float* l, float* acc) {
   RowTile tile;
   tile.R = g;
   for (int h = 0; h < g; ++h) {
@@ -392,20 +432,42 @@ void heads_tile(const float* q, int g, int d, const E* K, const E* V, int64_t st
     tile.m[h] = m + h;
     tile.l[h] = l + h;
   }
-  tile_block(tile, d, K, V, stride, scale);
+  tile_block(tile, d, K, k_stride, V, v_stride, scale);
 }
 
 }  // namespace
 
+template <typename EK, typename EV>
+void attend_tile(const float* q, int g, int d, const EK* K, int64_t k_stride, const EV* V,
+                 int64_t v_stride, float scale, float* m, float* l, float* acc) {
+  LR_ASSERT(attend_tile_ok(g, d));
+  heads_tile(q, g, d, K, k_stride, V, v_stride, scale, m, l, acc);
+}
+// Keys and values of f16, q8_0 or q4_0, in any pairing.
+#define LR_ATTEND_TILE(EK, EV)                                                                     \
+  template void attend_tile(const float*, int, int, const EK*, int64_t, const EV*, int64_t, float, \
+                            float*, float*, float*);
+#define LR_ATTEND_TILE_KEYS(EV) \
+  LR_ATTEND_TILE(uint16_t, EV) LR_ATTEND_TILE(Q8Block, EV) LR_ATTEND_TILE(Q4Block, EV)
+LR_ATTEND_TILE_KEYS(uint16_t)
+LR_ATTEND_TILE_KEYS(Q8Block)
+LR_ATTEND_TILE_KEYS(Q4Block)
+#undef LR_ATTEND_TILE_KEYS
+#undef LR_ATTEND_TILE
+
+bool attend_tile_ok(int g, int d) {
+  return d % 8 == 0 && g <= kCausalRowHeads;
+}
+
 void attend_block(const float* q, int g, int d, const float* K, const float* V, int64_t stride,
                   int nb, float scale, float* m, float* l, float* acc) {
-  if (tiled_block(g, d, nb)) return heads_tile(q, g, d, K, V, stride, scale, m, l, acc);
+  if (tiled_block(g, d, nb)) return heads_tile(q, g, d, K, stride, V, stride, scale, m, l, acc);
   heads_block(q, g, d, K, V, stride, nb, scale, m, l, acc);
 }
 
 void attend_block(const float* q, int g, int d, const uint16_t* K, const uint16_t* V,
                   int64_t stride, int nb, float scale, float* m, float* l, float* acc) {
-  if (tiled_block(g, d, nb)) return heads_tile(q, g, d, K, V, stride, scale, m, l, acc);
+  if (tiled_block(g, d, nb)) return heads_tile(q, g, d, K, stride, V, stride, scale, m, l, acc);
   // A part of a block: its rows as f32 (the same values), then the f32 step.
   thread_local std::vector<float> k, v;
   k.resize(size_t(nb) * size_t(d));
@@ -502,7 +564,7 @@ void causal(const float* q, int64_t q_stride, int n, int64_t n0, int g, int d, c
   // Blocks every row sees whole, for the whole tile at once.
   int64_t jb = 0;
   for (; jb + kB <= n0; jb += kB)
-    tile_block(tile, d, K + jb * stride, V + jb * stride, stride, scale);
+    tile_block(tile, d, K + jb * stride, stride, V + jb * stride, stride, scale);
   // The diagonal: blocks some rows see in part (or not at all), row by row
   // as attend_partial computes them.
   for (; jb < n0 + n - 1; jb += kB)

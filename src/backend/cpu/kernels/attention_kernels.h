@@ -28,6 +28,31 @@ void attend_block(const float* q, int g, int d, const float* K, const float* V, 
 void attend_block(const float* q, int g, int d, const uint16_t* K, const uint16_t* V,
                   int64_t stride, int nb, float scale, float* m, float* l, float* acc);
 
+// Blocks of 32 values of a q8_0 or q4_0 row as the KV cache stores them
+// (kv/row_codec.h; core/dtype's layout): the f16 scale d, then the codes; a
+// value is q d (q8_0) or (q - 8) d (q4_0: values 0-15 in the low nibbles,
+// 16-31 in the high ones). A row of head_dim values is head_dim / 32 blocks.
+struct Q8Block {
+  uint16_t d;
+  int8_t qs[32];
+};
+struct Q4Block {
+  uint16_t d;
+  uint8_t qs[16];
+};
+static_assert(sizeof(Q8Block) == 34 && sizeof(Q4Block) == 18);
+
+// attend_block of one whole block of 32 keys and values stored as EK and EV
+// (uint16_t: f16; Q8Block, Q4Block), key row b at K + b * k_stride and value
+// row b at V + b * v_stride (in units of EK and EV), converted in registers:
+// the bits attend_block gives f32 rows holding the same values (a code times
+// its f16 scale is exact in f32). For head_dim a multiple of 8 (32 for the
+// block types) and g <= kCausalRowHeads (attend_tile_ok).
+template <typename EK, typename EV>
+void attend_tile(const float* q, int g, int d, const EK* K, int64_t k_stride, const EV* V,
+                 int64_t v_stride, float scale, float* m, float* l, float* acc);
+bool attend_tile_ok(int g, int d);
+
 // The two halves of one block of attend_partial, for callers whose keys are
 // not dense f32 rows (kv/attend_keys.h):
 // s[h * lds + b] = scale * q_h . K[b * stride] for h < g, b < nb;

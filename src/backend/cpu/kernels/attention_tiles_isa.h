@@ -13,9 +13,38 @@ constexpr int kLanes = 16, kWidest = 4;  // a pass: 4 registers, 64 columns
 inline Vec vload(const float* p) {
   return _mm512_loadu_ps(p);
 }
-inline Vec vload(const uint16_t* p) {              // f16 values, converted exactly
+// Columns [col, col + 16) of a value row, as f32 (exactly).
+inline Vec vrow(const float* row, int col) {
+  return _mm512_loadu_ps(row + col);
+}
+inline Vec vrow(const uint16_t* row, int col) {    // f16 values
   return _mm512_maskz_cvtph_ps(__mmask16(0xffff),  // (the masked form: GCC 12 warns of the other)
-                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + col)));
+}
+inline Vec widen(__m512i x) {  // (masked forms: GCC 12 warns of the others' undefined source)
+  return _mm512_maskz_cvtepi32_ps(__mmask16(0xffff), x);
+}
+inline Vec vscale(const void* block) {
+  uint16_t d;
+  std::memcpy(&d, block, 2);
+  return _mm512_set1_ps(_cvtsh_ss(d));
+}
+// q8_0 and q4_0 rows: the codes (q; q - 8) of columns [col, col + 16), and
+// the scale of the block holding col.
+inline Vec vcodes(const Q8Block* row, int col) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[col / 32].qs + col % 32));
+  return widen(_mm512_maskz_cvtepi8_epi32(__mmask16(0xffff), q));
+}
+inline Vec vcodes(const Q4Block* row, int col) {
+  __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[col / 32].qs));
+  if (col % 32 >= 16) q = _mm_srli_epi16(q, 4);  // values 16-31: the high nibbles
+  q = _mm_and_si128(q, _mm_set1_epi8(15));
+  return _mm512_sub_ps(widen(_mm512_maskz_cvtepu8_epi32(__mmask16(0xffff), q)),
+                       _mm512_set1_ps(8.f));
+}
+template <typename B>
+inline Vec vscale_at(const B* row, int col) {
+  return vscale(row + col / 32);
 }
 inline void vstore(float* p, Vec v) {
   _mm512_storeu_ps(p, v);
@@ -35,8 +64,22 @@ constexpr int kLanes = 8, kWidest = 2;  // a pass: 2 registers, 16 columns
 inline Vec vload(const float* p) {
   return _mm256_loadu_ps(p);
 }
-inline Vec vload(const uint16_t* p) {  // f16 values, converted exactly
-  return load_f16x8(p);
+// Columns [col, col + 8) of a value row, as f32 (exactly).
+inline Vec vrow(const float* row, int col) {
+  return row8(row, col);
+}
+inline Vec vrow(const uint16_t* row, int col) {
+  return row8(row, col);
+}
+// q8_0 and q4_0 rows: the codes of columns [col, col + 8) and the scale of
+// the block holding col.
+template <typename B>
+inline Vec vcodes(const B* row, int col) {
+  return codes8(row, col);
+}
+template <typename B>
+inline Vec vscale_at(const B* row, int col) {
+  return scale_of(row + col / 32);
 }
 inline void vstore(float* p, Vec v) {
   _mm256_storeu_ps(p, v);
@@ -52,8 +95,24 @@ inline Vec vfmadd(Vec a, Vec b, Vec c) {
 }
 #endif
 
+// Columns [col, col + W * kLanes) of a value row in W registers, as f32
+// (exactly): a q8_0 or q4_0 block's scale taken once for its 32 columns.
+template <int W, typename E>
+inline void vrows(const E* row, int col, Vec* v) {
+  if constexpr (std::is_same_v<E, Q8Block> || std::is_same_v<E, Q4Block>) {
+    Vec sc = vscale_at(row, col);
+    for (int i = 0; i < W; ++i) {
+      const int c = col + kLanes * i;
+      if (i > 0 && c % 32 == 0) sc = vscale_at(row, c);
+      v[i] = vmul(vcodes(row, c), sc);
+    }
+  } else {
+    for (int i = 0; i < W; ++i) v[i] = vrow(row, col + kLanes * i);
+  }
+}
+
 // Rows [r0, r0 + R), columns [col, col + W * kLanes): acc = acc * c + sum_b w[b] V[b]
-// (value rows of f32 or f16).
+// (value rows of f32, f16, q8_0 or q4_0).
 template <int R, int W, typename E>
 void values_of(int r0, float* const* acc, const float* c, const float* const* w, const E* V,
                int64_t stride, int nb, int col) {
@@ -64,7 +123,7 @@ void values_of(int r0, float* const* acc, const float* c, const float* const* w,
   }
   for (int b = 0; b < nb; ++b) {
     Vec v[W];
-    for (int i = 0; i < W; ++i) v[i] = vload(V + b * stride + col + kLanes * i);
+    vrows<W>(V + b * stride, col, v);
     for (int r = 0; r < R; ++r) {
       const Vec p = vset1(w[r0 + r][b]);
       for (int i = 0; i < W; ++i) a[r][i] = vfmadd(p, v[i], a[r][i]);

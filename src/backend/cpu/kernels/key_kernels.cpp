@@ -309,6 +309,76 @@ void softmax_update_rows(int g, int d, float* s, int64_t lds, int nb, const kv::
   }
 }
 
+// Whether keys and values of these row types are read by attend_stored: f16,
+// q8_0 or q4_0 each (the quantized ones in whole blocks of 32 along head_dim).
+bool stored_tiles(DType k, DType v, int d) {
+  auto ok = [d](DType t) {
+    return t == DType::F16 || (d % 32 == 0 && (t == DType::Q8_0 || t == DType::Q4_0));
+  };
+  return ok(k) && ok(v);
+}
+
+// Positions [j0, j1) of key and value rows of types EK and EV, in blocks of
+// 32 from j0: whole blocks through attend_tile, converted in registers; a
+// part of a block (or any block where the tile does not apply) decoded into
+// f32 rows (exact) for attend_block. The bits attend_partial gives f32 rows
+// holding the stored values.
+template <typename EK, typename EV>
+void attend_stored(const kv::Rows& K, const kv::Rows& V, const float* q, int g, int d, int64_t j0,
+                   int64_t j1, float scale, float* m, float* l, float* acc) {
+  const int64_t ks = int64_t(K.bytes / sizeof(EK)), vs = int64_t(V.bytes / sizeof(EV));
+  thread_local std::vector<float> kt, vt;
+  for (int64_t jb = j0; jb < j1; jb += 32) {
+    const int nb = int(std::min<int64_t>(32, j1 - jb));
+    if (nb == 32 && attend_tile_ok(g, d)) {
+      attend_tile(q, g, d, reinterpret_cast<const EK*>(K.row(jb)), ks,
+                  reinterpret_cast<const EV*>(V.row(jb)), vs, scale, m, l, acc);
+      continue;
+    }
+    kt.resize(size_t(nb) * size_t(d));
+    vt.resize(kt.size());
+    for (int b = 0; b < nb; ++b) {
+      kv::decode_row(K.fmt.type, K.row(jb + b), d, &kt[size_t(b) * size_t(d)]);
+      kv::decode_row(V.fmt.type, V.row(jb + b), d, &vt[size_t(b) * size_t(d)]);
+    }
+    attend_block(q, g, d, kt.data(), vt.data(), d, nb, scale, m, l, acc);
+  }
+}
+
+template <typename EK>
+void attend_stored_values(const kv::Rows& K, const kv::Rows& V, const float* q, int g, int d,
+                          int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc) {
+  switch (V.fmt.type) {
+    case DType::F16:
+      return attend_stored<EK, uint16_t>(K, V, q, g, d, j0, j1, scale, m, l, acc);
+    case DType::Q8_0:
+      return attend_stored<EK, Q8Block>(K, V, q, g, d, j0, j1, scale, m, l, acc);
+    default:
+      LR_ASSERT(V.fmt.type == DType::Q4_0);
+      return attend_stored<EK, Q4Block>(K, V, q, g, d, j0, j1, scale, m, l, acc);
+  }
+}
+
+void attend_stored(const kv::Rows& K, const kv::Rows& V, const float* q, int g, int d, int64_t j0,
+                   int64_t j1, float scale, float* m, float* l, float* acc) {
+  switch (K.fmt.type) {
+    case DType::F16:
+      return attend_stored_values<uint16_t>(K, V, q, g, d, j0, j1, scale, m, l, acc);
+    case DType::Q8_0:
+      return attend_stored_values<Q8Block>(K, V, q, g, d, j0, j1, scale, m, l, acc);
+    default:
+      LR_ASSERT(K.fmt.type == DType::Q4_0);
+      return attend_stored_values<Q4Block>(K, V, q, g, d, j0, j1, scale, m, l, acc);
+  }
+}
+
+// Values summed rotated (kv/row_codec.h): the output rotated back (it is
+// linear in them).
+void rotate_back(const kv::Rows& V, int g, int d, float* acc) {
+  if (V.fmt.rot)
+    for (int h = 0; h < g; ++h) kv::hadamard(acc + int64_t(h) * d, d, V.fmt.rot);
+}
+
 }  // namespace
 
 int key_prep_floats(const kv::KeyStream& ks) {
@@ -389,14 +459,6 @@ void attend_keys_partial(const kv::KeyView& view, const kv::Rows& V, const float
   const int T =
       latent ? std::max(32, ks.block_tokens()) / ks.block_tokens() * ks.block_tokens() : 32;
   const DType vt_type = V.fmt.type;
-  if (!latent && !ks.rotation() && !V.fmt.rot && ks.rows().fmt.type == DType::F16 &&
-      vt_type == DType::F16) {
-    // f16 keys and values (the CPU's default cache), read as stored by the
-    // dense kernel in attend_partial's blocks: the bits of f32 rows holding
-    // the same values
-    return attend_partial(q, g, d, reinterpret_cast<const uint16_t*>(ks.rows().row(0)),
-                          reinterpret_cast<const uint16_t*>(V.row(0)), d, j0, j1, scale, m, l, acc);
-  }
   // Per-thread scratch: prepared queries, scores, a decoded tile of keys and
   // values, the queries rotated as the stored keys are.
   thread_local std::vector<float> prep, s, kt, vt, qr;
@@ -404,6 +466,10 @@ void attend_keys_partial(const kv::KeyView& view, const kv::Rows& V, const float
     qr.assign(q, q + int64_t(g) * d);
     for (int h = 0; h < g; ++h) kv::hadamard(&qr[size_t(h) * size_t(d)], d, ks.rotation());
     q = qr.data();
+  }
+  if (!latent && stored_tiles(ks.rows().fmt.type, vt_type, d)) {
+    attend_stored(ks.rows(), V, q, g, d, j0, j1, scale, m, l, acc);
+    return rotate_back(V, g, d, acc);
   }
   prep.resize(size_t(g) * size_t(key_prep_floats(ks)));
   s.resize(size_t(g) * size_t(T));
@@ -457,9 +523,7 @@ void attend_keys_partial(const kv::KeyView& view, const kv::Rows& V, const float
     }
     jb = te;
   }
-  // Summed from rotated values: rotated back (acc is linear in them).
-  if (V.fmt.rot)
-    for (int h = 0; h < g; ++h) kv::hadamard(acc + int64_t(h) * d, d, V.fmt.rot);
+  rotate_back(V, g, d, acc);
 }
 
 }  // namespace lr::cpu

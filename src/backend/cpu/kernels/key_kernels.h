@@ -3,13 +3,14 @@
 // (kv/row_codec.h): the online-softmax kernel of attention_kernels.h with the
 // scores taken from the stored form. SVDq and KIVI blocks are scored in
 // latent space (integer codes times per-block folded weights, three query
-// heads per pass); q8_0 and q4_0 keys from their codes in registers; f16
-// keys beside f16 values (the CPU's default cache) read as stored by the
-// dense kernels (attention_kernels.h attend_block: the bits of f32 rows
-// holding the same values); other f32 and f16 keys and the f16 window
-// decoded a tile at a time and scored densely. Rotated keys are scored with
-// a rotated query. f16, q8_0 and q4_0 values are summed from registers, f32
-// ones as stored. Scalar twins:
+// heads per pass). f16, q8_0 and q4_0 keys beside f16, q8_0 or q4_0 values
+// are read as stored by the dense kernels' tiles (attention_kernels.h
+// attend_tile, codes times their block's scale in registers: the bits of f32
+// rows holding the same values); beside f32 values q8_0 and q4_0 keys are
+// scored from their codes in registers, other f32 and f16 keys and the f16
+// window decoded a tile at a time and scored densely. Rotated keys are
+// scored with a rotated query. Under latent keys f16, q8_0 and q4_0 values
+// are summed from registers, f32 ones as stored. Scalar twins:
 // KeyStream::reconstruct and kv::attend_keys_reference.
 #pragma once
 
