@@ -150,6 +150,34 @@ void BM_attend_decode(benchmark::State& st) {
                                              benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_attend_decode)->ArgsProduct({{2048}, {3, 7}, {64}, {0, 1, 2, 3, 4}});
+// A prompt chunk's 64 rows over 4096 positions of history (a staged
+// prompt's later call, or a batch slot's chunk), q8_0 keys and values:
+// row by row (range 2: 0) or in tiles of rows (1: attend_keys_rows).
+void BM_attend_rows(benchmark::State& st) {
+  const int64_t n = st.range(0);
+  const int g = int(st.range(1)), d = int(st.range(2)), rows = 64;
+  Streams s = make(kv::KeyType::Q8_0, n, 1, kv::ValueType::Q8_0, d);
+  std::vector<float> q(size_t(rows) * size_t(g) * size_t(d)), m(size_t(rows) * size_t(g)), l(m),
+      acc(q.size());
+  for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(float(i));
+  const int64_t qs = int64_t(g) * d;
+  for (auto _ : st) {
+    if (st.range(3))
+      cpu::attend_keys_rows(*s.ks[0], s.values(0), q.data(), qs, rows, g, n, false, 0.0625f,
+                            m.data(), l.data(), acc.data(), g);
+    else
+      for (int t = 0; t < rows; ++t)
+        cpu::attend_keys_partial(*s.ks[0], s.values(0), q.data() + t * qs, g, 0, n, 0.0625f,
+                                 &m[size_t(t * g)], &l[size_t(t * g)],
+                                 &acc[size_t(t) * size_t(qs)]);
+    benchmark::DoNotOptimize(acc.data());
+  }
+  st.counters["FLOP/s"] = benchmark::Counter(
+      4.0 * rows * g * d * double(n) * double(st.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_attend_rows)->ArgsProduct({{4096}, {7}, {64}, {0, 1}});
+BENCHMARK(BM_attend_rows)->ArgsProduct({{4096}, {6}, {128}, {0, 1}});
+
 BENCHMARK(BM_attend_decode)->ArgsProduct({{2048}, {6}, {128}, {0, 1, 2, 3, 4}});
 BENCHMARK(BM_attend_decode)->ArgsProduct({{2048}, {4}, {256}, {0, 1, 2, 3, 4}});
 

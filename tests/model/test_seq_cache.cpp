@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -85,9 +86,10 @@ TEST(SeqCache, DenseAppendsTheRowsAndAttendsOverThem) {
 }
 
 // attend_rows gives each of a prompt's rows the bits attend gives it alone:
-// a dense cache, f32 or f16 (in tiles), a session's typed cache while the prompt is
-// staged (its own rows in tiles, the history from the stored form) and a
-// batch slot's (row by row). Row partials land `stride` apart and nothing
+// a dense cache, f32 or f16 (in tiles), a session's typed cache while the
+// prompt is staged (its own rows in tiles, the history from the stored form,
+// in tiles of rows for f16/q8_0/q4_0, rotated or not) and a batch slot's
+// (in tiles of rows; KIVI's row by row). Row partials land `stride` apart and nothing
 // else is written.
 TEST(SeqCache, PromptRowsTogetherAreEachRowsAttend) {
   test::TempDir t;
@@ -99,13 +101,19 @@ TEST(SeqCache, PromptRowsTogetherAreEachRowsAttend) {
                            Q = normal(size_t(p0 + n) * size_t(c.n_heads) * hd, 6);
   const int64_t q_stride = int64_t(c.n_heads) * hd, stride = g + 2;
   ThreadPool pool(1);
-  for (kv::KeyType type :
-       {kv::KeyType::F32, kv::KeyType::F16, kv::KeyType::Q8_0, kv::KeyType::Q4_0Rot}) {
+  using KV = std::pair<kv::KeyType, std::optional<kv::ValueType>>;
+  for (auto [type, values] :
+       {KV{kv::KeyType::F32, {}}, KV{kv::KeyType::F16, {}}, KV{kv::KeyType::Q8_0, {}},
+        KV{kv::KeyType::Q4_0Rot, {}}, KV{kv::KeyType::Q4_0Rot, kv::ValueType::Q8_0Rot},
+        KV{kv::KeyType::F16, kv::ValueType::Q4_0}, KV{kv::KeyType::Kivi2, {}}}) {
     for (bool batched : {false, true}) {
-      SCOPED_TRACE(testing::Message() << kv::key_type_name(type) << (batched ? " batch" : ""));
+      SCOPED_TRACE(testing::Message()
+                   << kv::key_type_name(type) << " " << (values ? kv::value_type_name(*values) : "")
+                   << (batched ? " batch" : ""));
       BackendOptions o;
       o.ctx = ctx;
       o.keys.type = type;
+      o.keys.value_type = values;
       auto cache = cpu::make_seq_cache(*m.weights, o, KvMode::Dense, batched, ctx);
       for (auto [from, count] : {std::pair{0, p0}, std::pair{p0, n}}) {
         if (!batched) cache->begin_call(from, count);  // a batch slot encodes as it appends

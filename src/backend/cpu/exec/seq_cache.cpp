@@ -235,26 +235,34 @@ class StreamSeq final : public SeqCache {
   }
 
   // A staged prompt's rows: the call's own positions exact, in tiles, then
-  // each row's history from the stored form.
+  // the history from the stored form. A batch slot's rows (not staged) read
+  // the stored rows as decode steps at their positions would. Either way the
+  // blocks every row sees are read once for a tile of rows
+  // (backend/cpu/kernels/key_kernels.h attend_keys_rows; latent types in a
+  // batch row by row, at their views).
   void attend_rows(int l, int h, int p0, int n, const float* q, int64_t q_stride, int g,
                    float scale, const RowPartials& out) const override {
-    if (!c_.staging()) return SeqCache::attend_rows(l, h, p0, n, q, q_stride, g, scale, out);
     LR_ASSERT(out.acc_stride == out.stride * hd_);
+    const kv::KeyStream& ks = c_.stream(l, h);
+    if (!c_.staging()) {
+      if (ks.latent()) return SeqCache::attend_rows(l, h, p0, n, q, q_stride, g, scale, out);
+      return attend_keys_rows(ks, c_.values(l, h), q, q_stride, n, g, p0 + 1, true, scale, out.m,
+                              out.sum, out.acc, out.stride);
+    }
     const int hist = c_.stage_begin();
     attend_causal(q, q_stride, n, p0 + 1 - hist, g, hd_, c_.staged_key(l, h), c_.staged_value(l, h),
                   hd_, scale, out.m, out.sum, out.acc, out.stride);
     if (hist == 0) return;
-    const kv::KeyStream& ks = c_.stream(l, h);
-    thread_local std::vector<float> m2, l2, acc2;
-    m2.resize(size_t(g));
-    l2.resize(size_t(g));
-    acc2.resize(size_t(g) * size_t(hd_));
-    for (int t = 0; t < n; ++t) {
-      attend_keys_partial(ks, c_.values(l, h), q + t * q_stride, g, 0, hist, scale, m2.data(),
-                          l2.data(), acc2.data());
+    thread_local std::vector<float> m2, l2, acc2;  // the history's partials, row after row
+    m2.resize(size_t(n) * size_t(g));
+    l2.resize(m2.size());
+    acc2.resize(m2.size() * size_t(hd_));
+    attend_keys_rows(ks, c_.values(l, h), q, q_stride, n, g, hist, false, scale, m2.data(),
+                     l2.data(), acc2.data(), g);
+    for (int t = 0; t < n; ++t)
       combine(g, hd_, out.m + t * out.stride, out.sum + t * out.stride,
-              out.acc + t * out.acc_stride, m2.data(), l2.data(), acc2.data());
-    }
+              out.acc + t * out.acc_stride, &m2[size_t(t) * size_t(g)], &l2[size_t(t) * size_t(g)],
+              &acc2[size_t(t) * size_t(g) * size_t(hd_)]);
   }
 
   void truncate(int n) override { c_.truncate(n); }

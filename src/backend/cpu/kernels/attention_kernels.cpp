@@ -419,34 +419,35 @@ bool tiled_block(int g, int d, int nb) {
   return nb == kB && d % 8 == 0 && g <= kCausalRowHeads;
 }
 
-// A whole block: the g heads as the rows of one tile (attend_causal's
-// kernels, the same bits), each key and value loaded once for them all.
-template <typename EK, typename EV>
-void heads_tile(const float* q, int g, int d, const EK* K, int64_t k_stride, const EV* V,
-                int64_t v_stride, float scale, float* m, float* l, float* acc) {
-  RowTile tile;
-  tile.R = g;
-  for (int h = 0; h < g; ++h) {
-    tile.q[h] = q + int64_t(h) * d;
-    tile.acc[h] = acc + int64_t(h) * d;
-    tile.m[h] = m + h;
-    tile.l[h] = l + h;
-  }
-  tile_block(tile, d, K, k_stride, V, v_stride, scale);
-}
-
 }  // namespace
 
 template <typename EK, typename EV>
-void attend_tile(const float* q, int g, int d, const EK* K, int64_t k_stride, const EV* V,
-                 int64_t v_stride, float scale, float* m, float* l, float* acc) {
-  LR_ASSERT(attend_tile_ok(g, d));
-  heads_tile(q, g, d, K, k_stride, V, v_stride, scale, m, l, acc);
+void attend_tiles(const float* q, int64_t q_stride, int n, int g, int d, const EK* K,
+                  int64_t k_stride, const EV* V, int64_t v_stride, int64_t nk, float scale,
+                  float* m, float* l, float* acc, int64_t ml_stride) {
+  LR_ASSERT(attend_tile_ok(g, d) && nk % kB == 0);
+  const int T = causal_tile_rows(g);
+  for (int t0 = 0; t0 < n; t0 += T) {
+    RowTile tile;
+    const int rows = std::min(T, n - t0);
+    tile.R = rows * g;
+    for (int t = t0; t < t0 + rows; ++t)
+      for (int h = 0; h < g; ++h) {
+        const int r = (t - t0) * g + h;
+        tile.q[r] = q + t * q_stride + int64_t(h) * d;
+        tile.acc[r] = acc + (t * ml_stride + h) * d;
+        tile.m[r] = m + t * ml_stride + h;
+        tile.l[r] = l + t * ml_stride + h;
+      }
+    for (int64_t jb = 0; jb < nk; jb += kB)
+      tile_block(tile, d, K + jb * k_stride, k_stride, V + jb * v_stride, v_stride, scale);
+  }
 }
+
 // Keys and values of f16, q8_0 or q4_0, in any pairing.
-#define LR_ATTEND_TILE(EK, EV)                                                                     \
-  template void attend_tile(const float*, int, int, const EK*, int64_t, const EV*, int64_t, float, \
-                            float*, float*, float*);
+#define LR_ATTEND_TILE(EK, EV)                                                                    \
+  template void attend_tiles(const float*, int64_t, int, int, int, const EK*, int64_t, const EV*, \
+                             int64_t, int64_t, float, float*, float*, float*, int64_t);
 #define LR_ATTEND_TILE_KEYS(EV) \
   LR_ATTEND_TILE(uint16_t, EV) LR_ATTEND_TILE(Q8Block, EV) LR_ATTEND_TILE(Q4Block, EV)
 LR_ATTEND_TILE_KEYS(uint16_t)
@@ -461,13 +462,17 @@ bool attend_tile_ok(int g, int d) {
 
 void attend_block(const float* q, int g, int d, const float* K, const float* V, int64_t stride,
                   int nb, float scale, float* m, float* l, float* acc) {
-  if (tiled_block(g, d, nb)) return heads_tile(q, g, d, K, stride, V, stride, scale, m, l, acc);
+  // A whole block: the g heads as the rows of one tile (attend_causal's
+  // kernels, the same bits), each key and value loaded once for them all.
+  if (tiled_block(g, d, nb))
+    return attend_tiles(q, 0, 1, g, d, K, stride, V, stride, kB, scale, m, l, acc, 0);
   heads_block(q, g, d, K, V, stride, nb, scale, m, l, acc);
 }
 
 void attend_block(const float* q, int g, int d, const uint16_t* K, const uint16_t* V,
                   int64_t stride, int nb, float scale, float* m, float* l, float* acc) {
-  if (tiled_block(g, d, nb)) return heads_tile(q, g, d, K, stride, V, stride, scale, m, l, acc);
+  if (tiled_block(g, d, nb))
+    return attend_tiles(q, 0, 1, g, d, K, stride, V, stride, kB, scale, m, l, acc, 0);
   // A part of a block: its rows as f32 (the same values), then the f32 step.
   thread_local std::vector<float> k, v;
   k.resize(size_t(nb) * size_t(d));
@@ -548,23 +553,16 @@ void causal(const float* q, int64_t q_stride, int n, int64_t n0, int g, int d, c
              row_m(t0), row_l(t0), row_acc(t0), ml_stride);
     return;
   }
-  RowTile tile;
-  tile.R = n * g;
   for (int t = 0; t < n; ++t)
     for (int h = 0; h < g; ++h) {
-      const int r = t * g + h;
-      tile.q[r] = q + t * q_stride + int64_t(h) * d;
-      tile.acc[r] = row_acc(t) + int64_t(h) * d;
-      tile.m[r] = row_m(t) + h;
-      tile.l[r] = row_l(t) + h;
-      *tile.m[r] = -INFINITY;
-      *tile.l[r] = 0.f;
-      std::fill_n(tile.acc[r], d, 0.f);
+      row_m(t)[h] = -INFINITY;
+      row_l(t)[h] = 0.f;
+      std::fill_n(row_acc(t) + int64_t(h) * d, d, 0.f);
     }
   // Blocks every row sees whole, for the whole tile at once.
-  int64_t jb = 0;
-  for (; jb + kB <= n0; jb += kB)
-    tile_block(tile, d, K + jb * stride, stride, V + jb * stride, stride, scale);
+  const int64_t jb0 = n0 / kB * kB;
+  attend_tiles(q, q_stride, n, g, d, K, stride, V, stride, jb0, scale, m, l, acc, ml_stride);
+  int64_t jb = jb0;
   // The diagonal: blocks some rows see in part (or not at all), row by row
   // as attend_partial computes them.
   for (; jb < n0 + n - 1; jb += kB)

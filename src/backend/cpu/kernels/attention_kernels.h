@@ -42,15 +42,20 @@ struct Q4Block {
 };
 static_assert(sizeof(Q8Block) == 34 && sizeof(Q4Block) == 18);
 
-// attend_block of one whole block of 32 keys and values stored as EK and EV
-// (uint16_t: f16; Q8Block, Q4Block), key row b at K + b * k_stride and value
-// row b at V + b * v_stride (in units of EK and EV), converted in registers:
-// the bits attend_block gives f32 rows holding the same values (a code times
-// its f16 scale is exact in f32). For head_dim a multiple of 8 (32 for the
-// block types) and g <= kCausalRowHeads (attend_tile_ok).
+// The online-softmax steps of n query rows (row t's g heads at q + t *
+// q_stride; its m, l at m + t * ml_stride, its acc at acc + t * ml_stride *
+// d, carried on from what they hold) over keys and values [0, nk), nk a
+// multiple of 32, stored as EK and EV (uint16_t: f16; Q8Block, Q4Block): key
+// row b at K + b * k_stride, value row b at V + b * v_stride (in units of EK
+// and EV), converted in registers. Each block is read once for a tile of
+// causal_tile_rows(g) rows, and each row gets the bits attend_block gives it
+// alone over f32 rows holding the same values (a code times its f16 scale
+// is exact in f32). For head_dim a multiple of 8 (32 for the block types)
+// and g <= kCausalRowHeads (attend_tile_ok).
 template <typename EK, typename EV>
-void attend_tile(const float* q, int g, int d, const EK* K, int64_t k_stride, const EV* V,
-                 int64_t v_stride, float scale, float* m, float* l, float* acc);
+void attend_tiles(const float* q, int64_t q_stride, int n, int g, int d, const EK* K,
+                  int64_t k_stride, const EV* V, int64_t v_stride, int64_t nk, float scale,
+                  float* m, float* l, float* acc, int64_t ml_stride);
 bool attend_tile_ok(int g, int d);
 
 // The two halves of one block of attend_partial, for callers whose keys are

@@ -37,6 +37,16 @@ void key_scores(const kv::KeyStream& ks, const float* prep, int g, int64_t j0, i
 // max m[g], sum l[g] and unnormalized acc [g, d].
 void attend_keys_partial(const kv::KeyStream& ks, const kv::Rows& V, const float* q, int g,
                          int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc);
+// attend_keys_partial for n query rows of a prompt at once: row t (g query
+// heads at q + t * q_stride) over positions [0, n0 + t) (causal) or [0, n0),
+// its m, l at m + t * ml_stride and acc at acc + t * ml_stride * head_dim.
+// The bits each row gets alone; f16, q8_0 and q4_0 keys and values read the
+// blocks every row sees once for a tile of rows (attention_kernels.h
+// attend_tiles), other types row by row. Latent types read the stream as it
+// is now (a prompt's history; not a batch row's view_at).
+void attend_keys_rows(const kv::KeyStream& ks, const kv::Rows& V, const float* q, int64_t q_stride,
+                      int n, int g, int64_t n0, bool causal, float scale, float* m, float* l,
+                      float* acc, int64_t ml_stride);
 // The same over a view of the stream (kv::KeyStream::view_at): positions
 // below view.blocks scored from the blocks, the rest from f16 rows.
 void attend_keys_partial(const kv::KeyView& view, const kv::Rows& V, const float* q, int g,
