@@ -311,7 +311,10 @@ class WindowedSeq final : public SeqCache {
               float scale, float* m, float* sum, float* acc) const override {
     of(l).attend(l, h, from, p, q, g, chunk, chunks, scale, m, sum, acc);
   }
-  void truncate(int n) override { keys_.truncate(n); }
+  void truncate(int n) override {
+    rings_->truncate(n);
+    keys_.truncate(n);
+  }
   int rewindable(int n_past, int n) const override { return rings_->rewindable(n_past, n); }
   void end_step() override { keys_.end_step(); }
   uint64_t bytes() const override { return rings_->bytes() + keys_.bytes(); }
