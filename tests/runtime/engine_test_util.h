@@ -21,6 +21,7 @@ using namespace std::chrono_literals;
 struct Tiny {
   TempDir t;
   Model m;
+  kv::KeyType keys = kv::KeyType::F32;  // the engines' key cache (values: its default)
   Tiny() {
     TinySpec s;
     s.tokenizer = true;  // bytes: every token is text
@@ -33,6 +34,7 @@ struct Tiny {
     BackendOptions o;
     o.ctx = ctx;
     o.cpu.n_threads = 2;
+    o.keys.type = keys;
     EngineOptions e;
     e.queue = queue;
     e.step_tokens = step_tokens;

@@ -153,6 +153,27 @@ TEST(Engine, NAnswersShareOnePromptEvaluation) {
   EXPECT_THROW(e->submit(p, greedy(4), 0), Error);
 }
 
+// The same with the CPU's default cache (f16 keys and values, held as the
+// dense cache holds f32 rows): the others copy the first answer's prompt.
+TEST(Engine, NAnswersShareTheF16Cache) {
+  Tiny tiny;
+  tiny.keys = kv::KeyType::F16;
+  const auto p = prompt(41, 5);
+  Result alone;
+  {
+    auto e = tiny.engine(4);
+    alone = wait(*e->submit(p, greedy(12)));
+  }
+  auto e = tiny.engine(4);
+  std::vector<std::shared_ptr<Request>> three = e->submit(p, greedy(12), 3);
+  std::vector<Result> got;
+  for (auto& r : three) got.push_back(wait(*r));
+  for (const Result& r : got) expect_same(alone, r);
+  EXPECT_EQ(got[0].usage.cached_tokens, 0);
+  EXPECT_EQ(got[1].usage.cached_tokens, 40);
+  EXPECT_EQ(got[2].usage.cached_tokens, 40);
+}
+
 // Steps of 2 tokens and 4 requests: prompts take only what decoding leaves,
 // so at most two slots decode at once and the others wait; every answer is
 // the one it gives alone.
