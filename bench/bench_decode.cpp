@@ -5,7 +5,8 @@
 //                    positions; bytes/s of K and V read (n * 2 * 64 * 4).
 //   prompt_attention 64 prompt rows at depth n of the 0.5B's group (7 query
 //                    heads of 64 per KV head, keys head-major): row by row
-//                    (/0) and in attend_causal's tiles (/1); FLOP/s of
+//                    (/0), in attend_causal's tiles (/1) and over f16 rows (/2,
+//                    the default cache's); FLOP/s of
 //                    q.k and p.v (4 * rows * heads * keys * 64).
 //   lowrank_matvec   y = U (V x) for the keep-0.5 ranks of the default model
 //                    (attn_q: rank 144 of 576x576, ffn_gate: rank 209 of
@@ -51,13 +52,19 @@ BENCHMARK(BM_attend_partial)->Arg(512)->Arg(2048)->Arg(8192);
 void BM_prompt_attention(benchmark::State& st) {
   const int64_t n0 = st.range(0), d = 64, g = 7;
   const int rows = 64;
-  const bool tiled = st.range(1) != 0;
+  const bool tiled = st.range(1) != 0, f16 = st.range(1) == 2;
   const int64_t keys = n0 + rows;
   const auto K = randn(size_t(keys * d), 1), V = randn(size_t(keys * d), 2);
+  std::vector<uint16_t> Kh(K.size()), Vh(V.size());  // the default cache's rows
+  lr::f32_to_f16_row(K.data(), Kh.data(), int64_t(K.size()));
+  lr::f32_to_f16_row(V.data(), Vh.data(), int64_t(V.size()));
   const auto q = randn(size_t(rows * g * d), 3);
   std::vector<float> m(size_t(rows * g)), l(m), acc(size_t(rows * g * d));
   for (auto _ : st) {
-    if (tiled) {
+    if (f16) {
+      cpu::attend_causal(q.data(), g * d, rows, n0 + 1, int(g), int(d), Kh.data(), Vh.data(), d,
+                         0.125f, m.data(), l.data(), acc.data(), g);
+    } else if (tiled) {
       cpu::attend_causal(q.data(), g * d, rows, n0 + 1, int(g), int(d), K.data(), V.data(), d,
                          0.125f, m.data(), l.data(), acc.data(), g);
     } else {
@@ -72,7 +79,7 @@ void BM_prompt_attention(benchmark::State& st) {
   st.counters["FLOP/s"] =
       benchmark::Counter(flops * double(st.iterations()), benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_prompt_attention)->ArgsProduct({{512, 4096, 8192}, {0, 1}});
+BENCHMARK(BM_prompt_attention)->ArgsProduct({{512, 4096, 8192}, {0, 1, 2}});
 
 void BM_lowrank_matvec_f16(benchmark::State& st) {
   const int64_t out = st.range(0), in = st.range(1), r = st.range(2);
