@@ -1,6 +1,8 @@
-// The dense KV cache of a session: post-RoPE keys and values, f32 (or f16,
-// the rings beside a typed cache: KeyCacheConfig::ring_elem_bytes), head-major: the keys of one KV
-// head of one layer are contiguous [positions, head_dim], so attention streams them.
+// The dense KV cache of a session: post-RoPE keys and values, f32 or f16
+// (the CPU's default cache, KeyCacheConfig::half, and the rings beside a
+// typed cache, KeyCacheConfig::ring_elem_bytes), head-major: the keys of one
+// KV head of one layer are contiguous [positions, head_dim], so attention
+// streams them.
 //
 // A layer attends to the whole context, or (a sliding-window layer) to its
 // last `window` positions. A full layer keeps every position of the context.

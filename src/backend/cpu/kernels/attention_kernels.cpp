@@ -223,8 +223,8 @@ inline __m256 half(__m512 v) {
       _mm512_mask_extractf64x4_pd(_mm256_setzero_pd(), 0xf, _mm512_castps_pd(v), I));
 }
 
-// Elements [c, c + 8) of rows k0 and k1 as [k0 | k1]; the block types' with
-// scale [k0's | k1's] (pair2's), their codes widened 16 at a time.
+// Elements [c, c + 8) of rows k0 and k1 as [k0 | k1]; the block types'
+// times scale [k0's | k1's] (pair_scale's), their codes widened 16 at a time.
 inline __m512 row16(const float* k0, const float* k1, int c, __m512) {
   return pair(row8(k0, c), row8(k1, c));
 }
@@ -248,9 +248,7 @@ inline __m512 row16(const Q4Block* k0, const Q4Block* k1, int c, __m512 scale) {
   long long x0, x1;
   std::memcpy(&x0, k0[c / 32].qs + (o & 15), 8);
   std::memcpy(&x1, k1[c / 32].qs + (o & 15), 8);
-  __m128i q = _mm_set_epi64x(x1, x0);
-  if (o >= 16) q = _mm_srli_epi16(q, 4);  // values 16-31: the high nibbles
-  q = _mm_and_si128(q, _mm_set1_epi8(15));
+  const __m128i q = q4_codes(_mm_set_epi64x(x1, x0), o);
   const __m512 v = _mm512_sub_ps(
       _mm512_maskz_cvtepi32_ps(__mmask16(0xffff), _mm512_maskz_cvtepu8_epi32(__mmask16(0xffff), q)),
       _mm512_set1_ps(8.f));

@@ -36,9 +36,8 @@ inline Vec vcodes(const Q8Block* row, int col) {
   return widen(_mm512_maskz_cvtepi8_epi32(__mmask16(0xffff), q));
 }
 inline Vec vcodes(const Q4Block* row, int col) {
-  __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[col / 32].qs));
-  if (col % 32 >= 16) q = _mm_srli_epi16(q, 4);  // values 16-31: the high nibbles
-  q = _mm_and_si128(q, _mm_set1_epi8(15));
+  const __m128i q =
+      q4_codes(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[col / 32].qs)), col % 32);
   return _mm512_sub_ps(widen(_mm512_maskz_cvtepu8_epi32(__mmask16(0xffff), q)),
                        _mm512_set1_ps(8.f));
 }

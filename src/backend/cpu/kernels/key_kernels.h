@@ -5,7 +5,7 @@
 // latent space (integer codes times per-block folded weights, three query
 // heads per pass). f16, q8_0 and q4_0 keys beside f16, q8_0 or q4_0 values
 // are read as stored by the dense kernels' tiles (attention_kernels.h
-// attend_tile, codes times their block's scale in registers: the bits of f32
+// attend_tiles, codes times their block's scale in registers: the bits of f32
 // rows holding the same values); beside f32 values q8_0 and q4_0 keys are
 // scored from their codes in registers, other f32 and f16 keys and the f16
 // window decoded a tile at a time and scored densely. Rotated keys are

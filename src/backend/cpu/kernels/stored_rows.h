@@ -36,12 +36,16 @@ inline __m256 codes8(const Q8Block* row, int c) {
   const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b->qs + c % 32));
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
 }
+// The 4-bit codes in bytes loaded from a q4_0 block's qs at (o & 15), for
+// values from o on: the low nibbles (values 0-15) or the high ones (16-31).
+inline __m128i q4_codes(__m128i bytes, int o) {
+  if (o >= 16) bytes = _mm_srli_epi16(bytes, 4);
+  return _mm_and_si128(bytes, _mm_set1_epi8(15));
+}
 inline __m256 codes8(const Q4Block* row, int c) {
-  const Q4Block* b = row + c / 32;
   const int o = c % 32;
-  __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b->qs + (o & 15)));
-  if (o >= 16) q = _mm_srli_epi16(q, 4);  // values 16-31: the high nibbles
-  q = _mm_and_si128(q, _mm_set1_epi8(15));
+  const __m128i q =
+      q4_codes(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row[c / 32].qs + (o & 15))), o);
   return _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)), _mm256_set1_ps(8.f));
 }
 template <typename B>
