@@ -9,7 +9,15 @@
 # (bench mode k-f16), as llama.cpp does. Not run in CI.
 #
 #   scripts/peer-bench.sh [--rounds N] [--threads "1 2"] [--native|--avx512] [--isa "avx2 avx512vnni"]
-#                         [--prompt 512] [--gen 128] [--fa] MODEL.gguf ...
+#                         [--prompt 512] [--gen 128] [--fa] [--ik] MODEL.gguf ...
+#
+# --ik adds ik_llama.cpp (the fastest CPU fork of llama.cpp, commit pinned
+# below) to every round: its llama-bench built -march=native with
+# -DGGML_IQK_FA_ALL_QUANTS=OFF, run with -rtr 1 (weights repacked for its
+# kernels at load). Source: the git directory $IK_LLAMA_GIT (a clone or
+# mirror holding the commit), else cloned from GitHub; built once into
+# ${XDG_CACHE_HOME:-~/.cache}/lowrank/peer/ik-<commit> (about 15 minutes on
+# 2 cores).
 #
 # --isa runs lowrank once per kernel path (LOWRANK_ISA) in every round, each
 # a row of its own (default: the path lowrank picks by itself).
@@ -36,6 +44,8 @@ isas=auto
 prompt=512
 gen=128
 fa=0
+ik=0
+IK_COMMIT=8337e4cd3861406fc04e0854b1409cd1b027fbc9
 models=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -47,7 +57,8 @@ while [[ $# -gt 0 ]]; do
     --prompt) prompt=$2; shift 2 ;;
     --gen) gen=$2; shift 2 ;;
     --fa) fa=1; shift ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --ik) ik=1; shift ;;
+    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "peer-bench: unknown option $1" >&2; exit 2 ;;
     *) models+=("$1"); shift ;;
   esac
@@ -78,6 +89,25 @@ if [[ ! -x "$bench" ]]; then
 fi
 export LD_LIBRARY_PATH="$cache/llama.cpp/build/bin:${LD_LIBRARY_PATH:-}"
 
+ik_cache="${XDG_CACHE_HOME:-$HOME/.cache}/lowrank/peer/ik-${IK_COMMIT:0:7}"
+ik_bench="$ik_cache/src/build/bin/llama-bench"
+if [[ $ik == 1 && ! -x "$ik_bench" ]]; then
+  echo "peer-bench: building ik_llama.cpp ${IK_COMMIT:0:7} into $ik_cache" >&2
+  mkdir -p "$ik_cache"
+  git_dir=${IK_LLAMA_GIT:-$ik_cache/git}
+  [[ -d $git_dir ]] || git clone --quiet --bare https://github.com/ikawrakow/ik_llama.cpp "$git_dir"
+  rm -rf "$ik_cache/src" && mkdir -p "$ik_cache/src"
+  # Its vocabulary test files and web UI are not needed to build llama-bench (and a partial
+  # mirror may lack their blobs).
+  git -C "$git_dir" archive "$IK_COMMIT" -- . ':(exclude)models/*.gguf' \
+    ':(exclude)examples/server/public_llamacpp' ':(exclude)examples/server/webui/dist' 2>/dev/null \
+    | tar -x -C "$ik_cache/src"
+  cmake -S "$ik_cache/src" -B "$ik_cache/src/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    -DGGML_IQK_FA_ALL_QUANTS=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
+    >"$ik_cache/cmake.log"
+  cmake --build "$ik_cache/src/build" -j"$(nproc)" --target llama-bench >"$ik_cache/build.log"
+fi
+
 out=${OUT_DIR:-/tmp/lowrank-peer-bench-p$prompt-g$gen-fa$fa}
 mkdir -p "$out"
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
@@ -87,6 +117,11 @@ for m in "${models[@]}"; do
       tag="$(basename "$m" .gguf)-t$t-r$r"
       echo "peer-bench: $tag" >&2
       "$bench" -m "$m" -t "$t" -p "$prompt" -n "$gen" -fa "$fa" -r 1 -o json >"$out/$tag.llama.json" 2>"$out/$tag.llama.err"
+      rm -f "$out/$tag.ik.json"
+      # Its own library path: ik_llama.cpp's libggml and libllama are not llama.cpp's.
+      [[ $ik == 1 ]] && LD_LIBRARY_PATH="$ik_cache/src/build/bin:$ik_cache/src/build/src:$ik_cache/src/build/ggml/src" \
+        "$ik_bench" -m "$m" -t "$t" -p "$prompt" -n "$gen" -fa "$fa" -rtr 1 -r 1 -o json \
+        >"$out/$tag.ik.json" 2>"$out/$tag.ik.err"
       for isa in $isas; do
         LOWRANK_ISA=$isa build/lowrank bench -m "$m" --dense "$m" --modes k-f16 --prompt "$prompt" --gen "$gen" --reps 1 \
           -t "$t" --json "$out/$tag.lowrank-$isa.json" >"$out/$tag.lowrank-$isa.txt" 2>/dev/null
@@ -99,17 +134,23 @@ python3 - "$out" "$cpu" "$flavour" "$PEER_VERSION" "$rounds" "$isas" "$prompt" "
 import glob, json, os, statistics, sys
 out, cpu, flavour, version, rounds, isas, P, G, fa, *models = sys.argv[1:]
 fa = ", flash attention" if fa == "1" else ""
-print(f"CPU: {cpu}; llama.cpp from llama-cpp-python {version} ({flavour} build{fa}); {rounds} interleaved rounds, medians\n")
-print(f"| model | threads | lowrank kernels | llama.cpp pp{P} tok/s | lowrank pp{P} tok/s | prefill ratio | llama.cpp tg{G} tok/s | lowrank tg{G} tok/s | decode ratio | lowrank MB/token | llama.cpp % of probe | lowrank % of probe | probe GB/s |")
-print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+ik = bool(glob.glob(f"{out}/*.ik.json"))
+peers = ", ik_llama.cpp 8337e4c (native, -rtr 1)" if ik else ""
+print(f"CPU: {cpu}; llama.cpp from llama-cpp-python {version} ({flavour} build{fa}){peers}; {rounds} interleaved rounds, medians\n")
+ik_head = f" ik pp{P} tok/s | prefill vs ik | ik tg{G} tok/s | decode vs ik |" if ik else ""
+print(f"| model | threads | lowrank kernels | llama.cpp pp{P} tok/s | lowrank pp{P} tok/s | prefill ratio | llama.cpp tg{G} tok/s | lowrank tg{G} tok/s | decode ratio |{ik_head} lowrank MB/token | llama.cpp % of probe | lowrank % of probe | probe GB/s |")
+print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: | ---: | ---: |" if ik else "") + " ---: | ---: | ---: | ---: |")
 for m in models:
     name = os.path.basename(m)[:-5]
     for t in sorted({p.split("-t")[-1].split("-r")[0] for p in glob.glob(f"{out}/{name}-t*-r*.llama.json")}, key=int):
       for isa in isas.split():
-        lp, lt, wp, wt, mb, bw = [], [], [], [], [], []
+        lp, lt, wp, wt, mb, bw, kp, kt = [], [], [], [], [], [], [], []
         for f in sorted(glob.glob(f"{out}/{name}-t{t}-r*.llama.json")):
             for row in json.load(open(f)):
                 (lp if row["n_prompt"] > 0 else lt).append(row["avg_ts"])
+            if ik:
+                for row in json.load(open(f.replace(".llama.json", ".ik.json"))):
+                    (kp if row["n_prompt"] > 0 else kt).append(row["avg_ts"])
             lj = json.load(open(f.replace(".llama.json", f".lowrank-{isa}.json")))
             row = lj["rows"][0]
             wp.append(int(P) / (row["prefill_ms"] / 1000))
@@ -119,6 +160,8 @@ for m in models:
         kernels = open(f.replace(".llama.json", f".lowrank-{isa}.txt")).read().split("CPU kernels: ")[-1].split(" ")[0]
         med = statistics.median
         share = lambda tps: 100 * tps * med(mb) / 1000 / med(bw)
+        ik_cols = (f" {med(kp):.1f} | {med(wp) / med(kp):.2f} | {med(kt):.1f} | {med(wt) / med(kt):.2f} |"
+                   if ik else "")
         print(f"| {name} | {t} | {kernels} | {med(lp):.1f} | {med(wp):.1f} | {med(wp) / med(lp):.2f} | {med(lt):.1f} | "
-              f"{med(wt):.1f} | {med(wt) / med(lt):.2f} | {med(mb):.0f} | {share(med(lt)):.0f}% | {share(med(wt)):.0f}% | {med(bw):.1f} |")
+              f"{med(wt):.1f} | {med(wt) / med(lt):.2f} |{ik_cols} {med(mb):.0f} | {share(med(lt)):.0f}% | {share(med(wt)):.0f}% | {med(bw):.1f} |")
 PY

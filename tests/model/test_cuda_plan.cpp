@@ -6,19 +6,22 @@
 // check runs on.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
 #include <iterator>
 
 #include "../error_of.h"
-#include "model_test_util.h"
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/plan.h"
 #include "bench/harness/harness.h"
 #include "compress/factorize.h"
 #include "compress/synth_model.h"
+#include "core/dtype.h"
 #include "core/error.h"
+#include "format/gguf.h"
 #include "model/load.h"
 #include "model/pack.h"
+#include "model_test_util.h"
 #include "runtime/model.h"
 #include "runtime/session.h"
 
@@ -232,13 +235,83 @@ TEST(Synth, ShapesKeepAndDeterminism) {
   EXPECT_GT(hi - lo, 0.1f);
   EXPECT_NE(error_of([] { synth_config("llama-70b"); })
                 .find("unknown synthetic model shape 'llama-70b' (expected one of: tiny, "
-                      "tiny-mha128, smollm2-135m, llama-7b)"),
+                      "tiny-mha128, tiny-k, smollm2-135m, llama-7b, llama3.2-3b, qwen2.5-7b)"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
               SynthOptions o;
               o.keep = 0;
               write_synthetic_model(a.t.file("x.gguf"), o);
             }).find("--keep must be in (0, 1]"),
+            std::string::npos);
+}
+
+// Block formats: llama.cpp's Q4_K_M mix tensor by tensor, and each value within
+// half a quantization step of the f32 file's (the same seed draws the same values).
+TEST(Synth, Q4KMMixHoldsTheF32FilesValues) {
+  test::TempDir t;
+  SynthOptions o;
+  o.shape = "tiny-k";
+  o.wtype = DType::F32;
+  write_synthetic_model(t.file("f32.gguf"), o);
+  o.wtype = DType::Q4_K;
+  o.q4_k_m = true;
+  write_synthetic_model(t.file("q4km.gguf"), o);
+  auto exact = gguf::File::open(t.file("f32.gguf")), km = gguf::File::open(t.file("q4km.gguf"));
+  ASSERT_EQ(exact->tensors().size(), km->tensors().size());
+  int q6 = 0, q4 = 0, biases = 0;
+  for (const gguf::TensorInfo& e : exact->tensors()) {
+    const gguf::TensorInfo& k = km->tensor(e.name);
+    ASSERT_EQ(k.shape, e.shape) << e.name;
+    if (e.shape.size() == 1) {  // norms and biases stay f32, bit for bit
+      EXPECT_EQ(k.dtype, DType::F32) << e.name;
+      EXPECT_EQ(std::memcmp(k.data, e.data, e.nbytes), 0) << e.name;
+      biases += e.name.find(".bias") != std::string::npos;
+      continue;
+    }
+    // Q6_K: the output head and the value and FFN-down matrices of layers 0, 3, 6 and 7 (of
+    // 8: the first and last eighth, every third between); Q4_K: the rest and the embedding.
+    const bool six = e.name == "output.weight" ||
+                     ((e.name.find("attn_v") != std::string::npos ||
+                       e.name.find("ffn_down") != std::string::npos) &&
+                      (e.name.rfind("blk.0.", 0) == 0 || e.name.rfind("blk.3.", 0) == 0 ||
+                       e.name.rfind("blk.6.", 0) == 0 || e.name.rfind("blk.7.", 0) == 0));
+    ASSERT_EQ(k.dtype, six ? DType::Q6_K : DType::Q4_K) << e.name;
+    (six ? q6 : q4) += 1;
+    EXPECT_EQ(k.nbytes, e.elements() / 256 * (six ? 210 : 144)) << e.name;
+    std::vector<float> got(e.elements());
+    dequantize(k.dtype, k.data, got.data(), int64_t(got.size()));
+    const float* want = reinterpret_cast<const float*>(e.data);
+    float range = 0, err = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      range = std::max(range, std::abs(want[i]));
+      err = std::max(err, std::abs(got[i] - want[i]));
+    }
+    // Uniform values over [-range, range]. Q4_K: half a step of about 2 range / 15, with room
+    // for the 6-bit sub-block scales. Q6_K: a step of range / 32 (a group's longer side maps
+    // to -32, the other ends at +31), a little more where the group's int8 scale stops at
+    // +127 rather than -128 (range / 25.8 at worst).
+    EXPECT_LE(err, range * (six ? 1.f / 25 : 1.2f / 15)) << e.name;
+    EXPECT_GT(err, 0.f) << e.name;  // quantized, not copied
+  }
+  EXPECT_EQ(q6, 1 + 2 * 4);
+  EXPECT_EQ(q4, 1 + 7 * 8 - 2 * 4);
+  EXPECT_EQ(biases, 3 * 8);
+  // It loads and runs as qwen2 with its biases.
+  Model m = load_model(t.file("q4km.gguf"), std::nullopt);
+  EXPECT_EQ(m.weights->cfg.arch, "qwen2");
+  EXPECT_EQ(m.weights->layers[0].q.b.cols, 256);
+  // The tiny shape's FFN rows (384) hold no whole Q4_K super-block: the writer says so.
+  o.shape = "tiny";
+  o.q4_k_m = false;
+  EXPECT_NE(error_of([&] {
+              write_synthetic_model(t.file("bad.gguf"), o);
+            }).find("row of 384 elements is not a multiple of the Q4_K block size 256"),
+            std::string::npos);
+  o.shape = "tiny-k";
+  o.keep = 0.5;
+  EXPECT_NE(error_of([&] {
+              write_synthetic_model(t.file("bad.gguf"), o);
+            }).find("block formats are written for dense models"),
             std::string::npos);
 }
 
