@@ -111,6 +111,10 @@ fi
 out=${OUT_DIR:-/tmp/lowrank-peer-bench-p$prompt-g$gen-fa$fa}
 mkdir -p "$out"
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+cpu_family=$(sed -n 's/^cpu family[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+cpu_model=$(sed -n 's/^model[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+cpu_isa=$(grep -m1 '^flags' /proc/cpuinfo | grep -o -w 'avx2\|avx512f\|avx512_vnni\|avx512_bf16\|avx512_fp16\|amx_tile' | tr '\n' ' ')
+cpu="$cpu (family $cpu_family model $cpu_model; ${cpu_isa% })"
 for m in "${models[@]}"; do
   for t in $threads; do
     for r in $(seq 1 "$rounds"); do
