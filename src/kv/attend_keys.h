@@ -1,6 +1,8 @@
 // The scalar twin of decode attention over a compressed key stream
 // (backend/cpu/key_kernels.h attend_keys_partial): every key reconstructed
-// (KeyStream::reconstruct), scores and softmax in double.
+// (KeyStream::reconstruct), scores and softmax in double. q8_0 and q4_0 keys
+// are scored as the kernels score them (backend/cpu/kernels/quant_scores.h):
+// the query rounded to q8_0 blocks, against the rows as stored.
 #pragma once
 
 #include <cstdint>

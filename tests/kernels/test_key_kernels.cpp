@@ -10,6 +10,7 @@
 #include "../kv/kv_test_util.h"
 #include "backend/cpu/kernels/attention_kernels.h"
 #include "backend/cpu/kernels/key_kernels.h"
+#include "backend/cpu/kernels/quant_scores.h"
 #include "isa_util.h"
 #include "kv/attend_keys.h"
 #include "kv/key_stream.h"
@@ -136,12 +137,43 @@ TEST(AttendKeys, KernelMatchesReferenceForEveryType) {
     }
 }
 
+// What the kernels compute over q8_0 and q4_0 keys, from their scalar
+// twins, block by block from j0 as attend_stored goes: scores in integers
+// (cpu::ref::quant_scores on the query heads quantized once), then the f32
+// kernel's softmax step over the values' f32 rows (attend_block's second half).
+void quant_keys_partial(const KeyStream& ks, const float* q, int g, int d, const float* Vf,
+                        int64_t j0, int64_t j1, float scale, float* m, float* l, float* acc) {
+  cpu::QuantQueries qq;
+  qq.reset(g, d);
+  for (int h = 0; h < g; ++h) qq.quantize(h, q + h * d);
+  std::vector<float> s(size_t(g) * 32);
+  for (int h = 0; h < g; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.f;
+    std::fill_n(acc + h * d, d, 0.f);
+  }
+  const bool q8 = ks.rows().fmt.type == DType::Q8_0;
+  for (int64_t jb = j0; jb < j1; jb += 32) {
+    const int nb = int(std::min<int64_t>(32, j1 - jb));
+    if (q8)
+      cpu::ref::quant_scores(
+          qq.rows(), g, d, reinterpret_cast<const cpu::Q8Block*>(ks.rows().row(jb)),
+          int64_t(ks.rows().bytes / sizeof(cpu::Q8Block)), nb, scale, s.data(), 32);
+    else
+      cpu::ref::quant_scores(
+          qq.rows(), g, d, reinterpret_cast<const cpu::Q4Block*>(ks.rows().row(jb)),
+          int64_t(ks.rows().bytes / sizeof(cpu::Q4Block)), nb, scale, s.data(), 32);
+    cpu::softmax_update(g, d, s.data(), 32, nb, Vf + jb * d, d, m, l, acc);
+  }
+}
+
 // f16, q8_0 and q4_0 keys and values are read as stored by the dense
-// kernels' tiles, converted in registers: the bits attend_partial gives f32
-// rows holding the same values, on every kernel path the host has, over
-// ranges that start and end inside 32-key blocks, for head sizes the tiles
-// take (multiples of 8; of 32 for q8_0 and q4_0) and ones they do not (12),
-// groups of 1 to 9 heads, every pair of those key and value types.
+// kernels' tiles, converted in registers, on every kernel path the host has,
+// over ranges that start and end inside 32-key blocks, for head sizes the
+// tiles take (multiples of 8; of 32 for q8_0 and q4_0) and ones they do not
+// (12), groups of 1 to 9 heads, every pair of those key and value types. f16
+// keys: the bits attend_partial gives f32 rows holding the same values;
+// q8_0 and q4_0 keys: the bits of quant_keys_partial (integer scores).
 TEST(AttendKeys, StoredRowsGiveTheF32KernelsBits) {
   const int64_t n = 203;
   struct Types {
@@ -175,8 +207,12 @@ TEST(AttendKeys, StoredRowsGiveTheF32KernelsBits) {
             std::vector<float> m(G), l(G), acc(A), rm(G), rl(G), racc(A);
             cpu::attend_keys_partial(s, V.rows, q.data(), g, j0, j1, 0.0625f, m.data(), l.data(),
                                      acc.data());
-            cpu::attend_partial(q.data(), g, d, K.data(), Vf.data(), d, j0, j1, 0.0625f, rm.data(),
-                                rl.data(), racc.data());
+            if (t.k == KeyType::F16)
+              cpu::attend_partial(q.data(), g, d, K.data(), Vf.data(), d, j0, j1, 0.0625f,
+                                  rm.data(), rl.data(), racc.data());
+            else
+              quant_keys_partial(s, q.data(), g, d, Vf.data(), j0, j1, 0.0625f, rm.data(),
+                                 rl.data(), racc.data());
             const std::string at = std::string(isa_name(isa)) + " " + key_type_name(t.k) + "/" +
                                    value_type_name(t.v) + " d=" + std::to_string(d) +
                                    " g=" + std::to_string(g) + " [" + std::to_string(j0) + "," +

@@ -106,7 +106,9 @@ std::vector<float> flat(const test::AllLogits& a) {
 }
 
 // A key kind's relative error of all logits against the f32 cache's: the
-// bounds of tests/model/test_batch_keys.cpp for f16 and q8_0; random
+// bound of tests/model/test_batch_keys.cpp for f16; q8_0 keys are scored
+// against the query rounded to q8_0 blocks too, as llama.cpp scores them
+// (quant_scores.h; measured here: 0.0186 on the llama fixture); random
 // weights make keys with no low-rank structure and outliers everywhere, so
 // q4_0, KIVI-2 and SVDq lie farther than on a trained model (measured here:
 // up to 0.17 and 0.81) and are only held to the scale of the logits.
@@ -115,7 +117,7 @@ double key_tolerance(kv::KeyType kind) {
     case kv::KeyType::F16:
       return 2e-3;
     case kv::KeyType::Q8_0:
-      return 1e-2;
+      return 3e-2;
     case kv::KeyType::Q4_0:
       return 0.25;
     default:

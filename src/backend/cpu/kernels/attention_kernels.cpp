@@ -9,6 +9,7 @@
 
 #include "backend/cpu/kernels/kernels.h"
 #include "backend/cpu/kernels/kernels_simd.h"
+#include "backend/cpu/kernels/quant_scores.h"
 #include "backend/cpu/kernels/stored_rows.h"
 #include "core/cpu_features.h"
 #include "core/error.h"
@@ -325,7 +326,11 @@ struct RowTile {
   float* acc[kCausalRowHeads];  // [head_dim] each
   float* m[kCausalRowHeads];
   float* l[kCausalRowHeads];
+  const QuantQuery* qq = nullptr;  // the rows quantized, for q8_0 and q4_0 keys
 };
+
+template <typename EK>
+constexpr bool kQuantKeys = std::is_same_v<EK, Q8Block> || std::is_same_v<EK, Q4Block>;
 
 // The online-softmax step of every row-head of the tile over one block of
 // 32 keys and values (rows of f32, f16 or q8_0/q4_0 blocks, k_stride and
@@ -339,7 +344,9 @@ void tile_block(RowTile& t, int d, const EK* K, int64_t k_stride, const EV* V, i
   const float* w[kCausalRowHeads];
   float c[kCausalRowHeads];
   const bool wide = kernel_isa() == Isa::Avx512Vnni;
-  if (wide) {
+  if constexpr (kQuantKeys<EK>) {  // in integers (quant_scores.h)
+    quant_scores(t.qq, t.R, d, K, k_stride, kB, scale, s, kB);
+  } else if (wide) {
     avx512::block_scores(t.q, t.R, d, K, k_stride, kB, scale, s);
   } else {
     block_scores(t.q, t.R, d, K, k_stride, kB, scale, s);
@@ -425,10 +432,15 @@ void attend_tiles(const float* q, int64_t q_stride, int n, int g, int d, const E
                   float* m, float* l, float* acc, int64_t ml_stride) {
   LR_ASSERT(attend_tile_ok(g, d) && nk % kB == 0);
   const int T = causal_tile_rows(g);
+  thread_local QuantQueries qq;
   for (int t0 = 0; t0 < n; t0 += T) {
     RowTile tile;
     const int rows = std::min(T, n - t0);
     tile.R = rows * g;
+    if constexpr (kQuantKeys<EK>) {
+      qq.reset(tile.R, d);
+      tile.qq = qq.rows();
+    }
     for (int t = t0; t < t0 + rows; ++t)
       for (int h = 0; h < g; ++h) {
         const int r = (t - t0) * g + h;
@@ -436,6 +448,7 @@ void attend_tiles(const float* q, int64_t q_stride, int n, int g, int d, const E
         tile.acc[r] = acc + (t * ml_stride + h) * d;
         tile.m[r] = m + t * ml_stride + h;
         tile.l[r] = l + t * ml_stride + h;
+        if constexpr (kQuantKeys<EK>) qq.quantize(r, tile.q[r]);
       }
     for (int64_t jb = 0; jb < nk; jb += kB)
       tile_block(tile, d, K + jb * k_stride, k_stride, V + jb * v_stride, v_stride, scale);

@@ -50,8 +50,11 @@ static_assert(sizeof(Q8Block) == 34 && sizeof(Q4Block) == 18);
 // and EV), converted in registers. Each block is read once for a tile of
 // causal_tile_rows(g) rows, and each row gets the bits attend_block gives it
 // alone over f32 rows holding the same values (a code times its f16 scale
-// is exact in f32). For head_dim a multiple of 8 (32 for the block types)
-// and g <= kCausalRowHeads (attend_tile_ok).
+// is exact in f32), except that q8_0 and q4_0 keys are scored in integers
+// against the row's query rounded to q8_0 blocks (quant_scores.h), as
+// llama.cpp scores them; the values' side is the same. For head_dim a
+// multiple of 8 (32 for the block types, at most 256) and g <=
+// kCausalRowHeads (attend_tile_ok).
 template <typename EK, typename EV>
 void attend_tiles(const float* q, int64_t q_stride, int n, int g, int d, const EK* K,
                   int64_t k_stride, const EV* V, int64_t v_stride, int64_t nk, float scale,

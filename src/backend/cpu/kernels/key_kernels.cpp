@@ -9,6 +9,7 @@
 
 #include "backend/cpu/kernels/attention_kernels.h"
 #include "backend/cpu/kernels/kernels_simd.h"
+#include "backend/cpu/kernels/quant_scores.h"
 #include "backend/cpu/kernels/stored_attention.h"
 #include "core/error.h"
 #include "core/half.h"
@@ -185,36 +186,6 @@ inline void load_value32(const uint8_t* r, int d0, __m256 v[4], float* scale) {
     v[1] = widen(_mm_srli_si128(lo, 8));
     v[2] = widen(hi);  // values 16..31: the high nibbles
     v[3] = widen(_mm_srli_si128(hi, 8));
-  }
-}
-
-// s[h * lds + b] = scale * q_h . key b for g heads and nb key rows of type T
-// (q8_0, q4_0; row_bytes apart), the codes read straight into registers:
-// per block of 32 the head's products with the codes, times the block's
-// scale, summed. Up to 8 heads a pass.
-template <DType T>
-void scores_rows(const float* q, int g, int d, const uint8_t* R, uint64_t row_bytes, int nb,
-                 float scale, float* s, int64_t lds) {
-  for (int h0 = 0; h0 < g; h0 += 8) {
-    const int nh = std::min(8, g - h0);
-    for (int b = 0; b < nb; ++b) {
-      const uint8_t* r = R + uint64_t(b) * row_bytes;
-      __m256 acc[8];
-      for (int h = 0; h < nh; ++h) acc[h] = _mm256_setzero_ps();
-      for (int d0 = 0; d0 < d; d0 += 32) {
-        __m256 v[4];
-        float sc;
-        load_value32<T>(r, d0, v, &sc);
-        const __m256 scv = _mm256_set1_ps(sc);
-        for (int h = 0; h < nh; ++h) {
-          const float* qh = q + int64_t(h0 + h) * d + d0;
-          __m256 t = _mm256_mul_ps(_mm256_loadu_ps(qh), v[0]);
-          for (int k = 1; k < 4; ++k) t = _mm256_fmadd_ps(_mm256_loadu_ps(qh + 8 * k), v[k], t);
-          acc[h] = _mm256_fmadd_ps(scv, t, acc[h]);
-        }
-      }
-      for (int h = 0; h < nh; ++h) s[(h0 + h) * lds + b] = scale * hsum(acc[h]);
-    }
   }
 }
 
@@ -407,9 +378,17 @@ void attend_keys_partial(const kv::KeyView& view, const kv::Rows& V, const float
   kt.resize(size_t(T) * size_t(d));
   vt.resize(size_t(T) * size_t(d));
   if (latent) prepare_queries(ks, q, g, scale, prep.data());
-  const bool coded_keys =
-      latent ||
+  const bool quant_keys =
+      !latent &&
       (d % 32 == 0 && (ks.rows().fmt.type == DType::Q8_0 || ks.rows().fmt.type == DType::Q4_0));
+  const bool coded_keys = latent || quant_keys;
+  // q8_0 and q4_0 keys: the heads quantized once, scored in integers as the
+  // tiles score them (quant_scores.h).
+  thread_local QuantQueries qq;
+  if (quant_keys) {
+    qq.reset(g, d);
+    for (int h = 0; h < g; ++h) qq.quantize(h, q + int64_t(h) * d);
+  }
   for (int64_t jb = j0; jb < j1;) {
     const int64_t te = std::min(j1, (jb / T + 1) * T);
     const int nb = int(te - jb);
@@ -435,9 +414,11 @@ void attend_keys_partial(const kv::KeyView& view, const kv::Rows& V, const float
         scores_tile(q, g, d, kt.data(), d, int(te - c), scale, &s[size_t(c - jb)], T);
       }
     } else if (!latent && d % 32 == 0 && ks.rows().fmt.type == DType::Q8_0) {
-      scores_rows<DType::Q8_0>(q, g, d, ks.rows().row(jb), ks.rows().bytes, nb, scale, s.data(), T);
+      quant_scores(qq.rows(), g, d, reinterpret_cast<const Q8Block*>(ks.rows().row(jb)),
+                   int64_t(ks.rows().bytes / sizeof(Q8Block)), nb, scale, s.data(), T);
     } else if (!latent && d % 32 == 0 && ks.rows().fmt.type == DType::Q4_0) {
-      scores_rows<DType::Q4_0>(q, g, d, ks.rows().row(jb), ks.rows().bytes, nb, scale, s.data(), T);
+      quant_scores(qq.rows(), g, d, reinterpret_cast<const Q4Block*>(ks.rows().row(jb)),
+                   int64_t(ks.rows().bytes / sizeof(Q4Block)), nb, scale, s.data(), T);
     } else {
       ks.decode_rows(jb, te, kt.data());
       scores_tile(q, g, d, kt.data(), d, nb, scale, s.data(), T);

@@ -5,10 +5,11 @@
 // latent space (integer codes times per-block folded weights, three query
 // heads per pass). f16, q8_0 and q4_0 keys beside f16, q8_0 or q4_0 values
 // are read as stored by the dense kernels' tiles (attention_kernels.h
-// attend_tiles, codes times their block's scale in registers: the bits of f32
-// rows holding the same values); beside f32 values q8_0 and q4_0 keys are
-// scored from their codes in registers, other f32 and f16 keys and the f16
-// window decoded a tile at a time and scored densely. Rotated keys are
+// attend_tiles: f16 keys the bits of f32 rows holding the same values, q8_0
+// and q4_0 keys scored in integers against the query rounded to q8_0 blocks,
+// quant_scores.h); beside f32 values q8_0 and q4_0 keys are scored the same
+// way, other f32 and f16 keys and the f16 window decoded a tile at a time and
+// scored densely. Rotated keys are
 // scored with a rotated query. Under latent keys f16, q8_0 and q4_0 values
 // are summed from registers, f32 ones as stored. Scalar twins:
 // KeyStream::reconstruct and kv::attend_keys_reference.

@@ -11,6 +11,7 @@
 
 #include "backend/cpu/kernels/attention_kernels.h"
 #include "backend/cpu/kernels/key_kernels.h"
+#include "backend/cpu/kernels/quant_scores.h"
 #include "core/error.h"
 
 namespace lr::cpu {
@@ -27,8 +28,10 @@ namespace {
 // Positions [j0, j1) of key and value rows of types EK and EV, in blocks of
 // 32 from j0: whole blocks through attend_tiles, converted in registers; a
 // part of a block (or any block where the tile does not apply) decoded into
-// f32 rows (exact) for attend_block. The bits attend_partial gives f32 rows
-// holding the stored values.
+// f32 rows (exact) for attend_block, or for q8_0 and q4_0 keys scored in
+// integers as the tiles score them (quant_scores.h) and the values' f32 rows
+// weighted by softmax_update. f16 keys: the bits attend_partial gives f32
+// rows holding the stored values.
 template <typename EK, typename EV>
 void attend_stored(const kv::Rows& K, const kv::Rows& V, const float* q, int g, int d, int64_t j0,
                    int64_t j1, float scale, float* m, float* l, float* acc) {
@@ -43,11 +46,24 @@ void attend_stored(const kv::Rows& K, const kv::Rows& V, const float* q, int g, 
     }
     kt.resize(size_t(nb) * size_t(d));
     vt.resize(kt.size());
-    for (int b = 0; b < nb; ++b) {
-      kv::decode_row(K.fmt.type, K.row(jb + b), d, &kt[size_t(b) * size_t(d)]);
+    for (int b = 0; b < nb; ++b)
       kv::decode_row(V.fmt.type, V.row(jb + b), d, &vt[size_t(b) * size_t(d)]);
+    if constexpr (std::is_same_v<EK, Q8Block> || std::is_same_v<EK, Q4Block>) {
+      // The tiles' integer scores (quant_scores.h), so a key scores the same
+      // in a part of a block as in a whole one.
+      thread_local QuantQueries qq;
+      thread_local std::vector<float> s;
+      qq.reset(g, d);
+      for (int h = 0; h < g; ++h) qq.quantize(h, q + int64_t(h) * d);
+      s.resize(size_t(g) * 32);
+      quant_scores(qq.rows(), g, d, reinterpret_cast<const EK*>(K.row(jb)), ks, nb, scale, s.data(),
+                   32);
+      softmax_update(g, d, s.data(), 32, nb, vt.data(), d, m, l, acc);
+    } else {
+      for (int b = 0; b < nb; ++b)
+        kv::decode_row(K.fmt.type, K.row(jb + b), d, &kt[size_t(b) * size_t(d)]);
+      attend_block(q, g, d, kt.data(), vt.data(), d, nb, scale, m, l, acc);
     }
-    attend_block(q, g, d, kt.data(), vt.data(), d, nb, scale, m, l, acc);
   }
 }
 
