@@ -413,10 +413,10 @@ void attend_keys_partial(const kv::KeyView& view, const kv::Rows& V, const float
         ks.decode_rows(c, te, kt.data());
         scores_tile(q, g, d, kt.data(), d, int(te - c), scale, &s[size_t(c - jb)], T);
       }
-    } else if (!latent && d % 32 == 0 && ks.rows().fmt.type == DType::Q8_0) {
+    } else if (quant_keys && ks.rows().fmt.type == DType::Q8_0) {
       quant_scores(qq.rows(), g, d, reinterpret_cast<const Q8Block*>(ks.rows().row(jb)),
                    int64_t(ks.rows().bytes / sizeof(Q8Block)), nb, scale, s.data(), T);
-    } else if (!latent && d % 32 == 0 && ks.rows().fmt.type == DType::Q4_0) {
+    } else if (quant_keys) {  // q4_0
       quant_scores(qq.rows(), g, d, reinterpret_cast<const Q4Block*>(ks.rows().row(jb)),
                    int64_t(ks.rows().bytes / sizeof(Q4Block)), nb, scale, s.data(), T);
     } else {

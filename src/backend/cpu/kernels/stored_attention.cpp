@@ -26,36 +26,42 @@ bool stored_tiles(DType k, DType v, int d) {
 namespace {
 
 // Positions [j0, j1) of key and value rows of types EK and EV, in blocks of
-// 32 from j0: whole blocks through attend_tiles, converted in registers; a
-// part of a block (or any block where the tile does not apply) decoded into
-// f32 rows (exact) for attend_block, or for q8_0 and q4_0 keys scored in
-// integers as the tiles score them (quant_scores.h) and the values' f32 rows
-// weighted by softmax_update. f16 keys: the bits attend_partial gives f32
-// rows holding the stored values.
+// 32 from j0: the whole blocks through one attend_tiles call (converted in
+// registers; the query quantized once for q8_0 and q4_0 keys); a part of a
+// block (or every block where the tile does not apply) decoded into f32 rows
+// (exact) for attend_block, or for q8_0 and q4_0 keys scored in integers as
+// the tiles score them (quant_scores.h) and the values' f32 rows weighted by
+// softmax_update. f16 keys: the bits attend_partial gives f32 rows holding
+// the stored values.
 template <typename EK, typename EV>
 void attend_stored(const kv::Rows& K, const kv::Rows& V, const float* q, int g, int d, int64_t j0,
                    int64_t j1, float scale, float* m, float* l, float* acc) {
   const int64_t ks = int64_t(K.bytes / sizeof(EK)), vs = int64_t(V.bytes / sizeof(EV));
-  thread_local std::vector<float> kt, vt;
-  for (int64_t jb = j0; jb < j1; jb += 32) {
+  int64_t jb = j0;
+  if (attend_tile_ok(g, d)) {
+    const int64_t whole = (j1 - j0) / 32 * 32;
+    if (whole > 0)
+      attend_tiles(q, 0, 1, g, d, reinterpret_cast<const EK*>(K.row(j0)), ks,
+                   reinterpret_cast<const EV*>(V.row(j0)), vs, whole, scale, m, l, acc, 0);
+    jb += whole;
+  }
+  if (jb >= j1) return;
+  constexpr bool kQuantKeys = std::is_same_v<EK, Q8Block> || std::is_same_v<EK, Q4Block>;
+  thread_local std::vector<float> kt, vt, s;
+  thread_local QuantQueries qq;
+  if constexpr (kQuantKeys) {  // the tiles' integer scores: a key scores the same in a part of a
+                               // block as in a whole one
+    qq.reset(g, d);
+    for (int h = 0; h < g; ++h) qq.quantize(h, q + int64_t(h) * d);
+    s.resize(size_t(g) * 32);
+  }
+  for (; jb < j1; jb += 32) {
     const int nb = int(std::min<int64_t>(32, j1 - jb));
-    if (nb == 32 && attend_tile_ok(g, d)) {
-      attend_tiles(q, 0, 1, g, d, reinterpret_cast<const EK*>(K.row(jb)), ks,
-                   reinterpret_cast<const EV*>(V.row(jb)), vs, 32, scale, m, l, acc, 0);
-      continue;
-    }
     kt.resize(size_t(nb) * size_t(d));
     vt.resize(kt.size());
     for (int b = 0; b < nb; ++b)
       kv::decode_row(V.fmt.type, V.row(jb + b), d, &vt[size_t(b) * size_t(d)]);
-    if constexpr (std::is_same_v<EK, Q8Block> || std::is_same_v<EK, Q4Block>) {
-      // The tiles' integer scores (quant_scores.h), so a key scores the same
-      // in a part of a block as in a whole one.
-      thread_local QuantQueries qq;
-      thread_local std::vector<float> s;
-      qq.reset(g, d);
-      for (int h = 0; h < g; ++h) qq.quantize(h, q + int64_t(h) * d);
-      s.resize(size_t(g) * 32);
+    if constexpr (kQuantKeys) {
       quant_scores(qq.rows(), g, d, reinterpret_cast<const EK*>(K.row(jb)), ks, nb, scale, s.data(),
                    32);
       softmax_update(g, d, s.data(), 32, nb, vt.data(), d, m, l, acc);
