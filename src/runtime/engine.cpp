@@ -17,6 +17,12 @@ double seconds(Clock::duration d) {
 
 }  // namespace
 
+int decode_room(int budget, int decoding, int prompt_left, int decode_chunk) {
+  const int extra = std::max(0, budget - decoding);
+  if (prompt_left <= 0) return decoding + extra;
+  return decoding + std::min(extra, std::max(0, decode_chunk - prompt_left));
+}
+
 Request::News Request::take(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> l(mu_);
   cv_.wait_for(l, timeout, [&] { return news_; });
@@ -232,11 +238,11 @@ void Engine::admit() {
   }
 }
 
-std::vector<Drafter::Draft> Engine::drafts(const std::vector<int>& decoding, int budget) {
+std::vector<Drafter::Draft> Engine::drafts(const std::vector<int>& decoding, int room) {
   std::vector<Drafter::Draft> out(slots_.size());
   const int n = int(decoding.size());
-  // Drafts share what a step leaves after one token per decoding slot.
-  const int k = n > 0 ? std::min(opt_.draft_max, (budget - n) / n) : 0;
+  // Drafts share what the step leaves them after one token per decoding slot.
+  const int k = n > 0 ? std::min(opt_.draft_max, (room - n) / n) : 0;
   if (k <= 0) return out;
   if (opt_.draft_cost < 0 && costs_.due(steps_)) return out;  // a plain step, to time one
   std::vector<Drafter::Ask> asks;
@@ -280,7 +286,13 @@ void Engine::run_step() {
   for (size_t s = 0; s < slots_.size(); ++s)
     if (slots_[s].req && !slots_[s].prefilling()) decoding.push_back(int(s));
   std::vector<Drafter::Draft> draft;
-  if (drafter_) draft = drafts(decoding, budget);
+  if (drafter_) {
+    int prompt_left = 0;
+    for (const Slot& sl : slots_)
+      if (sl.prefilling()) prompt_left += int(sl.req->prompt_.size() - sl.fed);
+    draft =
+        drafts(decoding, decode_room(budget, int(decoding.size()), prompt_left, opt_.decode_chunk));
+  }
   for (int s : decoding) {  // decoding slots: a token, and its draft where speculating
     if (budget <= 0) break;  // (admission keeps decoding slots within a step; drafts too)
     Slot& sl = slots_[size_t(s)];

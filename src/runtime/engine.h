@@ -108,8 +108,8 @@ struct EngineOptions {
   // is plain decoding's, token for token, for every sampler. Tokens a draft
   // model drew from its distribution: speculative sampling's rule
   // (Sampler::verify), so the output is distributed as plain decoding's.
-  // Drafts shrink to what a step has left after one token per decoding slot
-  // and to what pays (DraftRate). Runs where the batch verifies and rewinds
+  // Drafts shrink to what a step leaves (decode_room) and to what pays
+  // (DraftRate). Runs where the batch verifies and rewinds
   // exactly (BatchBackend::verifies).
   int draft_max = 0;
   // A drafted token's cost in decode steps (DraftRate::length); negative:
@@ -121,6 +121,15 @@ struct EngineOptions {
   std::shared_ptr<Drafter> drafter;                 // this one (a draft model, model_drafter)
   std::chrono::milliseconds shutdown_grace{10000};  // running requests may finish within this
 };
+
+// The tokens a step gives its `decoding` slots, one each and their drafts:
+// what prompts leave of `budget` (the step's tokens). Prompts come first,
+// for their time to the first token: while `prompt_left` prompt tokens
+// wait, a step's tokens beyond one per decoding slot are at most
+// `decode_chunk`, the prompts' chunk first; drafts get what it leaves
+// (none while a prompt has a whole chunk to go). Without waiting prompts,
+// the whole budget.
+int decode_room(int budget, int decoding, int prompt_left, int decode_chunk);
 
 class Engine {
  public:
@@ -184,9 +193,9 @@ class Engine {
   // Prompt positions slot `to` copies from its leader's slot (0: none). Under mu_.
   size_t copy_from_leader(const Request& r, int to, size_t keep);
   void run_step();
-  // Per slot, the tokens the decoding slots draft this step (of the step's
-  // budget of tokens).
-  std::vector<Drafter::Draft> drafts(const std::vector<int>& decoding, int budget);
+  // Per slot, the tokens the decoding slots draft this step, within `room`
+  // tokens for them all (decode_room).
+  std::vector<Drafter::Draft> drafts(const std::vector<int>& decoding, int room);
   // After slot s's logits: sample (or, given a drafted token, verify it), stop or go on.
   void advance(int s, const float* logits, const Sequence::Proposal* draft = nullptr);
   // After the rows of slot s's verification chunk: sample row by row while

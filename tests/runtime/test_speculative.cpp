@@ -305,6 +305,72 @@ TEST(Speculative, UnsureDraftsAndRejectionsShortenDrafts) {
   EXPECT_EQ(rate.length(16, 0.05), 16);
 }
 
+// Prompts come before drafts (decode_room): a step's tokens beyond one
+// per decoding slot are at most decode_chunk while a prompt waits, its
+// chunk first. A slot that drafts all it may (the target as its own draft,
+// steps of 8 tokens) and a 40-token prompt that arrives meanwhile: the
+// prompt runs 2 tokens a step and the slot drafts nothing until it has
+// less than a chunk to go (before, the drafts took the whole step and the
+// prompt waited for the answer's end); both answers are plain decoding's.
+TEST(Speculative, PromptsComeBeforeDrafts) {
+  EXPECT_EQ(decode_room(512, 8, 0, 128), 512);   // no prompt waits: the whole step
+  EXPECT_EQ(decode_room(512, 8, 300, 128), 8);   // a whole chunk to go: no drafts
+  EXPECT_EQ(decode_room(512, 8, 100, 128), 36);  // its last 100 tokens, drafts 28
+  EXPECT_EQ(decode_room(20, 8, 100, 128), 20);   // the step's budget first
+  EXPECT_EQ(decode_room(6, 8, 0, 128), 8);       // a token per decoding slot, whatever the budget
+  EXPECT_EQ(decode_room(512, 0, 100, 128), 28);
+
+  // Records each ask's slot and its history's length, and drafts as asked.
+  struct Recording final : Drafter {
+    std::unique_ptr<Drafter> d;
+    std::vector<std::pair<int, size_t>> asks;
+    void draft(const std::vector<Ask>& a, std::vector<Draft>& out) override {
+      for (const Ask& x : a) asks.push_back({x.slot, x.hist.size()});
+      d->draft(a, out);
+    }
+  };
+  Tiny tiny;
+  BackendOptions o = options();
+  o.ctx = 512;
+  auto rec = std::make_shared<Recording>();
+  rec->d = model_drafter(make_cpu_batch_backend(tiny.m.weights, o, 2, 8), {0.f});
+  EngineOptions eo;
+  eo.step_tokens = 8;
+  eo.decode_chunk = 2;
+  eo.draft_max = 7;
+  eo.draft_cost = 0.05;
+  eo.drafter = rec;
+  Engine e(make_cpu_batch_backend(tiny.m.weights, o, 2, 8), *tiny.m.tokenizer, eo);
+  const std::vector<int32_t> pa = prompt(4, 1), pb = prompt(40, 2);
+  std::shared_ptr<Request> a = e.submit(pa, greedy(300));
+  Result ra;
+  while (ra.tokens.empty()) {  // a decodes
+    Request::News n = a->take(std::chrono::milliseconds(10));
+    ra.text += n.text;
+    ra.tokens.insert(ra.tokens.end(), n.tokens.begin(), n.tokens.end());
+    ASSERT_FALSE(n.done);
+  }
+  const Result rb = wait(*e.submit(pb, greedy(1)));
+  const Result rest = wait(*a);
+  ra.text += rest.text;
+  ra.tokens.insert(ra.tokens.end(), rest.tokens.begin(), rest.tokens.end());
+  expect_same(wait(*tiny.engine(1, 512)->submit(pa, greedy(300))), ra);
+  expect_same(wait(*tiny.engine(1, 512)->submit(pb, greedy(1))), rb);
+  // Slot 0's asks: its history grows by at most 8 tokens a step where it
+  // drafts, and across b's prompt by 20 plain steps' tokens (b's 40 tokens
+  // in chunks of 2) after its last draft's 1 to 8.
+  size_t gap = 0, last = 0;
+  int asks = 0;
+  for (auto [slot, hist] : rec->asks) {
+    ASSERT_EQ(slot, 0);
+    if (last) gap = std::max(gap, hist - last);
+    last = hist, ++asks;
+  }
+  EXPECT_GT(asks, 20);
+  EXPECT_GE(gap, 21u);
+  EXPECT_LE(gap, 28u);
+}
+
 // A KIVI key cache cannot cut a rejected draft back exactly: refused.
 TEST(Speculative, AKiviCacheIsRefused) {
   Tiny tiny;
