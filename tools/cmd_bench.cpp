@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda.h"
 #include "bench/harness/harness.h"
+#include "bench_spec.h"
 #include "common.h"
 #include "core/cpu_features.h"
 #include "core/error.h"
@@ -37,7 +38,29 @@ struct BenchCliOptions {
   std::string kv = "dense", unit = "per-token";
   bool no_pack = false, no_fuse = false;
   bool custom = false;  // any of them given
+  // --spec VARIANTS: speculative decoding on prompt sets (bench_spec.h).
+  std::vector<std::string> spec, spec_prompts;
+  DraftOptions draft;
 };
+
+// --spec: the first -m file the target, the first --gen (default 128) per
+// answer, --reps rounds.
+int run_spec(const BenchCliOptions& o, bool gen_given) {
+  SpecBenchOptions s;
+  s.model.model = o.models.empty() ? "" : o.models.front();
+  s.model.threads = o.threads;
+  s.model.ctx = 4096;
+  s.model.wtype = o.wtype;
+  s.model.device = o.device;
+  s.draft = o.draft;
+  s.variants = o.spec;
+  s.prompt_files = o.spec_prompts;
+  s.gen = gen_given ? o.gen.front() : 128;
+  s.rounds = o.reps;
+  if (o.models.size() > 1)
+    fail("--spec measures one target: give one -m file (got {})", o.models.size());
+  return run_spec_bench(s);
+}
 
 std::vector<BenchShape> shapes_of(const std::vector<int>& p, const std::vector<int>& g) {
   // Paired like 512/32 and 2048/128; a single value pairs with every other.
@@ -221,7 +244,19 @@ Runner add_bench_command(CLI::App& app) {
   sub->add_flag("--no-fuse", o->no_fuse, "custom mode: RMSNorm, SiLU*mul, residual adds and the attention merge as steps of their own");
   sub->add_option("--sweep", o->sweep, "gen: generated lengths 32,128,512,1024,2048 at the (single) --prompt; keep: give several -m files")
       ->check(CLI::IsMember({"gen", "keep"}));
+  sub->add_option("--spec", o->spec,
+                  "speculative decoding on the --prompts sets instead of the ablation: variants "
+                  "none (plain decoding), ngram, model (--draft-model), self, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"none", "ngram", "model", "self"}));
+  sub->add_option("--prompts", o->spec_prompts,
+                  "--spec: prompt sets, comma-separated (bench/prompts/spec-code.txt; "
+                  "scripts/spec-prose.py writes the prose set)")
+      ->delimiter(',');
+  o->draft.add_to(*sub, false);
   return [o, sub] {
+    if (!o->spec.empty()) return run_spec(*o, sub->count("--gen") > 0);
+    if (!o->spec_prompts.empty()) fail("--prompts is for --spec: add --spec none,ngram,...");
     o->custom = sub->count("--kv") + sub->count("--unit") + sub->count("--no-pack") + sub->count("--no-fuse") > 0;
     if (o->sweep == "gen") o->gen = {32, 128, 512, 1024, 2048};
     if (o->sweep == "keep" && o->models.size() < 2)

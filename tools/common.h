@@ -54,7 +54,8 @@ struct DraftOptions {
   std::string self_type = "q2_k";
   int max = 8;
   float p_min = ModelDraftOptions{}.p_min;
-  void add_to(CLI::App& app);
+  // with_kind: --draft too (bench --spec names its variants itself).
+  void add_to(CLI::App& app, bool with_kind = true);
   int draft_max() const { return kind != "none" || !model.empty() ? max : 0; }
   // The engine's draft options for `slots` slots of `target` (loads and
   // checks --draft-model: its vocabulary must be the target's).

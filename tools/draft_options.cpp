@@ -16,13 +16,14 @@ namespace lr::cli {
 
 DType parse_quant_type(const std::string& name, const char* flag);  // cmd_quantize.cpp
 
-void DraftOptions::add_to(CLI::App& app) {
-  app.add_option("--draft", kind,
-                 "speculative decoding: none; ngram (drafts from the text's own repeats, prompt "
-                 "lookup); self (the model requantized to --draft-self-type, made once into "
-                 "the model cache). The output is plain decoding's (docs/server.md)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"none", "ngram", "self"}));
+void DraftOptions::add_to(CLI::App& app, bool with_kind) {
+  if (with_kind)
+    app.add_option("--draft", kind,
+                   "speculative decoding: none; ngram (drafts from the text's own repeats, prompt "
+                   "lookup); self (the model requantized to --draft-self-type, made once into "
+                   "the model cache). The output is plain decoding's (docs/server.md)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"none", "ngram", "self"}));
   app.add_option("--draft-model", model,
                  "speculative decoding: a smaller GGUF model with the same vocabulary drafts (e.g. "
                  "Qwen2.5-Coder-0.5B for the 1.5B)");
