@@ -19,8 +19,10 @@ Answer stream_answer(Engine& engine, std::vector<int32_t> prompt, const GenParam
   for (;;) {
     Request::News n = r->take(50ms);
     if (!n.text.empty()) {
-      std::fwrite(n.text.data(), 1, n.text.size(), out);
-      std::fflush(out);
+      if (out) {
+        std::fwrite(n.text.data(), 1, n.text.size(), out);
+        std::fflush(out);
+      }
       a.text += n.text;
     }
     a.usage = n.usage;

@@ -19,7 +19,8 @@ struct Answer {
   Usage usage;
 };
 
-// Submits `prompt` and writes the answer's text to `out` until it ends. When
+// Submits `prompt` and writes the answer's text to `out` (null: nowhere; the
+// text is in the Answer either way) until it ends. When
 // *interrupt turns true the request is cancelled (its text so far is kept).
 // Throws lr::Error when the engine's step failed.
 Answer stream_answer(Engine& engine, std::vector<int32_t> prompt, const GenParams& p, FILE* out,

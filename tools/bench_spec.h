@@ -21,7 +21,7 @@ std::vector<SpecPrompt> parse_prompt_set(const std::string& path);
 struct SpecBenchOptions {
   ModelOptions model;                     // the target
   DraftOptions draft;                     // --draft-model, --draft-max, ...
-  std::vector<std::string> variants;      // none, ngram, model, self (none first: the baseline)
+  std::vector<std::string> variants;      // none (plain decoding, the baseline), ngram, model, self
   std::vector<std::string> prompt_files;  // the sets
   int gen = 128;                          // tokens per answer at most
   int rounds = 1;

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "answer.h"
 #include "bench_spec.h"
 #include "core/error.h"
 #include "runtime/chat.h"
@@ -67,22 +68,6 @@ struct Tally {  // a set's answers by one variant in one round
   double decode_s = 0;
 };
 
-std::string answer_text(Engine& e, const std::vector<int32_t>& prompt, const GenParams& g,
-                        Usage& u) {
-  using namespace std::chrono_literals;
-  std::shared_ptr<Request> r = e.submit(prompt, g);
-  std::string text;
-  for (;;) {
-    Request::News n = r->take(50ms);
-    text += n.text;
-    if (n.done) {
-      if (!n.error.empty()) fail("{}", n.error);
-      u = n.usage;
-      return text;
-    }
-  }
-}
-
 std::vector<Variant> make_variants(const SpecBenchOptions& o, const Model& m) {
   std::vector<Variant> out;
   for (const std::string& name : o.variants) {
@@ -112,6 +97,78 @@ std::string set_name(const std::string& path) {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// The index of plain decoding among the variants; -1 when not measured.
+int plain_index(const std::vector<Variant>& variants) {
+  for (size_t v = 0; v < variants.size(); ++v)
+    if (variants[v].name == "none") return int(v);
+  return -1;
+}
+
+// tallies[set][variant][round]: per set and variant the median round's
+// decode tok/s, against plain decoding's, and the last round's counts.
+void print_table(const SpecBenchOptions& o, const std::vector<std::vector<SpecPrompt>>& sets,
+                 const std::vector<Variant>& variants,
+                 const std::vector<std::vector<std::vector<Tally>>>& tallies) {
+  const int plain = plain_index(variants);
+  std::printf(
+      "\n| set | variant | answers | tokens | decode tok/s | vs none | drafted | taken | "
+      "tokens per step |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (size_t s = 0; s < sets.size(); ++s) {
+    std::vector<double> tps(variants.size());
+    for (size_t v = 0; v < variants.size(); ++v) {
+      std::vector<double> per_round;
+      for (const Tally& a : tallies[s][v])
+        per_round.push_back(a.decodes / std::max(a.decode_s, 1e-9));
+      tps[v] = median(per_round);
+    }
+    const double base = plain >= 0 ? tps[size_t(plain)] : 0;
+    for (size_t v = 0; v < variants.size(); ++v) {
+      const Tally& a = tallies[s][v].back();
+      std::printf("| %s | %s | %zu | %d | %.1f | %s | %d | %d (%.0f%%) | %.2f |\n",
+                  set_name(o.prompt_files[s]).c_str(), variants[v].name.c_str(), sets[s].size(),
+                  a.tokens, tps[v], base > 0 ? fmt::format("{:.2f}x", tps[v] / base).c_str() : "-",
+                  a.drafted, a.taken, a.drafted ? 100.0 * a.taken / a.drafted : 0.0,
+                  double(a.tokens) / std::max(a.steps, 1));
+    }
+  }
+}
+
+// texts[set][prompt][variant]: prints whether the drafting variants gave
+// one text per prompt and where plain decoding parts from it; true when
+// the drafting variants differ.
+bool check_texts(const std::vector<std::vector<SpecPrompt>>& sets,
+                 const std::vector<Variant>& variants,
+                 const std::vector<std::vector<std::vector<std::string>>>& texts) {
+  const int plain = plain_index(variants);
+  int drafting_differ = 0, plain_differ = 0, answers = 0;
+  std::vector<std::string> parted;
+  for (size_t s = 0; s < sets.size(); ++s)
+    for (size_t p = 0; p < sets[s].size(); ++p) {
+      ++answers;
+      const std::string* ref = nullptr;
+      for (size_t v = 0; v < variants.size(); ++v) {
+        if (int(v) == plain) continue;
+        if (!ref)
+          ref = &texts[s][p][v];
+        else if (texts[s][p][v] != *ref)
+          ++drafting_differ;
+      }
+      if (ref && plain >= 0 && texts[s][p][size_t(plain)] != *ref)
+        ++plain_differ, parted.push_back(sets[s][p].name);
+    }
+  std::printf(
+      "\ntexts: %s; plain decoding %s",
+      drafting_differ ? fmt::format("{} drafting answers DIFFER", drafting_differ).c_str()
+                      : "the drafting variants gave one text for every prompt",
+      plain < 0 ? "not run"
+      : plain_differ
+          ? fmt::format("parted from it on {} of {} prompts:", plain_differ, answers).c_str()
+          : "gave the same texts");
+  for (const std::string& n : parted) std::printf(" %s", n.c_str());
+  std::printf("\n");
+  return drafting_differ > 0;
 }
 
 }  // namespace
@@ -155,8 +212,9 @@ int run_spec_bench(const SpecBenchOptions& o) {
         for (size_t v = 0; v < variants.size(); ++v) {
           std::fprintf(stderr, "\rbench --spec: round %d, %s, %-8s", r + 1, sets[s][p].name.c_str(),
                        variants[v].name.c_str());
-          Usage u;
-          std::string text = answer_text(*variants[v].engine, pt.ids, g, u);
+          Answer ans = stream_answer(*variants[v].engine, pt.ids, g, nullptr);
+          const Usage& u = ans.usage;
+          std::string& text = ans.text;
           Tally& a = tallies[s][v][size_t(r)];
           a.tokens += u.completion_tokens;
           a.decodes += std::max(0, u.completion_tokens - 1);
@@ -172,55 +230,9 @@ int run_spec_bench(const SpecBenchOptions& o) {
       }
   std::fprintf(stderr, "\n");
 
-  std::printf(
-      "\n| set | variant | answers | tokens | decode tok/s | vs none | drafted | taken | "
-      "tokens per step |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-  for (size_t s = 0; s < sets.size(); ++s) {
-    std::vector<double> tps(variants.size());
-    for (size_t v = 0; v < variants.size(); ++v) {
-      std::vector<double> per_round;
-      for (const Tally& a : tallies[s][v])
-        per_round.push_back(a.decodes / std::max(a.decode_s, 1e-9));
-      tps[v] = median(per_round);
-    }
-    for (size_t v = 0; v < variants.size(); ++v) {
-      const Tally& a = tallies[s][v].back();
-      const double base = variants[0].name == "none" ? tps[0] : 0;
-      std::printf("| %s | %s | %zu | %d | %.1f | %s | %d | %d (%.0f%%) | %.2f |\n",
-                  set_name(o.prompt_files[s]).c_str(), variants[v].name.c_str(), sets[s].size(),
-                  a.tokens, tps[v], base > 0 ? fmt::format("{:.2f}x", tps[v] / base).c_str() : "-",
-                  a.drafted, a.taken, a.drafted ? 100.0 * a.taken / a.drafted : 0.0,
-                  double(a.tokens) / std::max(a.steps, 1));
-    }
-  }
-  // The drafting variants' one text, and where plain decoding parts from it.
-  int drafting_differ = 0, plain_differ = 0, answers = 0;
-  std::vector<std::string> parted;
-  for (size_t s = 0; s < sets.size(); ++s)
-    for (size_t p = 0; p < sets[s].size(); ++p) {
-      ++answers;
-      const std::string* ref = nullptr;
-      for (size_t v = 0; v < variants.size(); ++v) {
-        if (variants[v].name == "none") continue;
-        if (!ref)
-          ref = &texts[s][p][v];
-        else if (texts[s][p][v] != *ref)
-          ++drafting_differ;
-      }
-      if (ref && variants[0].name == "none" && texts[s][p][0] != *ref)
-        ++plain_differ, parted.push_back(sets[s][p].name);
-    }
-  std::printf(
-      "\ntexts: %s; plain decoding %s",
-      drafting_differ ? fmt::format("{} drafting answers DIFFER", drafting_differ).c_str()
-                      : "the drafting variants gave one text for every prompt",
-      plain_differ
-          ? fmt::format("parted from it on {} of {} prompts:", plain_differ, answers).c_str()
-          : "gave the same texts");
-  for (const std::string& n : parted) std::printf(" %s", n.c_str());
-  std::printf("\n");
+  print_table(o, sets, variants, tallies);
   if (mismatched) std::printf("rounds: %d answers differ from their own first round\n", mismatched);
-  return drafting_differ || mismatched ? 1 : 0;
+  return check_texts(sets, variants, texts) || mismatched ? 1 : 0;
 }
 
 }  // namespace lr::cli
