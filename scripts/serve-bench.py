@@ -8,6 +8,11 @@ throughput, output tokens/s, time to first token and inter-token latency
 
   scripts/serve-bench.py --url http://127.0.0.1:8080 [--concurrency 1,2,4,8,16]
                          [--prompt-tokens 256] [--gen 64] [--requests N] [--json OUT]
+                         [--shared-prefix N]
+
+--shared-prefix N: every prompt begins with the same text of about N tokens
+(a system prompt), then its own --prompt-tokens; a server that shares
+prefixes across requests evaluates it once.
 """
 import argparse
 import http.client
@@ -29,20 +34,23 @@ def post(url, path, body, timeout=600):
     return c, c.getresponse()
 
 
-def prompt_of(url, n_tokens, seed):
-    """A text of about n_tokens tokens (the server's /tokenize counts), distinct per seed
-    so that no server reuses another request's prefix."""
-    words = [WORDS[(seed * 7 + i * 13) % len(WORDS)] for i in range(n_tokens)]
-    text = f"Request {seed}: " + " ".join(words)
+def count_tokens(url, text):
     c, r = post(url, "/tokenize", {"content": text})
     n = len(json.loads(r.read())["tokens"])
     c.close()
+    return n
+
+
+def prompt_of(url, n_tokens, seed, head="Request"):
+    """A text of about n_tokens tokens (the server's /tokenize counts), distinct per seed
+    so that no server reuses another request's prefix."""
+    words = [WORDS[(seed * 7 + i * 13) % len(WORDS)] for i in range(n_tokens)]
+    text = f"{head} {seed}: " + " ".join(words)
+    n = count_tokens(url, text)
     while n > n_tokens:  # trim to the length asked for
         words = words[:-max(1, (n - n_tokens) // 2)]
-        text = f"Request {seed}: " + " ".join(words)
-        c, r = post(url, "/tokenize", {"content": text})
-        n = len(json.loads(r.read())["tokens"])
-        c.close()
+        text = f"{head} {seed}: " + " ".join(words)
+        n = count_tokens(url, text)
     return text, n
 
 
@@ -124,14 +132,20 @@ def main():
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--requests", type=int, default=0, help="per level (default: 2 x concurrency, at least 4)")
     ap.add_argument("--json", help="write the rows here too")
+    ap.add_argument("--shared-prefix", type=int, default=0,
+                    help="tokens of a text every prompt begins with (a system prompt)")
     a = ap.parse_args()
     levels = [int(x) for x in a.concurrency.split(",")]
     counts = [a.requests or max(4, 2 * c) for c in levels]
     # A prompt of its own for every request: no server finds it cached from an earlier one.
     prompts, n = [], 0
+    shared = prompt_of(a.url, a.shared_prefix, 1, "System")[0] + "\n" if a.shared_prefix else ""
     for s in range(sum(counts)):
         text, n = prompt_of(a.url, a.prompt_tokens, s)
-        prompts.append(text)
+        prompts.append(shared + text)
+    if shared:
+        n = count_tokens(a.url, prompts[-1])
+        print(f"# every prompt begins with the same {count_tokens(a.url, shared)} tokens", flush=True)
     print(f"# {a.url}: prompts of ~{n} tokens, {a.gen} tokens out (ignore_eos), streamed", flush=True)
     print("| concurrency | requests | errors | req/s | output tok/s | TTFT p50 s | TTFT p99 s | ITL p50 ms | ITL p99 ms |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")

@@ -58,9 +58,11 @@ std::vector<std::string> split_keys(const std::string& s) {
 
 // A slot's KV cache: its bytes, and where the model has sliding-window
 // layers, their rings (beside a compressed key cache's full layers).
-void print_slot_cache(const Config& c, const BackendOptions& bo, int step_tokens, uint64_t bytes) {
+void print_slot_cache(const Config& c, const BackendOptions& bo, int step_tokens, uint64_t bytes,
+                      bool lazy) {
   if (bytes == 0) return;
-  std::fprintf(stderr, "lowrank serve: KV cache %.1f MiB a slot", double(bytes) / (1 << 20));
+  std::fprintf(stderr, "lowrank serve: KV cache %.1f MiB a slot%s", double(bytes) / (1 << 20),
+               lazy ? " (taking RAM as its positions are written)" : "");
   const int elem = bo.keys.ring_elem_bytes();
   const kv::DenseLayout all = kv::DenseLayout::of(c, bo.ctx, step_tokens, false, elem);
   if (all.max_ring() > 0) {
@@ -127,6 +129,7 @@ int serve(const ServeOptions& o) {
   std::unique_ptr<BatchBackend> slots =
       make_slots(s->model, path, bo, o.slots, o.step_tokens, eo.draft_max > 0);
   const uint64_t slot_bytes = slots->cache_bytes(0);
+  const bool lazy = slots->cache_resident(0) < slot_bytes;
   s->engine = std::make_unique<Engine>(std::move(slots), tok, eo);
   s->pooling = parse_pooling(o.pooling);
   s->embed_ctx = bo.ctx;
@@ -137,7 +140,7 @@ int serve(const ServeOptions& o) {
       stderr,
       "lowrank serve: ready: %s, %d slots of %d tokens, %s, steps of up to %d tokens\n",
       s->name.c_str(), o.slots, bo.ctx, where.c_str(), o.step_tokens);
-  print_slot_cache(s->model.weights->cfg, bo, o.step_tokens, slot_bytes);
+  print_slot_cache(s->model.weights->cfg, bo, o.step_tokens, slot_bytes, lazy);
 
   int sig = 0;
   sigwait(&stop, &sig);

@@ -94,9 +94,15 @@ class BatchBackend {
   // evaluated once for several answers (n > 1). False where the batch's
   // cache kind cannot copy (then `to` is unchanged).
   bool copy_prefix(int from, int to, int n);
+  // Whether copy_prefix can copy (the cache kind's): a server's requests
+  // then share prompt prefixes across slots (runtime/engine.h).
+  virtual bool copies_prefixes() const { return false; }
   const Weights& weights() const { return *weights_; }
-  // Bytes one slot's KV cache holds for its whole context (0: not known).
+  // Bytes one slot's KV cache holds for its whole context (0: not known),
+  // and of them those in RAM (a CPU cache's pages are taken as positions
+  // are written).
   virtual uint64_t cache_bytes(int /*slot*/) const { return 0; }
+  virtual uint64_t cache_resident(int slot) const { return cache_bytes(slot); }
 
  protected:
   BatchBackend(std::shared_ptr<const Weights> w, int slots, int ctx, int max_step_tokens);

@@ -45,13 +45,13 @@ DenseCacheOf<E>::DenseCacheOf(DenseLayout layout) : layout_(std::move(layout)) {
     base_.push_back(n);
     n += size_t(layout_.slots(int(l))) * size_t(layout_.n_kv_heads) * size_t(layout_.head_dim);
   }
-  k_.assign(n, E(0));
-  v_.assign(n, E(0));
+  k_.assign(n);
+  v_.assign(n);
 }
 
 template <typename E>
 template <typename Src>
-void DenseCacheOf<E>::store(std::vector<E>& to, int l, size_t s, const Src* x, int64_t n) {
+void DenseCacheOf<E>::store(ZeroPages<E>& to, int l, size_t s, const Src* x, int64_t n) {
   LR_ASSERT(layout_.held(l));
   E* d = &to[s];
   if constexpr (std::is_same_v<E, Src>)

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/zero_pages.h"
 #include "model/config.h"
 
 namespace lr::kv {
@@ -78,6 +79,8 @@ class DenseCacheOf {
   // where a ring has overwritten part of that window.
   int rewindable(int n_past, int n) const;
   uint64_t bytes() const { return (k_.size() + v_.size()) * sizeof(E); }
+  // Bytes in RAM: the pages written so far (core/zero_pages.h).
+  uint64_t resident_bytes() const { return k_.resident_bytes() + v_.resident_bytes(); }
 
  private:
   size_t slot(int l, int h, int p) const {
@@ -87,10 +90,10 @@ class DenseCacheOf {
   }
   // Stores n elements at slot s and, in a ring, at its mirror.
   template <typename Src>
-  void store(std::vector<E>& to, int l, size_t s, const Src* x, int64_t n);
+  void store(ZeroPages<E>& to, int l, size_t s, const Src* x, int64_t n);
   DenseLayout layout_;
   std::vector<size_t> base_;  // [n_layers] first element of each layer
-  std::vector<E> k_, v_;
+  ZeroPages<E> k_, v_;        // RAM for the positions written, not the whole context
 };
 
 using DenseCache = DenseCacheOf<float>;

@@ -42,7 +42,7 @@ KeyStream::KeyStream(const KeyCacheConfig& cfg, int head_dim, int64_t capacity,
       bt_ = cfg_.kivi_group;
       flush_ = cfg_.kivi_window;
       layout_ = BlockLayout(bt_, std::vector<int>(size_t(d_), 2));
-      blocks_.assign(size_t(cap_ / bt_) * block_bytes(), 0);
+      blocks_.assign(size_t(cap_ / bt_) * block_bytes());
       window_.assign(size_t(flush_) * size_t(d_), 0);
       break;
     case KeyType::Svdq:
@@ -55,7 +55,7 @@ KeyStream::KeyStream(const KeyCacheConfig& cfg, int head_dim, int64_t capacity,
       break;
     default:
       row_ = key_row_format(cfg_.type, d_);
-      blocks_.assign(size_t(cap_) * block_bytes(), 0);
+      blocks_.assign(size_t(cap_) * block_bytes());
       break;
   }
 }
@@ -85,7 +85,7 @@ void KeyStream::set_basis(std::shared_ptr<const SvdqBasis> b) {
   qm_.reset();
   mean_ = basis_->mean;
   layout_ = BlockLayout(bt_, std::move(bits));
-  blocks_.assign(size_t(cap_ / bt_) * block_bytes(), 0);
+  blocks_.assign(size_t(cap_ / bt_) * block_bytes());
   window_.resize(std::max<size_t>(size_t(flush_), size_t(n_window_)) * size_t(d_));
 }
 
@@ -241,7 +241,6 @@ void KeyStream::truncate(int64_t n) {
       mean_.clear();
       layout_ = BlockLayout();
       blocks_.clear();
-      blocks_.shrink_to_fit();
       window_.clear();
     }
     return;

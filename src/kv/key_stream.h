@@ -21,6 +21,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/zero_pages.h"
 #include "kv/cache_stats.h"
 #include "kv/key_config.h"
 #include "kv/svdq.h"
@@ -120,6 +121,11 @@ class KeyStream {
   // capacity (what the session reserves), held() for the blocks written.
   KeyBytes held() const;
   KeyBytes allocated() const;
+  // Bytes in RAM: the window and basis, and the blocks' pages written so far.
+  uint64_t resident_bytes() const {
+    const KeyBytes a = allocated();
+    return a.window + a.basis + blocks_.resident_bytes();
+  }
 
  private:
   bool fitted() const { return !latent() || cfg_.type == KeyType::Kivi2 || basis_ != nullptr; }
@@ -147,7 +153,7 @@ class KeyStream {
   std::unique_ptr<KeyMoments> qm_;         // query metric: queries seen before the fit
   std::vector<double> rope_freq_;          // spread: RoPE angle per position of each pair
   std::vector<float> mean_;                // SVDq [d]
-  std::vector<uint8_t> blocks_;            // [capacity / bt, block_bytes()]
+  ZeroPages<uint8_t> blocks_;              // [capacity / bt, block_bytes()] (RAM as written)
   std::vector<uint16_t> window_;           // [window capacity, d] f16
   std::vector<uint16_t> flushed_;          // [rows, d] f16: the last append's encoded rows (kept)
   int64_t flushed_first_ = 0;              // their first position

@@ -26,7 +26,7 @@ StreamCache::StreamCache(const KeyCacheConfig& cfg, int n_layers, int n_kv_heads
   vtype_ = cfg.values();
   vfmt_ = value_row_format(vtype_, head_dim);
   vrow_ = row_bytes(vfmt_.type, head_dim);
-  v_.assign(streams * size_t(ctx) * vrow_, 0);
+  v_.assign(streams * size_t(ctx) * vrow_);
 }
 
 void StreamCache::begin_call(int pos, int n) {
@@ -82,6 +82,12 @@ uint64_t StreamCache::bytes() const {
   uint64_t b = 0;
   for (const KeyStream& s : ks_) b += s.allocated().total();
   return b + v_.size();
+}
+
+uint64_t StreamCache::resident_bytes() const {
+  uint64_t b = 0;
+  for (const KeyStream& s : ks_) b += s.resident_bytes();
+  return b + v_.resident_bytes();
 }
 
 KeyCacheStats StreamCache::stats() const {

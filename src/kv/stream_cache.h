@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "core/zero_pages.h"
 #include "kv/key_stream.h"
 
 namespace lr::kv {
@@ -61,6 +62,7 @@ class StreamCache {
   KeyCacheStats stats() const;
   // Keys allocated for the whole context and the values.
   uint64_t bytes() const;
+  uint64_t resident_bytes() const;  // of them, in RAM (core/zero_pages.h)
 
  private:
   size_t index(int l, int h) const {
@@ -74,7 +76,7 @@ class StreamCache {
   ValueType vtype_;            // the values' type
   RowFormat vfmt_;
   uint64_t vrow_ = 0;       // bytes of a value row
-  std::vector<uint8_t> v_;  // [held layers, n_kv_heads, ctx] value rows
+  ZeroPages<uint8_t> v_;    // [held layers, n_kv_heads, ctx] value rows (RAM as written)
   int stage_begin_ = 0, stage_n_ = 0;
   std::vector<float> sk_, sv_;  // [held layers, n_kv_heads, stage_n, head_dim]
 };

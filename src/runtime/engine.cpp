@@ -114,19 +114,43 @@ std::vector<std::shared_ptr<Request>> Engine::submit(std::vector<int32_t> prompt
   return rs;
 }
 
-int Engine::leader_slot(const Request& r) const {
+bool Engine::leader_pending(const Request& r) const {
   const std::shared_ptr<Request> lead = r.leader_.lock();
-  if (!lead) return -1;
-  for (size_t s = 0; s < slots_.size(); ++s)
-    if (slots_[s].req == lead) return slots_[s].prefilling() ? -2 : int(s);
-  return std::find(queue_.begin(), queue_.end(), lead) != queue_.end() ? -2 : -1;
+  if (!lead) return false;
+  for (const Slot& sl : slots_)
+    if (sl.req == lead) return sl.prefilling();
+  return std::find(queue_.begin(), queue_.end(), lead) != queue_.end();
 }
 
-size_t Engine::copy_from_leader(const Request& r, int to, size_t keep) {
-  const int from = leader_slot(r);
-  const int n = int(r.prompt_.size()) - 1;  // the last prompt token runs, for its logits
-  if (from < 0 || size_t(n) <= keep || batch_->rewindable(from, n) != n) return 0;
-  return batch_->copy_prefix(from, to, n) ? size_t(n) : 0;
+namespace {
+// The length of the common prefix of a and b, at most `most`.
+size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b, size_t most) {
+  const size_t n = std::min({a.size(), b.size(), most});
+  return size_t(std::mismatch(a.begin(), a.begin() + long(n), b.begin()).first - a.begin());
+}
+}  // namespace
+
+Engine::Source Engine::cached_prefix(const std::vector<int32_t>& prompt, int except) const {
+  Source best;
+  if (!batch_->copies_prefixes()) return best;
+  const size_t most = prompt.size() - 1;  // the last prompt token runs, for its logits
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    if (int(s) == except) continue;
+    const size_t n = common_prefix(prompt, slots_[s].cached, most);
+    if (n > best.n && batch_->rewindable(int(s), int(n)) == int(n)) best = {int(s), n};
+  }
+  return best;
+}
+
+bool Engine::waits_for_prefix(const Request& r, size_t held) const {
+  if (!batch_->copies_prefixes()) return false;
+  const size_t most = r.prompt_.size() - 1;
+  for (const Slot& sl : slots_) {
+    if (!sl.prefilling()) continue;
+    const size_t n = common_prefix(r.prompt_, sl.req->prompt_, most);
+    if (n >= kShareWait && n > held) return true;
+  }
+  return false;
 }
 
 void Engine::shutdown() {
@@ -191,18 +215,16 @@ void Engine::admit() {
       }
       if (queue_.empty()) break;
       // An answer of n > 1 waits until its leader's prompt is cached.
-      if (leader_slot(*queue_.front()) == -2) break;
+      const Request& front = *queue_.front();
+      if (leader_pending(front)) break;
       // The free slot whose cache shares the longest prefix; else the least recently used.
       int best = -1;
       size_t best_common = 0;
-      const std::vector<int32_t>& prompt = queue_.front()->prompt_;
+      const size_t most = front.prompt_.size() - 1;  // the last token runs, for its logits
       for (size_t s = 0; s < slots_.size(); ++s) {
         const Slot& sl = slots_[s];
         if (sl.req) continue;
-        const size_t n = std::min(sl.cached.size(), prompt.size());
-        const size_t common = size_t(
-            std::mismatch(prompt.begin(), prompt.begin() + long(n), sl.cached.begin()).first -
-            prompt.begin());
+        const size_t common = common_prefix(front.prompt_, sl.cached, most);
         if (best < 0 || common > best_common ||
             (common == best_common && sl.last_used < slots_[size_t(best)].last_used)) {
           best = int(s);
@@ -210,17 +232,20 @@ void Engine::admit() {
         }
       }
       if (best < 0) break;
+      // A longer prefix in another slot's cache is copied; one a slot is
+      // still evaluating is waited for (evaluating it twice would only
+      // share the steps between the two).
+      const Source src = cached_prefix(front.prompt_, best);
+      if (waits_for_prefix(front, std::max(best_common, src.n))) break;
       r = queue_.front();
       queue_.pop_front();
       Slot& sl = slots_[size_t(best)];
-      // At least the prompt's last token runs, for its logits.
-      // (a sliding-window ring may hold too little to keep it: then nothing is kept)
-      size_t keep =
-          size_t(batch_->rewindable(best, int(std::min(best_common, r->prompt_.size() - 1))));
+      // (a sliding-window ring may hold too little to keep the prefix: then nothing is kept)
+      size_t keep = size_t(batch_->rewindable(best, int(best_common)));
       batch_->rewind(best, int(keep));
       sl.cached.resize(keep);
-      if (size_t copied = copy_from_leader(*r, best, keep)) {  // n > 1: the leader's prompt
-        keep = copied;
+      if (src.n > keep && batch_->copy_prefix(src.slot, best, int(src.n))) {
+        keep = src.n;
         sl.cached.assign(r->prompt_.begin(), r->prompt_.begin() + long(keep));
       }
       sl.req = r;
@@ -394,11 +419,19 @@ double Engine::DraftCosts::ema(double avg, double x) {
   return avg < 0 ? x : 0.8 * avg + 0.2 * x;
 }
 
-void Engine::update_gauges() {
+void Engine::update_gauges(bool count_kv) {
   int running = 0;
   int64_t cached = 0;
   for (const Slot& sl : slots_)
     if (sl.req) ++running, cached += int64_t(sl.cached.size());
+  const auto now = Clock::now();
+  if (count_kv || now >= kv_counted_ + std::chrono::milliseconds(500)) {  // (mincore: cost)
+    kv_counted_ = now;
+    uint64_t reserved = 0, resident = 0;
+    for (int s = 0; s < slots(); ++s)
+      reserved += batch_->cache_bytes(s), resident += batch_->cache_resident(s);
+    metrics_.set_kv_bytes(reserved, resident);
+  }
   std::lock_guard<std::mutex> l(mu_);
   metrics_.set_gauges(running, int(queue_.size()), slots(),
                       double(cached) / (double(slots()) * double(ctx())));
@@ -441,7 +474,7 @@ void Engine::finish(int s, Finish f, const std::string& error) {
   metrics_.add_finished(finish_name(f), seconds(Clock::now() - r.arrived_));
   const std::shared_ptr<Request> req = std::move(sl.req);
   sl.last_used = steps_;
-  update_gauges();
+  update_gauges(/*count_kv=*/true);
   req->post("", nullptr, f, usage_of(*req, sl), error);
 }
 

@@ -12,6 +12,11 @@
 // admitted when a slot is free (each slot holds a full context, so a free
 // slot is free KV capacity); it takes the free slot whose cached tokens
 // share the longest prefix with its prompt and evaluates only the rest.
+// Where the batch copies caches (BatchBackend::copies_prefixes), prefixes
+// are shared across slots: a longer prefix held by any other slot, busy or
+// free, is copied in, and a request whose prompt shares a long prefix with
+// one a slot is still evaluating waits for it (a system prompt common to
+// many requests is evaluated once, not once per slot).
 // Requests see their tokens through their Request: text in whole UTF-8
 // characters, held back while it might begin a stop string (each slot's
 // answer is a runtime/sequence.h Sequence).
@@ -87,7 +92,8 @@ class Request {
   std::vector<int32_t> prompt_;
   GenParams params_;
   // n > 1: the first of the request's answers; this one waits until the
-  // leader's prompt is cached, then takes a copy of it (Engine::submit).
+  // leader's prompt is cached, then takes a copy of it where the batch
+  // copies (Engine::submit).
   std::weak_ptr<Request> leader_;
   std::chrono::steady_clock::time_point arrived_, admitted_, first_token_, last_token_;
 };
@@ -187,11 +193,22 @@ class Engine {
 
   void loop();
   void admit();
-  // Slot of r's leader once its prompt is cached; -1: none (it ended, or n = 1);
-  // -2: the leader is still queued or prefilling (r waits). Under mu_.
-  int leader_slot(const Request& r) const;
-  // Prompt positions slot `to` copies from its leader's slot (0: none). Under mu_.
-  size_t copy_from_leader(const Request& r, int to, size_t keep);
+  // Whether r's leader (n > 1) is still queued or prefilling: r waits for
+  // its prompt to be cached. Under mu_.
+  bool leader_pending(const Request& r) const;
+  // Prompt prefixes shared across slots (where the batch copies them): the
+  // slot other than `except` whose cache holds the longest prefix of
+  // `prompt` (at most all but its last token), and its length. Under mu_.
+  struct Source {
+    int slot = -1;
+    size_t n = 0;
+  };
+  Source cached_prefix(const std::vector<int32_t>& prompt, int except) const;
+  // Whether r waits for a slot still evaluating a prompt that shares at
+  // least kShareWait tokens of r's prompt, more than the `held` that caches
+  // hold now, so it copies them once evaluated. Under mu_.
+  static constexpr size_t kShareWait = 32;
+  bool waits_for_prefix(const Request& r, size_t held) const;
   void run_step();
   // Per slot, the tokens the decoding slots draft this step, within `room`
   // tokens for them all (decode_room).
@@ -204,8 +221,10 @@ class Engine {
   void finish(int s, Finish f, const std::string& error = "");
   void cancel_all_locked();
   Usage usage_of(const Request& r, const Slot& sl) const;
-  // Slots busy, queue length and cache use into the metrics.
-  void update_gauges();
+  // Slots busy, queue length and cache use into the metrics (the caches'
+  // bytes in RAM when count_kv, else at most every half second).
+  void update_gauges(bool count_kv = false);
+  std::chrono::steady_clock::time_point kv_counted_{};
 
   std::unique_ptr<BatchBackend> batch_;
   const Tokenizer& tok_;

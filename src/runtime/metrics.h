@@ -26,6 +26,9 @@ class Metrics {
   struct Snapshot {
     int running = 0, waiting = 0, slots = 0;
     double kv_usage = 0;  // cached tokens of busy slots / (slots * ctx)
+    // The slots' KV caches: bytes set aside for their contexts, and of them
+    // those in RAM (the positions written: core/zero_pages.h).
+    uint64_t kv_bytes = 0, kv_resident_bytes = 0;
     uint64_t prompt_tokens = 0, generated_tokens = 0, cached_prompt_tokens = 0;
     uint64_t steps = 0, step_tokens = 0;
     double step_seconds = 0;                   // in the batch's forward steps
@@ -42,6 +45,7 @@ class Metrics {
   Metrics();
 
   void set_gauges(int running, int waiting, int slots, double kv_usage);
+  void set_kv_bytes(uint64_t reserved, uint64_t resident);
   void add_step(int tokens, double seconds = 0);
   void add_mask(uint64_t masks, double seconds);
   void add_draft(int drafted, int taken);

@@ -33,6 +33,10 @@ std::string prometheus_text(const Metrics::Snapshot& s) {
   gauge("lowrank_slots_busy", "Slots holding a request.", s.running);
   gauge("lowrank_kv_cache_usage_ratio", "Cached tokens of busy slots over the slots' capacity.",
         s.kv_usage);
+  gauge("lowrank_kv_cache_bytes", "Bytes the slots' KV caches set aside for their contexts.",
+        s.kv_bytes);
+  gauge("lowrank_kv_cache_resident_bytes",
+        "Of them, bytes in RAM (the positions the slots have written).", s.kv_resident_bytes);
   counter("lowrank_prompt_tokens_total", "Prompt tokens of admitted requests.", s.prompt_tokens);
   counter("lowrank_prompt_tokens_cached_total", "Prompt tokens a slot's cache already held.",
           s.cached_prompt_tokens);

@@ -3,6 +3,7 @@
 // against the attention kernel over the same rows; a prompt's rows attended
 // together against each row's own attend.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -183,6 +184,41 @@ TEST(SeqCache, F16SessionCacheAndItsStatistics) {
   EXPECT_GT(worst / scale, 0.0);
   s->rewind(30);
   EXPECT_EQ(s->key_stats().tokens, 30);
+}
+
+// A cache is set aside for its whole context but takes RAM for the positions
+// written (core/zero_pages.h): a slot of 65536 positions that has held 16
+// takes a page per layer, KV head and keys or values (dense f32 and f16),
+// and a few pages per stream for q8_0 keys and values.
+TEST(SeqCache, RamFollowsThePositionsWritten) {
+  test::TempDir t;
+  const Model m = load_model(test::write_tiny(t, test::key_cache_spec(), "m.gguf"), std::nullopt);
+  const Config& c = m.weights->cfg;  // head_dim 32, 2 KV heads, groups of 3
+  const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
+  const int n = 16, g = c.n_heads / c.n_kv_heads;
+  const auto k = normal(size_t(n) * size_t(c.head_dim), 1), v = normal(k.size(), 2);
+  const auto q = normal(size_t(n) * size_t(g) * size_t(c.head_dim), 3);
+  const uint64_t streams = uint64_t(c.n_layers) * uint64_t(c.n_kv_heads);
+  for (kv::KeyType type : {kv::KeyType::F32, kv::KeyType::F16, kv::KeyType::Q8_0}) {
+    BackendOptions o;
+    o.ctx = 65536;
+    o.keys.type = type;
+    if (type == kv::KeyType::Q8_0) o.keys.value_type = kv::ValueType::Q8_0;
+    auto cache = cpu::make_seq_cache(*m.weights, o, KvMode::Dense, /*batched=*/true, n);
+    EXPECT_EQ(cache->resident_bytes(), 0u) << kv::key_type_name(type);
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int h = 0; h < c.n_kv_heads; ++h)
+        cache->append(l, h, 0, k.data(), v.data(), n, c.head_dim, q.data(), g * c.head_dim, g);
+    cache->end_step();
+    const uint64_t ram = cache->resident_bytes();
+    if (type == kv::KeyType::Q8_0) {
+      EXPECT_GE(ram, 2 * streams * page);
+      EXPECT_LE(ram, 4 * streams * page);
+    } else {
+      EXPECT_EQ(ram, 2 * streams * page) << kv::key_type_name(type);
+    }
+    EXPECT_GT(cache->bytes(), 500 * ram) << kv::key_type_name(type);
+  }
 }
 
 }  // namespace

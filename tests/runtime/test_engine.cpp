@@ -170,6 +170,49 @@ TEST(Engine, NAnswersShareTheF16Cache) {
   expect_three_answers_share_the_prompt(tiny, prompt(41, 5));
 }
 
+// Requests whose prompts share a 60-token prefix (a system prompt): the
+// first evaluates it; two arriving with it wait for it and copy it into
+// their slots (steps of 24 tokens: it takes three); one arriving while the
+// first decodes, with only an empty slot free, copies it from the busy
+// slot. Each answers as it does alone, bit for bit, with f32 and f16 caches.
+TEST(Engine, SlotsShareAPromptPrefix) {
+  for (kv::KeyType keys : {kv::KeyType::F32, kv::KeyType::F16}) {
+    Tiny tiny;
+    tiny.keys = keys;
+    const auto shared = prompt(60, 21);
+    std::vector<std::vector<int32_t>> ps;
+    for (uint32_t i = 0; i < 4; ++i) {
+      ps.push_back(shared);
+      const auto own = prompt(5 + int(i), 30 + i);
+      ps.back().insert(ps.back().end(), own.begin(), own.end());
+    }
+    for (size_t i = 1; i < ps.size(); ++i) ASSERT_NE(ps[i][60], ps[0][60]);  // they part at 60
+    std::vector<Result> alone;
+    for (const auto& p : ps) alone.push_back(wait(*tiny.engine(1, 4096)->submit(p, greedy(8))));
+    auto e = tiny.engine(4, 4096);
+    auto first = e->submit(ps[0], greedy(8));
+    auto second = e->submit(ps[1], greedy(8));
+    auto third = e->submit(ps[2], greedy(8));
+    expect_same(alone[0], wait(*first));
+    for (auto [r, i] : {std::pair{second, 1}, std::pair{third, 2}}) {
+      const Result got = wait(*r);
+      expect_same(alone[size_t(i)], got);
+      EXPECT_EQ(got.usage.cached_tokens, 60) << "request " << i;
+    }
+    EXPECT_EQ(e->metrics().cached_prompt_tokens, 120u);
+
+    auto two = tiny.engine(2, 4096);
+    auto busy = two->submit(ps[0], greedy(4000));  // decodes until cancelled
+    for (int i = 0; i < 500 && busy->take(10ms).tokens.empty(); ++i) {
+    }
+    const Result late = wait(*two->submit(ps[3], greedy(8)));
+    expect_same(alone[3], late);
+    EXPECT_EQ(late.usage.cached_tokens, 60);
+    busy->cancel();
+    EXPECT_EQ(wait(*busy).finish, Finish::Cancelled) << "the first ended before the last came";
+  }
+}
+
 // Steps of 2 tokens and 4 requests: prompts take only what decoding leaves,
 // so at most two slots decode at once and the others wait; every answer is
 // the one it gives alone.

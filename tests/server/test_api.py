@@ -370,6 +370,8 @@ def test_metrics_add_up():
         assert m["lowrank_e2e_request_latency_seconds_count"] == 5
         assert m["lowrank_inter_token_latency_seconds_count"] == sum(u.completion_tokens - 1 for u in usage)
         assert m["lowrank_slots"] == 2 and m["lowrank_slots_busy"] == 0
+        # The slots' caches take RAM for the few positions written, not their contexts.
+        assert 0 < m["lowrank_kv_cache_resident_bytes"] < m["lowrank_kv_cache_bytes"] / 8, m
     finally:
         assert s.stop() == 0
 

@@ -61,6 +61,7 @@ class CpuBatch final : public BatchBackend {
 
   StepStats last_step() const override { return last_; }
   bool verifies() const override { return true; }
+  bool copies_prefixes() const override { return caches_.front()->copies(); }
   bool rewinds_exactly() const override {
     return keys_ != kv::KeyType::Kivi2 && keys_ != kv::KeyType::Svdq;
   }
@@ -71,6 +72,9 @@ class CpuBatch final : public BatchBackend {
     return caches_[size_t(to)]->copy_prefix(*caches_[size_t(from)], n);
   }
   uint64_t cache_bytes(int slot) const override { return caches_.at(size_t(slot))->bytes(); }
+  uint64_t cache_resident(int slot) const override {
+    return caches_.at(size_t(slot))->resident_bytes();
+  }
   int can_rewind(int slot, int n) const override {
     return caches_[size_t(slot)]->rewindable(n_past_[size_t(slot)], n);
   }

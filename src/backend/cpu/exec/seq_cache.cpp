@@ -77,7 +77,9 @@ class DenseSeq final : public SeqCache {
     }
     return true;
   }
+  bool copies() const override { return true; }
   uint64_t bytes() const override { return c_.bytes(); }
+  uint64_t resident_bytes() const override { return c_.resident_bytes(); }
   // f16 keys and values as a key cache's statistics (the f32 cache has none).
   kv::KeyCacheStats key_stats() const override {
     kv::KeyCacheStats st;
@@ -268,6 +270,7 @@ class StreamSeq final : public SeqCache {
   void truncate(int n) override { c_.truncate(n); }
   void end_step() override { c_.drop_flushed(); }
   uint64_t bytes() const override { return c_.bytes(); }
+  uint64_t resident_bytes() const override { return c_.resident_bytes(); }
   kv::KeyCacheStats key_stats() const override { return c_.stats(); }
 
  private:
@@ -318,6 +321,9 @@ class WindowedSeq final : public SeqCache {
   int rewindable(int n_past, int n) const override { return rings_->rewindable(n_past, n); }
   void end_step() override { keys_.end_step(); }
   uint64_t bytes() const override { return rings_->bytes() + keys_.bytes(); }
+  uint64_t resident_bytes() const override {
+    return rings_->resident_bytes() + keys_.resident_bytes();
+  }
   kv::KeyCacheStats key_stats() const override { return keys_.key_stats(); }
 
  private:

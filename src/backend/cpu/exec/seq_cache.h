@@ -66,10 +66,14 @@ class SeqCache {
   // Takes positions [0, n) of `from` (a cache of the same kind and layout)
   // in place of its own; false where the kind cannot (then nothing changed).
   virtual bool copy_prefix(const SeqCache& /*from*/, int /*n*/) { return false; }
+  // Whether copy_prefix copies (from a cache of the same kind).
+  virtual bool copies() const { return false; }
   // A batch's step has ended (rows kept for its attention are let go).
   virtual void end_step() {}
-  // Bytes held for the whole context.
+  // Bytes held for the whole context, and of them those in RAM (written;
+  // core/zero_pages.h).
   virtual uint64_t bytes() const = 0;
+  virtual uint64_t resident_bytes() const { return bytes(); }
   virtual kv::KeyCacheStats key_stats() const { return {}; }
 
   // The research rungs' own steps: static KV scores the dense cache, the
