@@ -335,13 +335,21 @@ void Engine::run_step() {
     budget -= chunks.back().n;
   }
   if (!chunks.empty()) budget = std::min(budget, opt_.decode_chunk);
-  for (size_t s = 0; s < slots_.size() && budget > 0; ++s) {  // then prompt chunks
-    Slot& sl = slots_[s];
-    if (!sl.prefilling()) continue;
+  // Then prompt chunks, the earliest admitted first (by slot, a prompt in a
+  // late slot could wait while earlier slots take new ones).
+  std::vector<int> prefilling;
+  for (size_t s = 0; s < slots_.size(); ++s)
+    if (slots_[s].prefilling()) prefilling.push_back(int(s));
+  std::stable_sort(prefilling.begin(), prefilling.end(), [&](int a, int b) {
+    return slots_[size_t(a)].req->admitted_ < slots_[size_t(b)].req->admitted_;
+  });
+  for (int s : prefilling) {
+    if (budget <= 0) break;
+    Slot& sl = slots_[size_t(s)];
     const int n = int(std::min<size_t>(size_t(budget), sl.req->prompt_.size() - sl.fed));
     const bool last = sl.fed + size_t(n) == sl.req->prompt_.size();
-    chunks.push_back({int(s), sl.req->prompt_.data() + sl.fed, n, last});
-    if (last) owner.push_back({int(s), 1});
+    chunks.push_back({s, sl.req->prompt_.data() + sl.fed, n, last});
+    if (last) owner.push_back({s, 1});
     budget -= n;
   }
   update_gauges();

@@ -6,7 +6,8 @@
 // cached prefix, so only its new tokens are evaluated); `bench-batch` B.
 //
 // A step holds one token of every slot that decodes and then prompt chunks
-// of the slots that prefill, up to the step's token budget (chunked
+// of the slots that prefill, the earliest admitted first, up to the step's
+// token budget (chunked
 // prefill, as llama.cpp's slot loop and vLLM's scheduler do); a slot's
 // prompt chunk asks for logits only when it ends the prompt. A request is
 // admitted when a slot is free (each slot holds a full context, so a free

@@ -213,6 +213,23 @@ TEST(Engine, SlotsShareAPromptPrefix) {
   }
 }
 
+// Prompt chunks go to the earliest admitted request first, whatever its
+// slot: y, in slot 1, admitted before z, in slot 0, ends its prompt first
+// (by slot order z's 120 tokens would take the steps of 2 before y's).
+TEST(Engine, PromptsAreEvaluatedInTheOrderAdmitted) {
+  Tiny tiny;
+  auto e = tiny.engine(2, 256, 16, /*step_tokens=*/2);
+  wait(*e->submit(prompt(3, 1), greedy(1)));  // slot 0, now the more recently used
+  auto y = e->submit(prompt(120, 2), greedy(1));
+  auto z = e->submit(prompt(120, 3), greedy(1));
+  std::vector<char> order;
+  for (int i = 0; i < 20000 && order.size() < 2; ++i)
+    for (auto [r, name] : {std::pair{y.get(), 'y'}, std::pair{z.get(), 'z'}})
+      if (std::find(order.begin(), order.end(), name) == order.end() && r->take(0ms).done)
+        order.push_back(name);
+  EXPECT_EQ(order, (std::vector<char>{'y', 'z'}));
+}
+
 // Steps of 2 tokens and 4 requests: prompts take only what decoding leaves,
 // so at most two slots decode at once and the others wait; every answer is
 // the one it gives alone.
