@@ -35,6 +35,7 @@ struct ServeOptions {
   int step_tokens = 512;
   int decode_chunk = 128;
   int grace_s = 10;
+  int cache_ram_mib = 8192;  // stored prompt prefixes (llama-server's default)
   int max_body_kib = 8192;
   std::string alias;
   std::string pooling = "mean";  // /v1/embeddings
@@ -125,6 +126,7 @@ int serve(const ServeOptions& o) {
   eo.step_tokens = o.step_tokens;
   eo.decode_chunk = o.decode_chunk;
   eo.shutdown_grace = std::chrono::seconds(o.grace_s);
+  eo.prompt_cache = uint64_t(o.cache_ram_mib) << 20;
   o.draft.configure(eo, s->model, o.model, o.slots, o.step_tokens);
   std::unique_ptr<BatchBackend> slots =
       make_slots(s->model, path, bo, o.slots, o.step_tokens, eo.draft_max > 0);
@@ -220,6 +222,12 @@ Runner add_serve_command(CLI::App& app) {
       ->check(CLI::IsMember({"mean", "last"}));
   sub->add_option("--chat-template", o->chat_template,
                   "a Jinja chat template file to use instead of the model's own");
+  sub->add_option("--cache-ram", o->cache_ram_mib,
+                  "MiB of prompt prefixes stored in RAM that slots share by reference (a system "
+                  "prompt held once; the least recently used go first; 0: none, prefixes are "
+                  "copied between slots)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 30));
   sub->add_option("--grace", o->grace_s,
                   "seconds running requests may take to finish on SIGINT/SIGTERM")
       ->capture_default_str()

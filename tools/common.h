@@ -54,6 +54,7 @@ struct DraftOptions {
   std::string self_type = "q2_k";
   int max = 8;
   float p_min = ModelDraftOptions{}.p_min;
+  double cost = -1;  // --draft-cost: a drafted token's cost in decode steps (negative: timed)
   // with_kind: --draft too (bench --spec names its variants itself).
   void add_to(CLI::App& app, bool with_kind = true);
   int draft_max() const { return kind != "none" || !model.empty() ? max : 0; }

@@ -40,6 +40,10 @@ void DraftOptions::add_to(CLI::App& app, bool with_kind) {
                  "this")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--draft-cost", cost,
+                 "a drafted token's cost in decode steps, for how many to draft (default: timed "
+                 "as the engine runs; a fixed cost drafts the same tokens every run)")
+      ->check(CLI::Range(0.0, 100.0));
 }
 
 namespace {
@@ -98,6 +102,7 @@ std::string self_draft(const std::string& target, const std::string& type, int t
 void DraftOptions::configure(EngineOptions& eo, const Model& target, const ModelOptions& mo,
                              int slots, int step_tokens) const {
   eo.draft_max = draft_max();
+  eo.draft_cost = cost;
   if (kind == "ngram" && !model.empty())
     fail("--draft ngram and --draft-model: choose one source of drafts");
   if (kind == "self" && !model.empty())

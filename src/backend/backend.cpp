@@ -55,11 +55,19 @@ BatchBackend::BatchBackend(std::shared_ptr<const Weights> w, int slots, int ctx,
   n_past_.assign(size_t(slots), 0);
 }
 
-bool BatchBackend::copy_prefix(int from, int to, int n) {
+bool BatchBackend::copy_prefix(int from, int to, int n, int held) {
   LR_ASSERT(from >= 0 && from < slots() && to >= 0 && to < slots() && from != to);
   LR_ASSERT(n >= 0 && n <= n_past_[size_t(from)] && can_rewind(from, n) == n);
-  if (!do_copy_prefix(from, to, n)) return false;
+  LR_ASSERT(held >= 0 && held <= n && held <= n_past_[size_t(to)]);
+  if (!do_copy_prefix(from, to, n, held)) return false;
   n_past_[size_t(to)] = n;
+  return true;
+}
+
+bool BatchBackend::load_prefix(const Stored& p, int slot, int n) {
+  LR_ASSERT(slot >= 0 && slot < slots() && n >= 0 && n <= p.n && n <= ctx_);
+  if (!do_load_prefix(p, slot, n)) return false;
+  n_past_[size_t(slot)] = n;
   return true;
 }
 

@@ -91,12 +91,33 @@ class BatchBackend {
   }
   // Slot `to` takes the first n positions of slot `from`'s cache (n <=
   // n_past(from), rewindable there), as if it had evaluated them: a prompt
-  // evaluated once for several answers (n > 1). False where the batch's
-  // cache kind cannot copy (then `to` is unchanged).
-  bool copy_prefix(int from, int to, int n);
+  // evaluated once for several answers (n > 1), or by another request. The
+  // first `held` of them `to` holds already (the same tokens: the same
+  // bits), only the rest is copied. False where the batch's cache kind
+  // cannot copy (then `to` is unchanged).
+  bool copy_prefix(int from, int to, int n, int held = 0);
   // Whether copy_prefix can copy (the cache kind's): a server's requests
   // then share prompt prefixes across slots (runtime/engine.h).
   virtual bool copies_prefixes() const { return false; }
+  // A stored prompt prefix: positions a slot held, kept apart from every
+  // slot in memory slots map by reference (a prompt cache in RAM; the CPU
+  // batch's f32 and f16 caches: core/zero_pages.h).
+  struct Stored {
+    virtual ~Stored() = default;
+    // The largest m <= k whose prefix [0, m) this holds whole: k, or 0 where a
+    // sliding-window ring holds only the window of a query at n.
+    virtual int usable(int k) const { return k; }
+    int n = 0;           // positions
+    uint64_t bytes = 0;  // in RAM
+  };
+  // Slot `slot`'s positions [0, n) as a stored prefix (n <= n_past(slot),
+  // rewindable there); the slot reads the stored pages from then on, so
+  // the two hold one copy. Null where the cache kind cannot.
+  virtual std::shared_ptr<const Stored> store_prefix(int /*slot*/, int /*n*/) { return nullptr; }
+  // Slot `slot` takes positions [0, n) of a stored prefix (n <= p.n) in
+  // place of its own, as if it had evaluated them. False where it cannot
+  // (then the slot is unchanged).
+  bool load_prefix(const Stored& p, int slot, int n);
   const Weights& weights() const { return *weights_; }
   // Bytes one slot's KV cache holds for its whole context (0: not known),
   // and of them those in RAM (a CPU cache's pages are taken as positions
@@ -110,7 +131,8 @@ class BatchBackend {
   // Called by rewind() before the slot's count changes.
   virtual void on_rewind(int /*slot*/, int /*n*/) {}
   virtual int can_rewind(int /*slot*/, int n) const { return n; }
-  virtual bool do_copy_prefix(int /*from*/, int /*to*/, int /*n*/) { return false; }
+  virtual bool do_copy_prefix(int /*from*/, int /*to*/, int /*n*/, int /*held*/) { return false; }
+  virtual bool do_load_prefix(const Stored& /*p*/, int /*slot*/, int /*n*/) { return false; }
 
   std::shared_ptr<const Weights> weights_;
   int ctx_, max_step_tokens_;

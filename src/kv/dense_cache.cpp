@@ -1,5 +1,6 @@
 #include "kv/dense_cache.h"
 
+#include <algorithm>
 #include <type_traits>
 
 #include "core/error.h"
@@ -38,15 +39,20 @@ uint64_t DenseLayout::full_bytes() const {
 }
 
 template <typename E>
-DenseCacheOf<E>::DenseCacheOf(DenseLayout layout) : layout_(std::move(layout)) {
+DenseCacheOf<E>::DenseCacheOf(DenseLayout layout, bool shared_file) : layout_(std::move(layout)) {
   LR_ASSERT(size_t(layout_.elem_bytes) == sizeof(E));
+  // Each KV head's positions start a page, so a prefix's whole pages can be
+  // mapped from a stored one (share_prefix); the padding is never written.
+  const size_t page = std::max<size_t>(1, page_bytes() / sizeof(E));
   size_t n = 0;
   for (size_t l = 0; l < layout_.ring.size(); ++l) {
     base_.push_back(n);
-    n += size_t(layout_.slots(int(l))) * size_t(layout_.n_kv_heads) * size_t(layout_.head_dim);
+    const size_t elems = size_t(layout_.slots(int(l))) * size_t(layout_.head_dim);
+    stride_.push_back((elems + page - 1) / page * page);
+    n += stride_.back() * size_t(layout_.n_kv_heads);
   }
-  k_.assign(n);
-  v_.assign(n);
+  k_ = ZeroPages<E>(n, shared_file);
+  v_ = ZeroPages<E>(n, shared_file);
 }
 
 template <typename E>
@@ -82,6 +88,37 @@ void DenseCacheOf<E>::copy(const DenseCacheOf& from, int l, int h, int p) {
   const int hd = layout_.head_dim;
   store(k_, l, slot(l, h, p), from.key(l, h, p), hd);
   store(v_, l, slot(l, h, p), from.value(l, h, p), hd);
+}
+
+template <typename E>
+void DenseCacheOf<E>::copy_prefix(const DenseCacheOf& from, int n, int held) {
+  for (int l = 0; l < int(layout_.ring.size()); ++l) {
+    if (!layout_.held(l)) continue;
+    const int ring =
+        std::max(0, layout_.ring[size_t(l)]);  // a ring holds the last `ring` positions
+    for (int h = 0; h < layout_.n_kv_heads; ++h)
+      for (int p = std::max(held, ring ? n - ring : 0); p < n; ++p) copy(from, l, h, p);
+  }
+}
+
+template <typename E>
+void DenseCacheOf<E>::share_prefix(const DenseCacheOf& stored, int n, bool rest) {
+  const size_t hd = size_t(layout_.head_dim);
+  for (int l = 0; l < int(layout_.ring.size()); ++l) {
+    if (!layout_.held(l)) continue;
+    const int ring = layout_.ring[size_t(l)];
+    for (int h = 0; h < layout_.n_kv_heads; ++h) {
+      int from = ring ? std::max(0, n - ring) : 0;  // the first position copied
+      if (ring == 0) {
+        const size_t at = slot(l, h, 0), want = size_t(n) * hd;
+        const size_t mapped = std::min(k_.map_from(stored.k_, at, want),  // (the same: one layout)
+                                       v_.map_from(stored.v_, at, want));
+        from = int(mapped / hd);
+      }
+      if (rest)
+        for (int p = from; p < n; ++p) copy(stored, l, h, p);
+    }
+  }
 }
 
 template <typename E>

@@ -56,7 +56,9 @@ struct DenseLayout {
 template <typename E>
 class DenseCacheOf {
  public:
-  explicit DenseCacheOf(DenseLayout layout);
+  // shared_file: held in a file in memory, so other caches can map its
+  // pages (share_prefix): a stored prompt prefix.
+  explicit DenseCacheOf(DenseLayout layout, bool shared_file = false);
 
   // Position p of KV head h in layer l; from there on a window's positions
   // follow one another (head_dim elements apart).
@@ -74,25 +76,35 @@ class DenseCacheOf {
   void append(int l, int h, int pos, const float* k, const float* v, int n, int64_t stride);
   // Position p's key and value of KV head h in layer l as `from` holds them.
   void copy(const DenseCacheOf& from, int l, int h, int p);
+  // Positions [0, n) as `from` (same layout) holds them: every layer's, a
+  // ring's last positions; those before `held` are taken as held already.
+  void copy_prefix(const DenseCacheOf& from, int n, int held = 0);
+  // Positions [0, n) of `stored` (same layout, shared_file): the whole
+  // pages of the full layers' positions by reference (copy on write), the
+  // rest copied. rest = false: only the pages by reference, for a cache
+  // that holds those positions already (the one `stored` was copied from;
+  // its later positions and rings stay as they are).
+  void share_prefix(const DenseCacheOf& stored, int n, bool rest = true);
   // The largest m <= n such that, after positions [m, n_past) are dropped,
   // every position a query at m attends to is still held: n itself, or 0
   // where a ring has overwritten part of that window.
   int rewindable(int n_past, int n) const;
-  uint64_t bytes() const { return (k_.size() + v_.size()) * sizeof(E); }
+  uint64_t bytes() const { return layout_.bytes(); }
   // Bytes in RAM: the pages written so far (core/zero_pages.h).
   uint64_t resident_bytes() const { return k_.resident_bytes() + v_.resident_bytes(); }
 
  private:
   size_t slot(int l, int h, int p) const {
     const int r = layout_.ring[size_t(l)];
-    return base_[size_t(l)] + size_t(h) * size_t(layout_.slots(l)) * size_t(layout_.head_dim) +
+    return base_[size_t(l)] + size_t(h) * stride_[size_t(l)] +
            size_t(r > 0 ? p % r : p) * size_t(layout_.head_dim);
   }
   // Stores n elements at slot s and, in a ring, at its mirror.
   template <typename Src>
   void store(ZeroPages<E>& to, int l, size_t s, const Src* x, int64_t n);
   DenseLayout layout_;
-  std::vector<size_t> base_;  // [n_layers] first element of each layer
+  std::vector<size_t> base_;    // [n_layers] first element of each layer
+  std::vector<size_t> stride_;  // [n_layers] elements from one KV head to the next (whole pages)
   ZeroPages<E> k_, v_;        // RAM for the positions written, not the whole context
 };
 

@@ -153,6 +153,45 @@ bool Engine::waits_for_prefix(const Request& r, size_t held) const {
   return false;
 }
 
+size_t Engine::take_prefix(const std::vector<int32_t>& prompt, int slot, size_t keep, Source src) {
+  const size_t most = prompt.size() - 1;
+  StoredPrefix* best = nullptr;  // the stored prefix sharing the most
+  size_t n = 0;
+  for (StoredPrefix& p : stored_)
+    if (const size_t c = size_t(p.data->usable(int(common_prefix(prompt, p.tokens, most)))); c > n)
+      best = &p, n = c;
+  std::shared_ptr<const BatchBackend::Stored> kept;  // one stored now beyond the budget
+  // A slot's prefix is stored when it holds kStoreTokens more than the
+  // stored ones (a few more tokens are evaluated, rather than stored again).
+  if (opt_.prompt_cache > 0 && src.n >= std::max(keep, n) + kStoreTokens) {
+    if (auto d = batch_->store_prefix(src.slot, int(src.n))) {
+      // Room for it: the least recently used go (slots keep the pages they map).
+      while (!stored_.empty() && stored_bytes_ + d->bytes > opt_.prompt_cache) {
+        auto lru = std::min_element(
+            stored_.begin(), stored_.end(),
+            [](const auto& a, const auto& b) { return a.last_used < b.last_used; });
+        stored_bytes_ -= lru->data->bytes;
+        stored_.erase(lru);
+      }
+      n = src.n;
+      best = nullptr;
+      if (d->bytes <= opt_.prompt_cache) {
+        stored_.push_back({{prompt.begin(), prompt.begin() + long(n)}, d, steps_});
+        stored_bytes_ += d->bytes;
+        best = &stored_.back();
+      }
+      kept = std::move(d);
+    }
+  }
+  const BatchBackend::Stored* from = best ? best->data.get() : kept.get();
+  if (from && n > keep && n + kStoreTokens > src.n && batch_->load_prefix(*from, slot, int(n))) {
+    if (best) best->last_used = steps_;
+    return n;
+  }
+  if (src.n > keep && batch_->copy_prefix(src.slot, slot, int(src.n), int(keep))) return src.n;
+  return keep;
+}
+
 void Engine::shutdown() {
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -244,8 +283,8 @@ void Engine::admit() {
       size_t keep = size_t(batch_->rewindable(best, int(best_common)));
       batch_->rewind(best, int(keep));
       sl.cached.resize(keep);
-      if (src.n > keep && batch_->copy_prefix(src.slot, best, int(src.n))) {
-        keep = src.n;
+      if (const size_t took = take_prefix(r->prompt_, best, keep, src); took > keep) {
+        keep = took;
         sl.cached.assign(r->prompt_.begin(), r->prompt_.begin() + long(keep));
       }
       sl.req = r;
@@ -438,7 +477,7 @@ void Engine::update_gauges(bool count_kv) {
     uint64_t reserved = 0, resident = 0;
     for (int s = 0; s < slots(); ++s)
       reserved += batch_->cache_bytes(s), resident += batch_->cache_resident(s);
-    metrics_.set_kv_bytes(reserved, resident);
+    metrics_.set_kv_bytes(reserved, resident, stored_bytes_, int(stored_.size()));
   }
   std::lock_guard<std::mutex> l(mu_);
   metrics_.set_gauges(running, int(queue_.size()), slots(),

@@ -127,6 +127,11 @@ struct EngineOptions {
   NgramDraft ngram;                                 // the drafts' source: prompt lookup, or
   std::shared_ptr<Drafter> drafter;                 // this one (a draft model, model_drafter)
   std::chrono::milliseconds shutdown_grace{10000};  // running requests may finish within this
+  // Stored prompt prefixes (a prompt cache in RAM that slots map by
+  // reference, BatchBackend::store_prefix): bytes at most, the least
+  // recently used dropped first (--cache-ram; 0: none stored, a prefix
+  // another slot holds is copied).
+  uint64_t prompt_cache = 0;
 };
 
 // The tokens a step gives its `decoding` slots, one each and their drafts:
@@ -210,6 +215,21 @@ class Engine {
   // hold now, so it copies them once evaluated. Under mu_.
   static constexpr size_t kShareWait = 32;
   bool waits_for_prefix(const Request& r, size_t held) const;
+  // Slot `slot`, holding `keep` tokens of `prompt`, takes a longer prefix
+  // where one is held: from the stored prefixes, or from slot src (stored
+  // first where the prompt cache is on and src holds kStoreTokens more than
+  // any stored prefix, so that both read one copy; else copied). A stored
+  // prefix within kStoreTokens of src's is taken instead (the few tokens
+  // more are evaluated). Returns the tokens it holds.
+  static constexpr size_t kStoreTokens = 64;
+  size_t take_prefix(const std::vector<int32_t>& prompt, int slot, size_t keep, Source src);
+  struct StoredPrefix {
+    std::vector<int32_t> tokens;
+    std::shared_ptr<const BatchBackend::Stored> data;
+    uint64_t last_used = 0;  // step
+  };
+  std::vector<StoredPrefix> stored_;  // within opt_.prompt_cache bytes
+  uint64_t stored_bytes_ = 0;
   void run_step();
   // Per slot, the tokens the decoding slots draft this step, within `room`
   // tokens for them all (decode_room).

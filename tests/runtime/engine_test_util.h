@@ -22,6 +22,7 @@ struct Tiny {
   TempDir t;
   Model m;
   kv::KeyType keys = kv::KeyType::F32;  // the engines' key cache (values: its default)
+  uint64_t prompt_cache = 0;            // EngineOptions::prompt_cache
   Tiny() {
     TinySpec s;
     s.tokenizer = true;  // bytes: every token is text
@@ -41,6 +42,7 @@ struct Tiny {
     e.decode_chunk = decode_chunk;
     e.draft_max = draft_max;
     e.draft_cost = 0.05;  // (not timed: the same drafts every run)
+    e.prompt_cache = prompt_cache;
     return std::make_unique<Engine>(make_cpu_batch_backend(m.weights, o, slots, step_tokens),
                                     *m.tokenizer, e);
   }

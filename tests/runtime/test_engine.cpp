@@ -9,6 +9,7 @@
 #include "../error_of.h"
 #include "../model/model_test_util.h"
 #include "backend/cpu/cpu.h"
+#include "core/zero_pages.h"
 #include "engine_test_util.h"
 #include "grammar/matcher.h"
 #include "runtime/engine.h"
@@ -210,6 +211,60 @@ TEST(Engine, SlotsShareAPromptPrefix) {
     EXPECT_EQ(late.usage.cached_tokens, 60);
     busy->cancel();
     EXPECT_EQ(wait(*busy).finish, Finish::Cancelled) << "the first ended before the last came";
+  }
+}
+
+// With a prompt cache, a shared prefix of 200 tokens is stored once when a
+// second request needs it: the slots that use it (the first's too) map its
+// pages, the cache holds exactly its pages, and a request after every slot
+// has moved on to other prompts still finds it there. Every answer is its
+// answer alone, bit for bit (f32 and f16 caches). Without the cache, the
+// last request evaluates its prompt.
+TEST(Engine, StoredPrefixesAreSharedAndOutliveTheSlots) {
+  for (kv::KeyType keys : {kv::KeyType::F32, kv::KeyType::F16}) {
+    for (uint64_t budget : {uint64_t(64) << 20, uint64_t(0)}) {
+      Tiny tiny;
+      tiny.keys = keys;
+      const Config& c = tiny.m.weights->cfg;
+      const auto shared = prompt(200, 41);
+      std::vector<std::vector<int32_t>> ps;
+      for (uint32_t i = 0; i < 4; ++i) {
+        ps.push_back(shared);
+        const auto own = prompt(4 + int(i), 60 + i);
+        ps.back().insert(ps.back().end(), own.begin(), own.end());
+        if (i > 0) {
+          ASSERT_NE(ps[i][200], ps[0][200]);
+        }
+      }
+      std::vector<Result> alone;
+      for (const auto& p : ps) alone.push_back(wait(*tiny.engine(1, 4096)->submit(p, greedy(20))));
+      tiny.prompt_cache = budget;
+      auto e = tiny.engine(4, 4096);
+      std::vector<std::shared_ptr<Request>> rs;
+      for (size_t i = 0; i < 3; ++i) rs.push_back(e->submit(ps[i], greedy(20)));
+      for (size_t i = 0; i < 3; ++i) {
+        const Result got = wait(*rs[i]);
+        expect_same(alone[i], got);
+        EXPECT_EQ(got.usage.cached_tokens, i == 0 ? 0 : 200) << "request " << i;
+      }
+      // Other prompts in every slot, then the fourth.
+      std::vector<std::shared_ptr<Request>> others;
+      for (uint32_t i = 0; i < 4; ++i) others.push_back(e->submit(prompt(30, 90 + i), greedy(2)));
+      for (auto& r : others) EXPECT_EQ(wait(*r).usage.cached_tokens, 0);
+      const Result last = wait(*e->submit(ps[3], greedy(20)));
+      expect_same(alone[3], last);
+      const auto m = e->metrics();
+      if (budget == 0) {
+        EXPECT_EQ(last.usage.cached_tokens, 0);
+        EXPECT_EQ(m.prompt_cache_prefixes, 0);
+        continue;
+      }
+      EXPECT_EQ(last.usage.cached_tokens, 200);
+      EXPECT_EQ(m.prompt_cache_prefixes, 1);
+      const uint64_t page = page_bytes(), elem = keys == kv::KeyType::F16 ? 2 : 4;
+      const uint64_t per_head = (200 * uint64_t(c.head_dim) * elem + page - 1) / page * page;
+      EXPECT_EQ(m.prompt_cache_bytes, 2 * per_head * uint64_t(c.n_layers * c.n_kv_heads));
+    }
   }
 }
 

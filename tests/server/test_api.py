@@ -457,3 +457,40 @@ def test_a_port_in_use_is_refused(server):
     assert r.returncode == 1
     assert f"cannot listen on 127.0.0.1:{server.port}" in r.stderr
     assert raw(server, "GET", "/health")[0] == 200  # the first server carries on
+
+
+@pytest.mark.parametrize("cache_ram", ["8192", "0"])
+def test_a_system_prompt_is_shared_across_slots(cache_ram):
+    """Requests sharing a long system prompt: the first evaluates it, each other one takes it from
+    the prompt cache (stored once, --cache-ram) or from another slot (--cache-ram 0), and answers
+    as it does alone."""
+    s = Server("-np", "3", "--cache-ram", cache_ram)
+    try:
+        c = client(s)
+        system = "You answer in one word. " + "The river mill stands by the stone bridge. " * 40
+        qs = ["Name a color.", "Name a fruit.", "Name a city."]
+        msgs = [[{"role": "system", "content": system}, {"role": "user", "content": q}] for q in qs]
+        with ThreadPoolExecutor(3) as ex:
+            rs = list(ex.map(lambda m: c.chat.completions.create(model="m", messages=m, max_tokens=6, temperature=0),
+                             msgs))
+        cached = sorted(r.usage.prompt_tokens_details.cached_tokens for r in rs)
+        assert cached[0] == 0 and cached[1] > 300 and cached[2] > 300, cached
+        m = parse_metrics(s.metrics())
+        assert m["lowrank_prompt_cache_prefixes"] == (1 if cache_ram != "0" else 0)
+        assert (m["lowrank_prompt_cache_bytes"] > 0) == (cache_ram != "0")
+        # Each answer is the one a server without the prompt cache gives, one request at a time.
+        lone = Server("-np", "2", "--cache-ram", "0")
+        try:
+            for r, msg in zip(rs, msgs):
+                alone = client(lone).chat.completions.create(model="m", messages=msg, max_tokens=6, temperature=0)
+                assert alone.choices[0].message.content == r.choices[0].message.content
+        finally:
+            assert lone.stop() == 0
+    finally:
+        assert s.stop() == 0
+
+
+def test_a_bad_cache_ram_is_refused():
+    need_model()
+    r = subprocess.run([BIN, "serve", "-m", MODEL, "--cache-ram", "-1"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "--cache-ram" in r.stderr, r.stderr

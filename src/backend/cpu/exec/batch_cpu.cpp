@@ -62,14 +62,31 @@ class CpuBatch final : public BatchBackend {
   StepStats last_step() const override { return last_; }
   bool verifies() const override { return true; }
   bool copies_prefixes() const override { return caches_.front()->copies(); }
+  std::shared_ptr<const Stored> store_prefix(int slot, int n) override {
+    LR_ASSERT(n > 0 && n <= n_past_.at(size_t(slot)) && can_rewind(slot, n) == n);
+    auto p = std::make_shared<CpuStored>();
+    p->cache = caches_[size_t(slot)]->store_prefix(n);
+    if (!p->cache) return nullptr;
+    p->n = n;
+    p->bytes = p->cache->resident_bytes();
+    return p;
+  }
   bool rewinds_exactly() const override {
     return keys_ != kv::KeyType::Kivi2 && keys_ != kv::KeyType::Svdq;
   }
 
  private:
   void on_rewind(int slot, int n) override { caches_[size_t(slot)]->truncate(n); }
-  bool do_copy_prefix(int from, int to, int n) override {
-    return caches_[size_t(to)]->copy_prefix(*caches_[size_t(from)], n);
+  bool do_copy_prefix(int from, int to, int n, int held) override {
+    return caches_[size_t(to)]->copy_prefix(*caches_[size_t(from)], n, held);
+  }
+  struct CpuStored : Stored {
+    std::unique_ptr<cpu::SeqCache> cache;  // the positions, in pages slots map
+    int usable(int k) const override { return cache->rewindable(n, k); }
+  };
+  bool do_load_prefix(const Stored& p, int slot, int n) override {
+    const auto* s = dynamic_cast<const CpuStored*>(&p);
+    return s && caches_[size_t(slot)]->share_prefix(*s->cache, n);
   }
   uint64_t cache_bytes(int slot) const override { return caches_.at(size_t(slot))->bytes(); }
   uint64_t cache_resident(int slot) const override {

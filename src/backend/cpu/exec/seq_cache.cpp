@@ -40,7 +40,8 @@ namespace {
 template <typename E>
 class DenseSeq final : public SeqCache {
  public:
-  explicit DenseSeq(kv::DenseLayout layout) : hd_(layout.head_dim), c_(std::move(layout)) {}
+  explicit DenseSeq(kv::DenseLayout layout, bool shared_file = false)
+      : hd_(layout.head_dim), c_(std::move(layout), shared_file) {}
 
   void append(int l, int h, int pos, const float* k, const float* v, int n, int64_t stride,
               const float*, int64_t, int) override {
@@ -64,17 +65,25 @@ class DenseSeq final : public SeqCache {
   }
   void truncate(int n) override { tokens_ = std::min(tokens_.load(), n); }
   int rewindable(int n_past, int n) const override { return c_.rewindable(n_past, n); }
-  bool copy_prefix(const SeqCache& from, int n) override {
+  bool copy_prefix(const SeqCache& from, int n, int held) override {
     const auto* o = dynamic_cast<const DenseSeq*>(&from);
     if (!o) return false;
     tokens_ = n;
-    const kv::DenseLayout& lay = c_.layout();
-    for (int l = 0; l < int(lay.ring.size()); ++l) {
-      if (!lay.held(l)) continue;
-      const int ring = std::max(0, lay.ring[size_t(l)]);  // a ring holds the last `ring` positions
-      for (int h = 0; h < lay.n_kv_heads; ++h)
-        for (int p = ring ? std::max(0, n - ring) : 0; p < n; ++p) c_.copy(o->c_, l, h, p);
-    }
+    c_.copy_prefix(o->c_, n, held);
+    return true;
+  }
+  std::unique_ptr<SeqCache> store_prefix(int n) override {
+    auto s = std::make_unique<DenseSeq>(c_.layout(), /*shared_file=*/true);
+    s->c_.copy_prefix(c_, n);
+    s->tokens_ = n;
+    c_.share_prefix(s->c_, n, /*rest=*/false);  // this cache too reads the stored pages now
+    return s;
+  }
+  bool share_prefix(const SeqCache& stored, int n) override {
+    const auto* o = dynamic_cast<const DenseSeq*>(&stored);
+    if (!o) return false;
+    tokens_ = n;
+    c_.share_prefix(o->c_, n);
     return true;
   }
   bool copies() const override { return true; }

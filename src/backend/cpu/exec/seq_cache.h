@@ -64,10 +64,19 @@ class SeqCache {
   // overwrites old positions): n, or 0.
   virtual int rewindable(int /*n_past*/, int n) const { return n; }
   // Takes positions [0, n) of `from` (a cache of the same kind and layout)
-  // in place of its own; false where the kind cannot (then nothing changed).
-  virtual bool copy_prefix(const SeqCache& /*from*/, int /*n*/) { return false; }
+  // in place of its own, copying those from `held` on (the first `held` it
+  // holds already); false where the kind cannot (then nothing changed).
+  virtual bool copy_prefix(const SeqCache& /*from*/, int /*n*/, int /*held*/) { return false; }
   // Whether copy_prefix copies (from a cache of the same kind).
   virtual bool copies() const { return false; }
+  // A stored prompt prefix: positions [0, n) in a cache of this kind whose
+  // memory other caches map (core/zero_pages.h), and this cache reading
+  // those pages too (one copy in RAM); null where the kind cannot.
+  virtual std::unique_ptr<SeqCache> store_prefix(int /*n*/) { return nullptr; }
+  // Takes positions [0, n) of `stored` (a store_prefix of a cache of the
+  // same kind and layout) in place of its own, its whole pages by reference
+  // (copy on write); false where the kind cannot.
+  virtual bool share_prefix(const SeqCache& /*stored*/, int /*n*/) { return false; }
   // A batch's step has ended (rows kept for its attention are let go).
   virtual void end_step() {}
   // Bytes held for the whole context, and of them those in RAM (written;
