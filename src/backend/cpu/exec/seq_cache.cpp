@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <new>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -73,7 +74,12 @@ class DenseSeq final : public SeqCache {
     return true;
   }
   std::unique_ptr<SeqCache> store_prefix(int n) override {
-    auto s = std::make_unique<DenseSeq>(c_.layout(), /*shared_file=*/true);
+    std::unique_ptr<DenseSeq> s;
+    try {
+      s = std::make_unique<DenseSeq>(c_.layout(), /*shared_file=*/true);
+    } catch (const std::bad_alloc&) {  // no file in memory to be had: the prefix is copied
+      return nullptr;
+    }
     s->c_.copy_prefix(c_, n);
     s->tokens_ = n;
     c_.share_prefix(s->c_, n, /*rest=*/false);  // this cache too reads the stored pages now
