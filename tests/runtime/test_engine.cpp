@@ -171,6 +171,19 @@ TEST(Engine, NAnswersShareTheF16Cache) {
   expect_three_answers_share_the_prompt(tiny, prompt(41, 5));
 }
 
+// Four prompts that begin with the same n tokens (a system prompt, drawn
+// with `seed`), then 5, 6, 7 and 8 tokens of their own.
+std::vector<std::vector<int32_t>> sharing(int n, uint32_t seed) {
+  const auto shared = prompt(n, seed);
+  std::vector<std::vector<int32_t>> ps;
+  for (uint32_t i = 0; i < 4; ++i) {
+    ps.push_back(shared);
+    const auto own = prompt(5 + int(i), seed + 10 + i);
+    ps.back().insert(ps.back().end(), own.begin(), own.end());
+  }
+  return ps;
+}
+
 // Requests whose prompts share a 60-token prefix (a system prompt): the
 // first evaluates it; two arriving with it wait for it and copy it into
 // their slots (steps of 24 tokens: it takes three); one arriving while the
@@ -180,13 +193,7 @@ TEST(Engine, SlotsShareAPromptPrefix) {
   for (kv::KeyType keys : {kv::KeyType::F32, kv::KeyType::F16}) {
     Tiny tiny;
     tiny.keys = keys;
-    const auto shared = prompt(60, 21);
-    std::vector<std::vector<int32_t>> ps;
-    for (uint32_t i = 0; i < 4; ++i) {
-      ps.push_back(shared);
-      const auto own = prompt(5 + int(i), 30 + i);
-      ps.back().insert(ps.back().end(), own.begin(), own.end());
-    }
+    const auto ps = sharing(60, 21);
     for (size_t i = 1; i < ps.size(); ++i) ASSERT_NE(ps[i][60], ps[0][60]);  // they part at 60
     std::vector<Result> alone;
     for (const auto& p : ps) alone.push_back(wait(*tiny.engine(1, 4096)->submit(p, greedy(8))));
@@ -226,16 +233,8 @@ TEST(Engine, StoredPrefixesAreSharedAndOutliveTheSlots) {
       Tiny tiny;
       tiny.keys = keys;
       const Config& c = tiny.m.weights->cfg;
-      const auto shared = prompt(200, 41);
-      std::vector<std::vector<int32_t>> ps;
-      for (uint32_t i = 0; i < 4; ++i) {
-        ps.push_back(shared);
-        const auto own = prompt(4 + int(i), 60 + i);
-        ps.back().insert(ps.back().end(), own.begin(), own.end());
-        if (i > 0) {
-          ASSERT_NE(ps[i][200], ps[0][200]);
-        }
-      }
+      const auto ps = sharing(200, 41);
+      for (size_t i = 1; i < ps.size(); ++i) ASSERT_NE(ps[i][200], ps[0][200]);
       std::vector<Result> alone;
       for (const auto& p : ps) alone.push_back(wait(*tiny.engine(1, 4096)->submit(p, greedy(20))));
       tiny.prompt_cache = budget;
