@@ -36,6 +36,7 @@ struct ServeOptions {
   int decode_chunk = 128;
   int grace_s = 10;
   int cache_ram_mib = 8192;  // stored prompt prefixes (llama-server's default)
+  int kv_pool_mib = 0;       // the slots' KV caches together (0: no bound but the slots')
   int max_body_kib = 8192;
   std::string alias;
   std::string pooling = "mean";  // /v1/embeddings
@@ -127,6 +128,7 @@ int serve(const ServeOptions& o) {
   eo.decode_chunk = o.decode_chunk;
   eo.shutdown_grace = std::chrono::seconds(o.grace_s);
   eo.prompt_cache = uint64_t(o.cache_ram_mib) << 20;
+  eo.kv_pool = uint64_t(o.kv_pool_mib) << 20;
   o.draft.configure(eo, s->model, o.model, o.slots, o.step_tokens);
   std::unique_ptr<BatchBackend> slots =
       make_slots(s->model, path, bo, o.slots, o.step_tokens, eo.draft_max > 0);
@@ -226,6 +228,12 @@ Runner add_serve_command(CLI::App& app) {
                   "MiB of prompt prefixes stored in RAM that slots share by reference (a system "
                   "prompt held once; the least recently used go first; 0: none, prefixes are "
                   "copied between slots)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 30));
+  sub->add_option("--kv-pool", o->kv_pool_mib,
+                  "MiB of RAM the slots' KV caches may hold together: a request reserves what it "
+                  "can reach (prompt + max_tokens) and waits while that does not fit, idle slots "
+                  "giving their pages back first (0: no bound but -np x -c)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 30));
   sub->add_option("--grace", o->grace_s,

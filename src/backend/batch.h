@@ -83,6 +83,12 @@ class BatchBackend {
   // what rewindable allows): a new request keeps the prefix it shares with
   // the slot's previous one.
   void rewind(int slot, int n);
+  // Forgets all of slot `slot`'s positions and gives its cache's pages back
+  // (where the cache takes RAM as written: the CPU batch).
+  void release(int slot) {
+    rewind(slot, 0);
+    do_release(slot);
+  }
   // The largest m <= n slot `slot` can be cut back to: n, or 0 where a
   // sliding-window ring no longer holds the window of a query at n.
   int rewindable(int slot, int n) const {
@@ -133,6 +139,7 @@ class BatchBackend {
   virtual int can_rewind(int /*slot*/, int n) const { return n; }
   virtual bool do_copy_prefix(int /*from*/, int /*to*/, int /*n*/, int /*held*/) { return false; }
   virtual bool do_load_prefix(const Stored& /*p*/, int /*slot*/, int /*n*/) { return false; }
+  virtual void do_release(int /*slot*/) {}
 
   std::shared_ptr<const Weights> weights_;
   int ctx_, max_step_tokens_;

@@ -90,6 +90,12 @@ class DenseCacheOf {
   // where a ring has overwritten part of that window.
   int rewindable(int n_past, int n) const;
   uint64_t bytes() const { return layout_.bytes(); }
+  // Gives every page back (positions read as zeros, or as a mapped stored
+  // prefix holds them: either way, to be written before they are read).
+  void release() {
+    k_.release_from(0);
+    v_.release_from(0);
+  }
   // Bytes in RAM: the pages written so far (core/zero_pages.h).
   uint64_t resident_bytes() const { return k_.resident_bytes() + v_.resident_bytes(); }
 

@@ -66,6 +66,8 @@ class KeyStream {
   // that block return to the window as their reconstruction; n = 0 also
   // forgets a sequence basis.
   void truncate(int64_t n);
+  // After truncate(0): the blocks' pages given back.
+  void release() { blocks_.release_from(0); }
 
   int64_t size() const { return n_; }
   int64_t compressed() const { return n_blocks_ * bt_; }

@@ -78,6 +78,11 @@ void StreamCache::truncate(int n) {
     if (s.size() > n) s.truncate(n);
 }
 
+void StreamCache::release() {
+  for (KeyStream& s : ks_) s.release();
+  v_.release_from(0);
+}
+
 uint64_t StreamCache::bytes() const {
   uint64_t b = 0;
   for (const KeyStream& s : ks_) b += s.allocated().total();

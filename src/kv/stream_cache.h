@@ -58,6 +58,8 @@ class StreamCache {
   void drop_flushed();
   // Forgets positions >= n.
   void truncate(int n);
+  // After truncate(0): the key blocks' and values' pages given back.
+  void release();
 
   KeyCacheStats stats() const;
   // Keys allocated for the whole context and the values.

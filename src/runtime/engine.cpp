@@ -66,6 +66,9 @@ Engine::Engine(std::unique_ptr<BatchBackend> batch, const Tokenizer& tok, const 
   // A row per slot, and a speculating slot's drafted ones.
   logits_.resize(size_t(batch_->slots()) * size_t(1 + o.draft_max) *
                  size_t(batch_->weights().cfg.vocab));
+  position_bytes_ = double(batch_->cache_bytes(0)) / double(batch_->ctx());
+  if (o.kv_pool > 0 && !(position_bytes_ > 0))
+    fail("--kv-pool: these slots do not say what their caches hold");
   metrics_.set_gauges(0, 0, batch_->slots(), 0);
   thread_ = std::thread([this] { loop(); });
 }
@@ -91,6 +94,15 @@ std::vector<std::shared_ptr<Request>> Engine::submit(std::vector<int32_t> prompt
     if (id < 0 || id >= tok_.n_vocab())
       fail("token id {} is out of range for a vocabulary of {}", id, tok_.n_vocab());
   if (p.max_tokens < 1) fail("max_tokens must be at least 1 (got {})", p.max_tokens);
+  if (opt_.kv_pool > 0) {
+    const size_t reach = std::min<size_t>(size_t(ctx()), prompt.size() + size_t(p.max_tokens));
+    if (double(reach) * position_bytes_ > double(opt_.kv_pool))
+      fail(
+          "the request reaches {} positions ({} prompt tokens and max_tokens {}): {:.1f} MiB of KV "
+          "cache, more than the pool's {:.1f} MiB (--kv-pool)",
+          reach, prompt.size(), p.max_tokens, double(reach) * position_bytes_ / (1 << 20),
+          double(opt_.kv_pool) / (1 << 20));
+  }
   Sampler check(p.sampling);  // throws on bad sampling parameters, here rather than in the loop
   std::vector<std::shared_ptr<Request>> rs;
   for (int i = 0; i < n; ++i) {
@@ -192,6 +204,39 @@ size_t Engine::take_prefix(const std::vector<int32_t>& prompt, int slot, size_t 
   return keep;
 }
 
+size_t Engine::reservation(const Request& r) const {
+  return std::min<size_t>(size_t(ctx()), r.prompt_.size() + size_t(r.params_.max_tokens));
+}
+
+size_t Engine::pool_positions() const {
+  size_t n = 0;
+  for (const Slot& sl : slots_) n += std::max(sl.written, sl.req ? sl.reserved : 0);
+  return n;
+}
+
+bool Engine::make_room(const Request& r, int slot) {
+  if (opt_.kv_pool == 0) return true;
+  auto fits = [&] {
+    const Slot& sl = slots_[size_t(slot)];
+    const size_t held = pool_positions() - sl.written + std::max(sl.written, reservation(r));
+    return double(held) * position_bytes_ <= double(opt_.kv_pool);
+  };
+  while (!fits()) {
+    int lru = -1;  // the least recently used free slot that holds pages, other than `slot`
+    for (size_t s = 0; s < slots_.size(); ++s) {
+      const Slot& sl = slots_[s];
+      if (int(s) != slot && !sl.req && sl.written > 0 &&
+          (lru < 0 || sl.last_used < slots_[size_t(lru)].last_used))
+        lru = int(s);
+    }
+    if (lru < 0) return false;
+    batch_->release(lru);
+    slots_[size_t(lru)].cached.clear();
+    slots_[size_t(lru)].written = 0;
+  }
+  return true;
+}
+
 void Engine::shutdown() {
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -276,6 +321,7 @@ void Engine::admit() {
       // share the steps between the two).
       const Source src = cached_prefix(front.prompt_, best);
       if (waits_for_prefix(front, std::max(best_common, src.n))) break;
+      if (!make_room(front, best)) break;  // the KV pool is full: wait
       r = queue_.front();
       queue_.pop_front();
       Slot& sl = slots_[size_t(best)];
@@ -287,7 +333,9 @@ void Engine::admit() {
         keep = took;
         sl.cached.assign(r->prompt_.begin(), r->prompt_.begin() + long(keep));
       }
+      sl.written = std::max(sl.written, keep);
       sl.req = r;
+      sl.reserved = reservation(*r);
       sl.fed = keep;
       sl.reused = int(keep);
       sl.next = -1;
@@ -407,6 +455,7 @@ void Engine::run_step() {
   }
   for (const auto& c : chunks) {
     Slot& sl = slots_[size_t(c.slot)];
+    sl.written = std::max(sl.written, size_t(batch_->n_past(c.slot)));
     if (c.every_logits) continue;  // verify() keeps what the answer takes
     sl.cached.insert(sl.cached.end(), c.tokens, c.tokens + c.n);
     if (sl.prefilling()) sl.fed += size_t(c.n);
@@ -474,11 +523,15 @@ void Engine::update_gauges(bool count_kv) {
   const auto now = Clock::now();
   if (count_kv || now >= kv_counted_ + std::chrono::milliseconds(500)) {  // (mincore: cost)
     kv_counted_ = now;
-    uint64_t reserved = 0, resident = 0;
+    kv_.bytes = kv_.resident_bytes = 0;
     for (int s = 0; s < slots(); ++s)
-      reserved += batch_->cache_bytes(s), resident += batch_->cache_resident(s);
-    metrics_.set_kv_bytes(reserved, resident, stored_bytes_, int(stored_.size()));
+      kv_.bytes += batch_->cache_bytes(s), kv_.resident_bytes += batch_->cache_resident(s);
   }
+  kv_.prompt_cache_bytes = stored_bytes_;
+  kv_.prompt_cache_prefixes = int(stored_.size());
+  kv_.pool_bytes = opt_.kv_pool;
+  kv_.pool_used_bytes = uint64_t(double(pool_positions()) * position_bytes_);
+  metrics_.set_kv(kv_);
   std::lock_guard<std::mutex> l(mu_);
   metrics_.set_gauges(running, int(queue_.size()), slots(),
                       double(cached) / (double(slots()) * double(ctx())));

@@ -132,6 +132,14 @@ struct EngineOptions {
   // recently used dropped first (--cache-ram; 0: none stored, a prefix
   // another slot holds is copied).
   uint64_t prompt_cache = 0;
+  // The KV pool: bytes the slots' caches may hold in RAM together (0: no
+  // bound but the slots'). A request reserves the positions it can reach
+  // (prompt + max_tokens, within the context) when admitted, so a running
+  // one never stalls for memory; a slot holds RAM up to the most positions
+  // it has written. A request that does not fit waits in the queue, the
+  // least recently used free slots giving their pages (and cached
+  // prefixes) back first; one that could never fit is refused at submit.
+  uint64_t kv_pool = 0;
 };
 
 // The tokens a step gives its `decoding` slots, one each and their drafts:
@@ -194,6 +202,7 @@ class Engine {
     std::optional<Sequence> seq;   // the answer of its request
     uint64_t last_used = 0;        // step of its last request's end (LRU among free slots)
     int drafted = 0, taken = 0, steps = 0;  // its request's Usage::drafted, draft_taken, steps
+    size_t written = 0, reserved = 0;       // the KV pool: positions written at most, and reserved
     bool prefilling() const { return req && fed < req->prompt_.size(); }
   };
 
@@ -245,7 +254,15 @@ class Engine {
   // Slots busy, queue length and cache use into the metrics (the caches'
   // bytes in RAM when count_kv, else at most every half second).
   void update_gauges(bool count_kv = false);
+  // The KV pool (EngineOptions::kv_pool): the positions request r reserves;
+  // whether it fits in slot `slot` beside what the others hold, once the
+  // least recently used free slots give theirs back (done here). Under mu_.
+  size_t reservation(const Request& r) const;
+  bool make_room(const Request& r, int slot);
+  size_t pool_positions() const;  // held by every slot (written, or reserved while running)
+  double position_bytes_ = 0;     // a position's bytes in every layer (the pool's unit)
   std::chrono::steady_clock::time_point kv_counted_{};
+  Metrics::Snapshot::Kv kv_;  // the gauges' last figures
 
   std::unique_ptr<BatchBackend> batch_;
   const Tokenizer& tok_;

@@ -36,12 +36,9 @@ void Metrics::set_gauges(int running, int waiting, int slots, double kv_usage) {
   s_.kv_usage = kv_usage;
 }
 
-void Metrics::set_kv_bytes(uint64_t reserved, uint64_t resident, uint64_t stored, int prefixes) {
+void Metrics::set_kv(const Snapshot::Kv& kv) {
   std::lock_guard<std::mutex> l(mu_);
-  s_.kv_bytes = reserved;
-  s_.kv_resident_bytes = resident;
-  s_.prompt_cache_bytes = stored;
-  s_.prompt_cache_prefixes = prefixes;
+  s_.kv = kv;
 }
 
 void Metrics::add_step(int tokens, double seconds) {

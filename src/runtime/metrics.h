@@ -26,12 +26,17 @@ class Metrics {
   struct Snapshot {
     int running = 0, waiting = 0, slots = 0;
     double kv_usage = 0;  // cached tokens of busy slots / (slots * ctx)
-    // The slots' KV caches: bytes set aside for their contexts, and of them
-    // those in RAM (the positions written: core/zero_pages.h).
-    uint64_t kv_bytes = 0, kv_resident_bytes = 0;
-    // Stored prompt prefixes (EngineOptions::prompt_cache): bytes in RAM, and how many.
-    uint64_t prompt_cache_bytes = 0;
-    int prompt_cache_prefixes = 0;
+    struct Kv {
+      // The slots' KV caches: bytes set aside for their contexts, and of
+      // them those in RAM (the positions written: core/zero_pages.h).
+      uint64_t bytes = 0, resident_bytes = 0;
+      // Stored prompt prefixes (EngineOptions::prompt_cache): bytes in RAM, and how many.
+      uint64_t prompt_cache_bytes = 0;
+      int prompt_cache_prefixes = 0;
+      // The KV pool (EngineOptions::kv_pool; 0: none): its bytes, and those
+      // the slots hold (written, or reserved by running requests).
+      uint64_t pool_bytes = 0, pool_used_bytes = 0;
+    } kv;
     uint64_t prompt_tokens = 0, generated_tokens = 0, cached_prompt_tokens = 0;
     uint64_t steps = 0, step_tokens = 0;
     double step_seconds = 0;                   // in the batch's forward steps
@@ -48,7 +53,7 @@ class Metrics {
   Metrics();
 
   void set_gauges(int running, int waiting, int slots, double kv_usage);
-  void set_kv_bytes(uint64_t reserved, uint64_t resident, uint64_t stored, int prefixes);
+  void set_kv(const Snapshot::Kv& kv);
   void add_step(int tokens, double seconds = 0);
   void add_mask(uint64_t masks, double seconds);
   void add_draft(int drafted, int taken);

@@ -34,14 +34,18 @@ std::string prometheus_text(const Metrics::Snapshot& s) {
   gauge("lowrank_kv_cache_usage_ratio", "Cached tokens of busy slots over the slots' capacity.",
         s.kv_usage);
   gauge("lowrank_kv_cache_bytes", "Bytes the slots' KV caches set aside for their contexts.",
-        s.kv_bytes);
+        s.kv.bytes);
   gauge("lowrank_kv_cache_resident_bytes",
         "Of them, bytes in RAM (the positions the slots have written; pages mapped from the "
         "prompt cache count in every slot that maps them).",
-        s.kv_resident_bytes);
+        s.kv.resident_bytes);
   gauge("lowrank_prompt_cache_bytes", "Bytes of stored prompt prefixes (--cache-ram).",
-        s.prompt_cache_bytes);
-  gauge("lowrank_prompt_cache_prefixes", "Stored prompt prefixes.", s.prompt_cache_prefixes);
+        s.kv.prompt_cache_bytes);
+  gauge("lowrank_prompt_cache_prefixes", "Stored prompt prefixes.", s.kv.prompt_cache_prefixes);
+  gauge("lowrank_kv_pool_bytes", "The KV pool's bytes (--kv-pool; 0: none).", s.kv.pool_bytes);
+  gauge("lowrank_kv_pool_used_bytes",
+        "Of the pool, bytes the slots hold (positions written, or reserved by running requests).",
+        s.kv.pool_used_bytes);
   counter("lowrank_prompt_tokens_total", "Prompt tokens of admitted requests.", s.prompt_tokens);
   counter("lowrank_prompt_tokens_cached_total", "Prompt tokens a slot's cache already held.",
           s.cached_prompt_tokens);

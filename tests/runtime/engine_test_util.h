@@ -23,6 +23,7 @@ struct Tiny {
   Model m;
   kv::KeyType keys = kv::KeyType::F32;  // the engines' key cache (values: its default)
   uint64_t prompt_cache = 0;            // EngineOptions::prompt_cache
+  uint64_t kv_pool = 0;                 // EngineOptions::kv_pool
   Tiny() {
     TinySpec s;
     s.tokenizer = true;  // bytes: every token is text
@@ -43,6 +44,7 @@ struct Tiny {
     e.draft_max = draft_max;
     e.draft_cost = 0.05;  // (not timed: the same drafts every run)
     e.prompt_cache = prompt_cache;
+    e.kv_pool = kv_pool;
     return std::make_unique<Engine>(make_cpu_batch_backend(m.weights, o, slots, step_tokens),
                                     *m.tokenizer, e);
   }

@@ -255,16 +255,66 @@ TEST(Engine, StoredPrefixesAreSharedAndOutliveTheSlots) {
       const auto m = e->metrics();
       if (budget == 0) {
         EXPECT_EQ(last.usage.cached_tokens, 0);
-        EXPECT_EQ(m.prompt_cache_prefixes, 0);
+        EXPECT_EQ(m.kv.prompt_cache_prefixes, 0);
         continue;
       }
       EXPECT_EQ(last.usage.cached_tokens, 200);
-      EXPECT_EQ(m.prompt_cache_prefixes, 1);
+      EXPECT_EQ(m.kv.prompt_cache_prefixes, 1);
       const uint64_t page = page_bytes(), elem = keys == kv::KeyType::F16 ? 2 : 4;
       const uint64_t per_head = (200 * uint64_t(c.head_dim) * elem + page - 1) / page * page;
-      EXPECT_EQ(m.prompt_cache_bytes, 2 * per_head * uint64_t(c.n_layers * c.n_kv_heads));
+      EXPECT_EQ(m.kv.prompt_cache_bytes, 2 * per_head * uint64_t(c.n_layers * c.n_kv_heads));
     }
   }
+}
+
+// A KV pool of 150 positions' bytes: a request reaching 100 (a 60-token
+// prompt, max_tokens 40) runs alone, the next waits until it has ended
+// (then the first's idle slot gives its pages and cached prompt back);
+// one reaching more than the pool is refused at submit. Both answers are
+// their answers alone.
+TEST(Engine, TheKvPoolAdmitsWhatFits) {
+  Tiny tiny;
+  const auto a = prompt(60, 71), b = prompt(60, 72);
+  const Result alone_a = wait(*tiny.engine(1, 256)->submit(a, greedy(40)));
+  const Result alone_b = wait(*tiny.engine(1, 256)->submit(b, greedy(40)));
+  const Config& c = tiny.m.weights->cfg;  // f32 keys and values, every layer
+  const double per_position = 2.0 * c.n_layers * c.n_kv_heads * c.head_dim * sizeof(float);
+  tiny.kv_pool = uint64_t(150 * per_position);
+  auto e = tiny.engine(2, 256);
+  EXPECT_EQ(test::error_of([&] { e->submit(prompt(100, 1), greedy(60)); }),
+            "the request reaches 160 positions (100 prompt tokens and max_tokens 60): " +
+                fmt::format("{:.1f}", 160 * per_position / (1 << 20)) +
+                " MiB of KV cache, more than the pool's " +
+                fmt::format("{:.1f}", double(tiny.kv_pool) / (1 << 20)) + " MiB (--kv-pool)");
+  auto ra = e->submit(a, greedy(40));
+  auto rb = e->submit(b, greedy(40));
+  std::vector<char> order;  // 'a': a ended; 'b': b's first token
+  Result got_a, got_b;
+  for (int i = 0; i < 20000 && order.size() < 2; ++i) {
+    if (std::find(order.begin(), order.end(), 'a') == order.end()) {
+      Request::News n = ra->take(0ms);
+      got_a.tokens.insert(got_a.tokens.end(), n.tokens.begin(), n.tokens.end());
+      got_a.text += n.text;
+      if (n.done) order.push_back('a');
+    }
+    if (std::find(order.begin(), order.end(), 'b') == order.end()) {
+      Request::News n = rb->take(0ms);
+      got_b.tokens.insert(got_b.tokens.end(), n.tokens.begin(), n.tokens.end());
+      got_b.text += n.text;
+      if (!n.tokens.empty()) order.push_back('b');
+    }
+  }
+  EXPECT_EQ(order, (std::vector<char>{'a', 'b'})) << "b ran beside a in a pool for one";
+  const Result rest_b = wait(*rb);
+  got_b.tokens.insert(got_b.tokens.end(), rest_b.tokens.begin(), rest_b.tokens.end());
+  got_b.text += rest_b.text;
+  EXPECT_EQ(got_a.text, alone_a.text);
+  EXPECT_EQ(got_b.text, alone_b.text);
+  // a's slot gave its pages back for b: a again evaluates its prompt.
+  EXPECT_EQ(wait(*e->submit(a, greedy(4))).usage.cached_tokens, 0);
+  const auto m = e->metrics();
+  EXPECT_EQ(m.kv.pool_bytes, tiny.kv_pool);
+  EXPECT_LE(double(m.kv.pool_used_bytes), double(tiny.kv_pool));
 }
 
 // Prompt chunks go to the earliest admitted request first, whatever its

@@ -494,3 +494,23 @@ def test_a_bad_cache_ram_is_refused():
     need_model()
     r = subprocess.run([BIN, "serve", "-m", MODEL, "--cache-ram", "-1"], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "--cache-ram" in r.stderr, r.stderr
+
+
+def test_the_kv_pool_holds_what_it_says():
+    """--kv-pool: a pool of 16 MiB holds one request reaching ~430 positions (23 KiB each) at a
+    time; the others wait and are all answered, the pool's use stays within it, and a request
+    that could never fit is a 400 naming --kv-pool."""
+    s = Server("-np", "4", "-c", "1024", "--kv-pool", "16")
+    try:
+        c = client(s)
+        with ThreadPoolExecutor(4) as ex:
+            rs = list(ex.map(lambda i: c.completions.create(model="m", prompt="lorem ipsum dolor " * (40 + i),
+                                                            max_tokens=300, temperature=0), range(4)))
+        assert all(r.usage.completion_tokens >= 1 for r in rs)
+        m = parse_metrics(s.metrics())
+        assert m["lowrank_kv_pool_bytes"] == 16 << 20
+        assert 0 < m["lowrank_kv_pool_used_bytes"] <= 16 << 20, m
+        status, _, err = raw(s, "POST", "/v1/completions", {"prompt": "lorem " * 150, "max_tokens": 600})
+        assert status == 400 and "--kv-pool" in err["error"]["message"], err
+    finally:
+        assert s.stop() == 0

@@ -77,6 +77,7 @@ class CpuBatch final : public BatchBackend {
 
  private:
   void on_rewind(int slot, int n) override { caches_[size_t(slot)]->truncate(n); }
+  void do_release(int slot) override { caches_[size_t(slot)]->release(); }
   bool do_copy_prefix(int from, int to, int n, int held) override {
     return caches_[size_t(to)]->copy_prefix(*caches_[size_t(from)], n, held);
   }

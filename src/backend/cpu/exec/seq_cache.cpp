@@ -65,6 +65,7 @@ class DenseSeq final : public SeqCache {
                   out.m, out.sum, out.acc, out.stride);
   }
   void truncate(int n) override { tokens_ = std::min(tokens_.load(), n); }
+  void release() override { c_.release(); }
   int rewindable(int n_past, int n) const override { return c_.rewindable(n_past, n); }
   bool copy_prefix(const SeqCache& from, int n, int held) override {
     const auto* o = dynamic_cast<const DenseSeq*>(&from);
@@ -283,6 +284,7 @@ class StreamSeq final : public SeqCache {
   }
 
   void truncate(int n) override { c_.truncate(n); }
+  void release() override { c_.release(); }
   void end_step() override { c_.drop_flushed(); }
   uint64_t bytes() const override { return c_.bytes(); }
   uint64_t resident_bytes() const override { return c_.resident_bytes(); }
@@ -332,6 +334,10 @@ class WindowedSeq final : public SeqCache {
   void truncate(int n) override {
     rings_->truncate(n);
     keys_.truncate(n);
+  }
+  void release() override {
+    rings_->release();
+    keys_.release();
   }
   int rewindable(int n_past, int n) const override { return rings_->rewindable(n_past, n); }
   void end_step() override { keys_.end_step(); }

@@ -77,6 +77,9 @@ class SeqCache {
   // same kind and layout) in place of its own, its whole pages by reference
   // (copy on write); false where the kind cannot.
   virtual bool share_prefix(const SeqCache& /*stored*/, int /*n*/) { return false; }
+  // After truncate(0): its pages given back to the OS (a server's slot
+  // making room in the KV pool).
+  virtual void release() {}
   // A batch's step has ended (rows kept for its attention are let go).
   virtual void end_step() {}
   // Bytes held for the whole context, and of them those in RAM (written;
