@@ -16,12 +16,7 @@ namespace lr {
 namespace {
 
 using namespace std::chrono_literals;
-using test::expect_same;
-using test::greedy;
-using test::prompt;
-using test::Result;
-using test::Tiny;
-using test::wait;
+using namespace test;  // Tiny, prompt, greedy, wait, expect_same
 
 // Four prompts that begin with the same n tokens (a system prompt, drawn
 // with `seed`), then 5, 6, 7 and 8 tokens of their own.
@@ -133,7 +128,7 @@ TEST(Engine, TheKvPoolAdmitsWhatFits) {
   const double per_position = 2.0 * c.n_layers * c.n_kv_heads * c.head_dim * sizeof(float);
   tiny.kv_pool = uint64_t(150 * per_position);
   auto e = tiny.engine(2, 256);
-  EXPECT_EQ(test::error_of([&] { e->submit(prompt(100, 1), greedy(60)); }),
+  EXPECT_EQ(error_of([&] { e->submit(prompt(100, 1), greedy(60)); }),
             "the request reaches 160 positions (100 prompt tokens and max_tokens 60): " +
                 fmt::format("{:.1f}", 160 * per_position / (1 << 20)) +
                 " MiB of KV cache, more than the pool's " +
