@@ -94,8 +94,8 @@ template <typename E>
 void DenseCacheOf<E>::copy_prefix(const DenseCacheOf& from, int n, int held) {
   for (int l = 0; l < int(layout_.ring.size()); ++l) {
     if (!layout_.held(l)) continue;
-    const int ring =
-        std::max(0, layout_.ring[size_t(l)]);  // a ring holds the last `ring` positions
+    // A ring holds the last `ring` positions.
+    const int ring = std::max(0, layout_.ring[size_t(l)]);
     for (int h = 0; h < layout_.n_kv_heads; ++h)
       for (int p = std::max(held, ring ? n - ring : 0); p < n; ++p) copy(from, l, h, p);
   }

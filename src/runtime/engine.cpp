@@ -214,7 +214,7 @@ size_t Engine::pool_positions() const {
   return n;
 }
 
-bool Engine::make_room(const Request& r, int slot) {
+bool Engine::make_room(const Request& r, int slot, int source) {
   if (opt_.kv_pool == 0) return true;
   auto fits = [&] {
     const Slot& sl = slots_[size_t(slot)];
@@ -222,10 +222,12 @@ bool Engine::make_room(const Request& r, int slot) {
     return double(held) * position_bytes_ <= double(opt_.kv_pool);
   };
   while (!fits()) {
-    int lru = -1;  // the least recently used free slot that holds pages, other than `slot`
+    // The least recently used free slot that holds pages, but `slot` and the
+    // slot its prefix comes from.
+    int lru = -1;
     for (size_t s = 0; s < slots_.size(); ++s) {
       const Slot& sl = slots_[s];
-      if (int(s) != slot && !sl.req && sl.written > 0 &&
+      if (int(s) != slot && int(s) != source && !sl.req && sl.written > 0 &&
           (lru < 0 || sl.last_used < slots_[size_t(lru)].last_used))
         lru = int(s);
     }
@@ -321,7 +323,7 @@ void Engine::admit() {
       // share the steps between the two).
       const Source src = cached_prefix(front.prompt_, best);
       if (waits_for_prefix(front, std::max(best_common, src.n))) break;
-      if (!make_room(front, best)) break;  // the KV pool is full: wait
+      if (!make_room(front, best, src.slot)) break;  // the KV pool is full: wait
       r = queue_.front();
       queue_.pop_front();
       Slot& sl = slots_[size_t(best)];

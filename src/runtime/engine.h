@@ -7,17 +7,18 @@
 //
 // A step holds one token of every slot that decodes and then prompt chunks
 // of the slots that prefill, the earliest admitted first, up to the step's
-// token budget (chunked
-// prefill, as llama.cpp's slot loop and vLLM's scheduler do); a slot's
-// prompt chunk asks for logits only when it ends the prompt. A request is
-// admitted when a slot is free (each slot holds a full context, so a free
-// slot is free KV capacity); it takes the free slot whose cached tokens
-// share the longest prefix with its prompt and evaluates only the rest.
-// Where the batch copies caches (BatchBackend::copies_prefixes), prefixes
-// are shared across slots: a longer prefix held by any other slot, busy or
-// free, is copied in, and a request whose prompt shares a long prefix with
-// one a slot is still evaluating waits for it (a system prompt common to
-// many requests is evaluated once, not once per slot).
+// token budget (chunked prefill, as llama.cpp's slot loop and vLLM's
+// scheduler do); a slot's prompt chunk asks for logits only when it ends
+// the prompt. A request is admitted when a slot is free (each slot holds a
+// full context) and, under a KV pool (EngineOptions::kv_pool), when what
+// it can reach fits; it takes the free slot whose cached tokens share the
+// longest prefix with its prompt and evaluates only the rest. Where the
+// batch copies caches (BatchBackend::copies_prefixes), prefixes are shared
+// across slots: a longer prefix in the prompt cache (stored once, mapped by
+// reference) or in any other slot is taken, and a request whose prompt
+// shares a long prefix with one a slot is still evaluating waits for it (a
+// system prompt common to many requests is evaluated once, not once per
+// slot).
 // Requests see their tokens through their Request: text in whole UTF-8
 // characters, held back while it might begin a stop string (each slot's
 // answer is a runtime/sequence.h Sequence).
@@ -256,9 +257,10 @@ class Engine {
   void update_gauges(bool count_kv = false);
   // The KV pool (EngineOptions::kv_pool): the positions request r reserves;
   // whether it fits in slot `slot` beside what the others hold, once the
-  // least recently used free slots give theirs back (done here). Under mu_.
+  // least recently used free slots but `source` (where its prefix comes
+  // from) give theirs back (done here). Under mu_.
   size_t reservation(const Request& r) const;
-  bool make_room(const Request& r, int slot);
+  bool make_room(const Request& r, int slot, int source);
   size_t pool_positions() const;  // held by every slot (written, or reserved while running)
   double position_bytes_ = 0;     // a position's bytes in every layer (the pool's unit)
   std::chrono::steady_clock::time_point kv_counted_{};
